@@ -1,0 +1,47 @@
+"""Engines: DuckDB (default), PostgreSQL and Spark SQL behind one small contract."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import UnsupportedError
+from .base import Engine
+
+
+def get_engine(connection: Any = None, **options: Any) -> Engine:
+    """The engine for ``connection``.
+
+    ``None`` gives a new in-memory DuckDB database; a DuckDB connection, a psycopg connection or
+    a ``postgresql://`` URL, or a SparkSession give the engine that drives it. An ``Engine`` is
+    returned as it is.
+    """
+    if isinstance(connection, Engine):
+        return connection
+    if connection is None:
+        from .duckdb import DuckDBEngine
+
+        return DuckDBEngine(**options)
+    module = type(connection).__module__
+    if module.startswith("duckdb") or type(connection).__name__ == "DuckDBPyConnection":
+        from .duckdb import DuckDBEngine
+
+        return DuckDBEngine(connection, **options)
+    if isinstance(connection, str) and connection.startswith(("postgresql://", "postgres://")):
+        from .postgres import PostgresEngine
+
+        return PostgresEngine.connect(connection)
+    if module.startswith("psycopg"):
+        from .postgres import PostgresEngine
+
+        return PostgresEngine(connection)
+    if module.startswith("pyspark"):
+        from .spark import SparkEngine
+
+        return SparkEngine(connection)
+    raise UnsupportedError(
+        f"cannot train on a connection of type {type(connection).__name__}: use a DuckDB "
+        "connection, a psycopg connection or postgresql:// URL, or a SparkSession"
+    )
+
+
+__all__ = ["Engine", "get_engine"]

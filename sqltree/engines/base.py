@@ -1,0 +1,145 @@
+"""The engine contract: the only layer that knows a database driver.
+
+Everything above it builds sqlglot expressions and hands them to ``Engine.execute``;
+the engine renders them in its dialect, runs them, and returns plain Python rows.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from sqlglot import exp
+from sqlglot.errors import ErrorLevel
+
+
+@dataclass
+class EngineStats:
+    """Counters an engine keeps while it runs queries."""
+
+    queries: int = 0
+    seconds: float = 0.0
+    sql: list[str] = field(default_factory=list)
+
+
+class Engine(ABC):
+    """Execute sqlglot expressions on one database connection.
+
+    Capability flags are class attributes so that callers branch on facts, never on names.
+    """
+
+    dialect: ClassVar[str]
+    """The sqlglot dialect that queries are rendered in."""
+
+    MAX_CASE_DEPTH: ClassVar[int] = 1000
+    """Deepest nested CASE the engine parses (measured; scoring SQL stays far below it)."""
+
+    CACHES_TEMP_TABLES: ClassVar[bool] = False
+    """Whether a temp table must be cached explicitly to avoid recomputation (Spark)."""
+
+    keep_sql: bool = False
+    """Record every statement's text in ``stats.sql`` (for debugging and golden files)."""
+
+    def __init__(self) -> None:
+        self.stats = EngineStats()
+        self._prefix = f"sqltree_{uuid.uuid4().hex[:8]}_"
+        self._counter = itertools.count()
+        self._temp: list[str] = []
+
+    # -- rendering -------------------------------------------------------------------------
+    def render(self, query: exp.Expression) -> str:
+        """Render ``query`` in this engine's dialect, refusing anything it cannot express."""
+        return query.sql(dialect=self.dialect, unsupported_level=ErrorLevel.RAISE)
+
+    # -- the contract ------------------------------------------------------------------------
+    @abstractmethod
+    def _run(self, sql: str) -> list[tuple[Any, ...]]:
+        """Run one statement and return its rows (an empty list for DDL)."""
+
+    @abstractmethod
+    def _run_columns(self, sql: str) -> list[tuple[str, str]]:
+        """Return (name, SQL type text) of a query's result columns without reading rows."""
+
+    @abstractmethod
+    def _create_temp_table(self, name: str, query: exp.Expression) -> None:
+        """Create a session-local table ``name`` holding the rows of ``query``."""
+
+    @abstractmethod
+    def _drop_temp_table(self, name: str) -> None:
+        """Drop a table made by ``_create_temp_table`` if it exists."""
+
+    @abstractmethod
+    def relation_for_path(self, path: str) -> exp.Expression:
+        """A relation reading a Parquet or CSV file (path or glob)."""
+
+    def relation_for_dataframe(self, frame: Any) -> exp.Expression:
+        """A relation reading a pandas DataFrame."""
+        raise NotImplementedError(f"{type(self).__name__} cannot read a pandas DataFrame")
+
+    # -- helpers used by the planner ---------------------------------------------------------
+    def execute(self, query: exp.Expression) -> list[tuple[Any, ...]]:
+        """Run ``query`` and return its rows as tuples."""
+        import time
+
+        sql = self.render(query)
+        start = time.perf_counter()
+        rows = self._run(sql)
+        self.stats.queries += 1
+        self.stats.seconds += time.perf_counter() - start
+        if self.keep_sql:
+            self.stats.sql.append(sql)
+        return rows
+
+    def columns(self, relation: exp.Expression) -> list[tuple[str, exp.DataType]]:
+        """Names and types of a relation's columns, types parsed into sqlglot DataTypes."""
+        query = exp.select("*").from_(_as_from(relation)).limit(0)
+        out = []
+        for name, type_text in self._run_columns(self.render(query)):
+            try:
+                dtype = exp.DataType.build(type_text, dialect=self.dialect)
+            except Exception:  # an engine type sqlglot cannot parse: unsupported downstream
+                dtype = exp.DataType.build("UNKNOWN")
+            out.append((name, dtype))
+        return out
+
+    def temp_name(self, hint: str) -> str:
+        """A fresh name for a temporary object, unique to this engine instance."""
+        return f"{self._prefix}{hint}_{next(self._counter)}"
+
+    def materialize(self, hint: str, query: exp.Expression) -> exp.Table:
+        """Store ``query``'s rows in a new temporary table and return a reference to it."""
+        import time
+
+        name = self.temp_name(hint)
+        start = time.perf_counter()
+        self._create_temp_table(name, query)
+        self.stats.queries += 1
+        self.stats.seconds += time.perf_counter() - start
+        if self.keep_sql:
+            self.stats.sql.append(f"-- {name} :=\n" + self.render(query))
+        self._temp.append(name)
+        return exp.Table(this=exp.to_identifier(name, quoted=True))
+
+    def drop(self, table: exp.Table) -> None:
+        """Drop a temporary table made by ``materialize``."""
+        name = table.name
+        self._drop_temp_table(name)
+        if name in self._temp:
+            self._temp.remove(name)
+
+    def cleanup(self) -> None:
+        """Drop every temporary object this engine made."""
+        for name in list(self._temp):
+            try:
+                self._drop_temp_table(name)
+            finally:
+                self._temp.remove(name)
+
+
+def _as_from(relation: exp.Expression) -> exp.Expression:
+    if isinstance(relation, (exp.Select, exp.Union, exp.SetOperation)):
+        return relation.subquery("src")
+    return relation

@@ -1,0 +1,96 @@
+"""DuckDB, the default engine: embedded, reads Parquet, CSV and pandas DataFrames directly."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import duckdb
+from sqlglot import exp
+
+from .base import Engine
+
+
+_CSV_TYPES = ("BIGINT", "DOUBLE", "VARCHAR")
+
+
+class DuckDBEngine(Engine):
+    """Run queries on a DuckDB connection (a new in-memory database when none is given).
+
+    Parameters
+    ----------
+    connection : duckdb.DuckDBPyConnection, optional
+        An open connection; sqltree only creates and drops its own temporary tables in it.
+    threads, memory_limit : optional
+        Applied with ``SET`` when given (e.g. ``threads=2``, ``memory_limit="4GB"``).
+    """
+
+    dialect: ClassVar[str] = "duckdb"
+    MAX_CASE_DEPTH: ClassVar[int] = 990
+
+    def __init__(
+        self,
+        connection: duckdb.DuckDBPyConnection | None = None,
+        *,
+        threads: int | None = None,
+        memory_limit: str | None = None,
+    ) -> None:
+        super().__init__()
+        self.owns_connection = connection is None
+        self.connection = connection if connection is not None else duckdb.connect()
+        if threads is not None:
+            self.connection.execute(f"SET threads = {int(threads)}")
+        if memory_limit is not None:
+            self.connection.execute("SET memory_limit = ?", [str(memory_limit)])
+
+    def _run(self, sql: str) -> list[tuple[Any, ...]]:
+        return self.connection.execute(sql).fetchall()
+
+    def _run_columns(self, sql: str) -> list[tuple[str, str]]:
+        rel = self.connection.sql(sql)
+        return [(name, str(dtype)) for name, dtype in zip(rel.columns, rel.types)]
+
+    def _create_temp_table(self, name: str, query: exp.Expression) -> None:
+        self.connection.execute(
+            f"CREATE TEMP TABLE {self.render(exp.to_identifier(name, quoted=True))} AS "
+            + self.render(query)
+        )
+
+    def _drop_temp_table(self, name: str) -> None:
+        self.connection.execute(
+            f"DROP TABLE IF EXISTS {self.render(exp.to_identifier(name, quoted=True))}"
+        )
+
+    def relation_for_path(self, path: str) -> exp.Expression:
+        lower = path.lower()
+        if lower.endswith((".csv", ".csv.gz", ".tsv", ".txt")):
+            # Booleans are not inferred: "yes"/"no" or "true"/"false" stay the labels in the file.
+            return exp.Table(
+                this=exp.func(
+                    "read_csv",
+                    exp.Literal.string(path),
+                    exp.EQ(
+                        this=exp.column("auto_type_candidates"),
+                        expression=exp.Array(
+                            expressions=[exp.Literal.string(t) for t in _CSV_TYPES]
+                        ),
+                    ),
+                )
+            )
+        elif lower.endswith((".json", ".jsonl", ".ndjson")):
+            reader = "read_json_auto"
+        else:
+            reader = "read_parquet"
+        return exp.Table(this=exp.func(reader, exp.Literal.string(path)))
+
+    def relation_for_dataframe(self, frame: Any) -> exp.Expression:
+        name = self.temp_name("frame")
+        self.connection.register(name, frame)
+        self._registered = getattr(self, "_registered", [])
+        self._registered.append(name)
+        return exp.Table(this=exp.to_identifier(name, quoted=True))
+
+    def cleanup(self) -> None:
+        super().cleanup()
+        for name in getattr(self, "_registered", []):
+            self.connection.unregister(name)
+        self._registered = []

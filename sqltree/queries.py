@@ -1,0 +1,623 @@
+"""Builders of every training query, as sqlglot expressions.
+
+Training works on *level tables* with one row per (training row, node) pair:
+
+    node BIGINT, w DOUBLE, y INT, f0 DOUBLE, f1 DOUBLE, ...
+
+``y`` is the class index, ``f<i>`` the value of feature i: a continuous value, or the index of a
+nominal value in the feature's sorted domain (so every test compares numbers). A row whose value
+is unknown at a split goes down several branches with a fraction of its weight, so a training
+row may appear in several nodes of one level.
+
+Per level, the grower runs: one histogram query (weighted class counts per node, feature and
+value, one column per class), one scoring query over the histogram (gain, split info and gain
+ratio of every candidate split, best threshold per continuous feature by a window scan), and
+one partition query that routes the level's rows into the next level by joining a small table
+of the chosen splits.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from .dataset import Dataset, Feature
+from .tree import CONTINUOUS
+
+LN2 = math.log(2.0)
+TIE_TOLERANCE = 1e-9
+"""Scores closer than this are ties; ties go to the earlier feature, then the lower threshold."""
+
+J48_SMALL = 1e-6
+"""Weka's ``Utils.SMALL``: the tolerance of J48's weight comparisons, used for minimum counts."""
+
+
+def col(name: str, table: str | None = None) -> exp.Column:
+    return exp.column(name, table=table)
+
+
+def num(x: float | int) -> exp.Expression:
+    if isinstance(x, bool):
+        raise TypeError("booleans are not numbers here")
+    if isinstance(x, int):
+        return exp.Literal.number(x)
+    if math.isinf(x) or math.isnan(x):
+        raise ValueError(f"{x} cannot be written as a SQL literal")
+    text = repr(float(x))
+    if text.startswith("-"):
+        return exp.Neg(this=exp.Literal.number(text[1:]))
+    return exp.Literal.number(text)
+
+
+def as_double(e: exp.Expression) -> exp.Cast:
+    return exp.cast(e, exp.DataType.build("DOUBLE"))
+
+
+def paren(e: exp.Expression) -> exp.Expression:
+    return exp.paren(e, copy=False)
+
+
+def case(*whens: tuple[exp.Expression, exp.Expression], default: exp.Expression) -> exp.Case:
+    c = exp.Case()
+    for cond, value in whens:
+        c = c.when(cond, value)
+    return c.else_(default)
+
+
+def xlogx(e: exp.Expression) -> exp.Expression:
+    """``e * LN(e)``, 0 for ``e <= 0`` (engines disagree on LN(0), so it is never evaluated)."""
+    return case(
+        (exp.GT(this=e, expression=num(0)), paren(e * exp.func("LN", e))), default=num(0.0)
+    )
+
+
+def safe_div(a: exp.Expression, b: exp.Expression) -> exp.Expression:
+    """``a / b``, NULL where ``b`` is not positive (engines disagree on division by zero)."""
+    return case((exp.GT(this=b, expression=num(0)), paren(a) / paren(b)), default=exp.null())
+
+
+def class_columns(n_classes: int, prefix: str = "c") -> list[str]:
+    return [f"{prefix}{i}" for i in range(n_classes)]
+
+
+def total(names: Sequence[str], table: str | None = None) -> exp.Expression:
+    out: exp.Expression = col(names[0], table)
+    for name in names[1:]:
+        out = out + col(name, table)
+    return paren(out)
+
+
+def window(
+    func: exp.Expression,
+    partition: Sequence[exp.Expression],
+    order: Sequence[exp.Expression] = (),
+    running: bool = False,
+) -> exp.Window:
+    spec = None
+    if running:
+        spec = exp.WindowSpec(
+            kind="ROWS", start="UNBOUNDED", start_side="PRECEDING", end="CURRENT ROW"
+        )
+    return exp.Window(
+        this=func,
+        partition_by=list(partition),
+        order=exp.Order(expressions=[exp.Ordered(this=o, nulls_first=False) for o in order])
+        if order
+        else None,
+        spec=spec,
+    )
+
+
+# -- level 0 -----------------------------------------------------------------------------------
+def build_level0(data: Dataset) -> exp.Select:
+    """Rows of the source as the root level: node 0, weight, class index, encoded features."""
+    target = exp.column(data.target, quoted=True)
+    w = as_double(exp.column(data.weight, quoted=True)) if data.weight else num(1.0)
+    y = case(
+        *[(exp.EQ(this=target, expression=literal(c)), num(i)) for i, c in enumerate(data.classes)],
+        default=exp.null(),
+    )
+    columns: list[exp.Expression] = [
+        exp.alias_(exp.cast(num(0), "BIGINT"), "node"),
+        exp.alias_(w, "w"),
+        exp.alias_(exp.cast(y, "INT"), "y"),
+    ]
+    for f in data.features:
+        columns.append(exp.alias_(encode_feature(f), f.column))
+    query = exp.select(*columns).from_(data.relation.copy()).where(target.is_(exp.null()).not_())
+    if data.weight:
+        query = query.where(exp.GT(this=exp.column(data.weight, quoted=True), expression=num(0)))
+    return query
+
+
+def encode_feature(f: Feature) -> exp.Expression:
+    source = exp.column(f.name, quoted=True)
+    if f.kind == CONTINUOUS:
+        return as_double(source)
+    return as_double(
+        case(
+            *[(exp.EQ(this=source, expression=literal(v)), num(i)) for i, v in enumerate(f.values)],
+            default=exp.null(),
+        )
+    )
+
+
+def literal(value: object) -> exp.Expression:
+    if isinstance(value, bool):
+        return exp.Boolean(this=value)
+    if isinstance(value, (int, float)):
+        return num(value)
+    return exp.Literal.string(str(value))
+
+
+# -- histogram ---------------------------------------------------------------------------------
+def build_histogram(
+    level: exp.Table, features: Sequence[Feature], n_classes: int
+) -> exp.Expression:
+    """Weighted class counts per (node, feature, value); ``attr = -1`` rows hold node totals.
+
+    The value is NULL for the weight whose feature value is unknown.
+    """
+    classes = class_columns(n_classes)
+    sums = [
+        exp.alias_(
+            exp.func(
+                "SUM",
+                case((exp.EQ(this=col("y"), expression=num(i)), col("w")), default=num(0.0)),
+            ),
+            name,
+        )
+        for i, name in enumerate(classes)
+    ]
+    parts: list[exp.Select] = [
+        exp.select(
+            col("node"),
+            exp.alias_(exp.cast(num(-1), "INT"), "attr"),
+            exp.alias_(exp.cast(exp.null(), "DOUBLE"), "v"),
+            *sums,
+        )
+        .from_(level.copy())
+        .group_by(col("node"))
+    ]
+    for f in features:
+        parts.append(
+            exp.select(
+                col("node"),
+                exp.alias_(exp.cast(num(f.index), "INT"), "attr"),
+                exp.alias_(col(f.column), "v"),
+                *[s.copy() for s in sums],
+            )
+            .from_(level.copy())
+            .group_by(col("node"), col(f.column))
+        )
+    query: exp.Expression = parts[0]
+    for part in parts[1:]:
+        query = exp.union(query, part, distinct=False)
+    return query
+
+
+def build_node_counts(hist: exp.Table, n_classes: int) -> exp.Select:
+    """Class counts of every node in the histogram's level."""
+    classes = class_columns(n_classes)
+    return (
+        exp.select(col("node"), *[col(c) for c in classes])
+        .from_(hist.copy())
+        .where(exp.EQ(this=col("attr"), expression=num(-1)))
+        .order_by(col("node"))
+    )
+
+
+# -- criteria ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ScoreOptions:
+    """What the scoring query needs to know besides the histogram."""
+
+    min_cases: float = 2.0  # J48's -M: weight needed in two branches
+    j48_min_split: bool = True  # continuous: both sides hold max(M, min(25, 0.1 * known / k))
+    mdl: bool = True  # subtract log2(candidates) / N from a continuous gain (C4.5 release 8)
+    all_thresholds: bool = False  # return every candidate threshold (split_scores), not the best
+    unknown: str = "fractional"  # "drop": unknown weight leaves the node's gain and split info
+
+
+def entropy_mass(counts: Sequence[exp.Expression], weight: exp.Expression) -> exp.Expression:
+    """``W * H(counts)`` in nats: ``W ln W - sum c ln c``."""
+    out = xlogx(weight)
+    for c in counts:
+        out = out - xlogx(c)
+    return paren(out)
+
+
+def build_split_scores(
+    hist: exp.Table,
+    features: Sequence[Feature],
+    n_classes: int,
+    options: ScoreOptions,
+) -> exp.Select:
+    """Information gain, split info and gain ratio of every candidate split of every node.
+
+    One row per (node, feature) with the best threshold of a continuous feature (by gain, ties
+    to the lowest threshold), or one row per candidate threshold when ``all_thresholds``.
+    Columns: node, attr, threshold, next_value, gain, mdl_gain, split_info, gain_ratio,
+    candidates, known, total, big_branches.
+    """
+    classes = class_columns(n_classes)
+    attrs_nominal = [f.index for f in features if f.kind != CONTINUOUS]
+    attrs_continuous = [f.index for f in features if f.kind == CONTINUOUS]
+    tot = total(classes)
+    is_known = col("v").is_(exp.null()).not_()
+    is_unknown = col("v").is_(exp.null())
+
+    def known_sum(e: exp.Expression) -> exp.Expression:
+        return exp.func("SUM", case((is_known, e), default=num(0.0)))
+
+    # Per (node, feature): totals over known values, unknown weight, and nominal branch terms.
+    agg = (
+        exp.select(
+            col("node"),
+            col("attr"),
+            exp.alias_(exp.func("SUM", tot), "w_all"),
+            exp.alias_(known_sum(tot.copy()), "w_known"),
+            exp.alias_(
+                exp.func("SUM", case((is_unknown, tot.copy()), default=num(0.0))), "w_unknown"
+            ),
+            *[exp.alias_(known_sum(col(c)), f"k{i}") for i, c in enumerate(classes)],
+            exp.alias_(known_sum(entropy_mass([col(c) for c in classes], tot.copy())), "bags_ent"),
+            exp.alias_(known_sum(xlogx(tot.copy())), "bags_xlogx"),
+            exp.alias_(
+                exp.func(
+                    "SUM",
+                    case(
+                        (
+                            exp.and_(
+                                is_known.copy(),
+                                exp.GT(
+                                    this=tot.copy(),
+                                    expression=num(options.min_cases - J48_SMALL),
+                                ),
+                            ),
+                            num(1),
+                        ),
+                        default=num(0),
+                    ),
+                ),
+                "big_branches",
+            ),
+            exp.alias_(exp.func("COUNT", col("v")), "n_values"),
+        )
+        .from_(hist.copy())
+        .where(exp.GTE(this=col("attr"), expression=num(0)))
+        .group_by(col("node"), col("attr"))
+    )
+    known_classes = [col(f"k{i}", "a") for i in range(n_classes)]
+    # The weight that gain and split info are taken over: all of it, or (drop) the known part.
+    denom = col("w_known", "a") if options.unknown == "drop" else col("w_all", "a")
+    unknown_w = num(0.0) if options.unknown == "drop" else col("w_unknown", "a")
+    parent_ent = entropy_mass(known_classes, col("w_known", "a"))
+
+    nominal = exp.select(
+        col("node", "a"),
+        col("attr", "a"),
+        exp.alias_(exp.cast(exp.null(), "DOUBLE"), "threshold"),
+        exp.alias_(exp.cast(exp.null(), "DOUBLE"), "next_value"),
+        exp.alias_(safe_div(parent_ent - col("bags_ent", "a"), denom * num(LN2)), "gain"),
+        exp.alias_(
+            safe_div(
+                xlogx(denom.copy()) - col("bags_xlogx", "a") - xlogx(unknown_w.copy()),
+                denom.copy() * num(LN2),
+            ),
+            "split_info",
+        ),
+        exp.alias_(exp.cast(col("n_values", "a"), "BIGINT"), "candidates"),
+        col("w_known", "a"),
+        col("w_all", "a"),
+        col("big_branches", "a"),
+    ).from_(exp.alias_(exp.Subquery(this=agg.copy()), "a"))
+    nominal = nominal.where(
+        exp.In(this=col("attr", "a"), expressions=[num(i) for i in attrs_nominal])
+        if attrs_nominal
+        else exp.false()
+    )
+
+    # Continuous: running class sums over the sorted distinct values of each (node, feature).
+    part = [col("node"), col("attr")]
+    cum = exp.select(
+        col("node"),
+        col("attr"),
+        col("v"),
+        exp.alias_(window(exp.func("LEAD", col("v")), part, [col("v")]), "next_value"),
+        *[
+            exp.alias_(window(exp.func("SUM", col(c)), part, [col("v")], running=True), f"l{i}")
+            for i, c in enumerate(classes)
+        ],
+    ).from_(hist.copy())
+    cum = cum.where(
+        exp.and_(
+            is_known.copy(),
+            exp.In(this=col("attr"), expressions=[num(i) for i in attrs_continuous])
+            if attrs_continuous
+            else exp.false(),
+        )
+    )
+    left = [col(f"l{i}", "s") for i in range(n_classes)]
+    right = [paren(col(f"k{i}", "a") - col(f"l{i}", "s")) for i in range(n_classes)]
+    lw = total([f"l{i}" for i in range(n_classes)], "s")
+    rw = paren(col("w_known", "a") - lw.copy())
+    min_split: exp.Expression = num(float(options.min_cases))
+    if options.j48_min_split:
+        raw = num(0.1) * col("w_known", "a") / num(float(n_classes))
+        min_split = case(
+            (exp.LTE(this=raw, expression=num(float(options.min_cases))), num(float(options.min_cases))),
+            (exp.GT(this=raw.copy(), expression=num(25.0)), num(25.0)),
+            default=raw.copy(),
+        )
+    valid = exp.and_(
+        exp.GT(this=lw.copy(), expression=paren(min_split - num(J48_SMALL))),
+        exp.GT(this=rw.copy(), expression=paren(min_split.copy() - num(J48_SMALL))),
+    )
+    gain = safe_div(
+        parent_ent.copy()
+        - entropy_mass(left, lw.copy())
+        - entropy_mass(right, rw.copy()),
+        denom.copy() * num(LN2),
+    )
+    split_info = safe_div(
+        xlogx(denom.copy()) - xlogx(lw.copy()) - xlogx(rw.copy()) - xlogx(unknown_w.copy()),
+        denom.copy() * num(LN2),
+    )
+    cand = (
+        exp.select(
+            col("node", "s"),
+            col("attr", "s"),
+            exp.alias_(col("v", "s"), "threshold"),
+            col("next_value", "s"),
+            exp.alias_(gain, "gain"),
+            exp.alias_(split_info, "split_info"),
+            col("w_known", "a"),
+            col("w_all", "a"),
+            exp.alias_(
+                case((valid, num(1)), default=num(0)),
+                "is_valid",
+            ),
+        )
+        .from_(exp.alias_(exp.Subquery(this=cum), "s"))
+        .join(
+            exp.alias_(exp.Subquery(this=agg.copy()), "a"),
+            on=exp.and_(
+                exp.EQ(this=col("node", "s"), expression=col("node", "a")),
+                exp.EQ(this=col("attr", "s"), expression=col("attr", "a")),
+            ),
+        )
+        .where(col("next_value", "s").is_(exp.null()).not_())
+    )
+    if options.all_thresholds:
+        continuous = exp.select(
+            "node", "attr", "threshold", "next_value", "gain", "split_info",
+            exp.alias_(
+                exp.cast(window(exp.func("SUM", col("is_valid")), [col("node"), col("attr")]),
+                         "BIGINT"),
+                "candidates",
+            ),
+            "w_known", "w_all",
+            exp.alias_(exp.cast(col("is_valid"), "BIGINT"), "big_branches"),
+        ).from_(exp.alias_(exp.Subquery(this=cand), "c"))
+    else:
+        ranked = exp.select(
+            "*",
+            exp.alias_(window(exp.func("COUNT", exp.Star()), part), "n_valid"),
+            exp.alias_(window(exp.func("MAX", col("gain")), part), "best_gain"),
+        ).from_(exp.alias_(exp.Subquery(this=cand), "c")).where(
+            exp.EQ(this=col("is_valid"), expression=num(1))
+        )
+        near = exp.select(
+            "*",
+            exp.alias_(
+                window(exp.func("ROW_NUMBER"), part, [col("threshold")]),
+                "rank_in_ties",
+            ),
+        ).from_(exp.alias_(exp.Subquery(this=ranked), "r")).where(
+            exp.GTE(this=col("gain"), expression=col("best_gain") - num(TIE_TOLERANCE))
+        )
+        continuous = exp.select(
+            "node", "attr", "threshold", "next_value", "gain", "split_info",
+            exp.alias_(exp.cast(col("n_valid"), "BIGINT"), "candidates"),
+            "w_known", "w_all",
+            exp.alias_(exp.cast(num(2), "BIGINT"), "big_branches"),
+        ).from_(exp.alias_(exp.Subquery(this=near), "t")).where(
+            exp.EQ(this=col("rank_in_ties"), expression=num(1))
+        )
+
+    both = exp.union(nominal, continuous, distinct=False).subquery("u")
+    if options.mdl:
+        mdl_gain = case(
+            (
+                exp.and_(
+                    col("threshold").is_(exp.null()).not_(),
+                    exp.GT(this=col("candidates"), expression=num(0)),
+                ),
+                col("gain")
+                - exp.func("LN", col("candidates")) / num(LN2) / col("w_all"),
+            ),
+            default=col("gain"),
+        )
+    else:
+        mdl_gain = col("gain")
+    scored = exp.select(
+        "node", "attr", "threshold", "next_value", "gain",
+        exp.alias_(mdl_gain, "mdl_gain"),
+        "split_info", "candidates", "w_known", "w_all", "big_branches",
+    ).from_(both)
+    return exp.select(
+        "node", "attr", "threshold", "next_value", "gain", "mdl_gain", "split_info",
+        exp.alias_(
+            case(
+                (exp.GT(this=col("split_info"), expression=num(0)),
+                 col("mdl_gain") / col("split_info")),
+                default=exp.null(),
+            ),
+            "gain_ratio",
+        ),
+        "candidates", "w_known", "w_all", "big_branches",
+    ).from_(scored.subquery("m")).order_by(col("node"), col("attr"), col("threshold"))
+
+
+# -- thresholds --------------------------------------------------------------------------------
+def build_observed_thresholds(
+    values: exp.Table, chosen: Sequence[tuple[int, int, float, float]]
+) -> exp.Select:
+    """The largest training value not above each midpoint (C4.5 prints observed values).
+
+    ``chosen`` holds (key, attr, low, midpoint); ``values`` is the table of distinct
+    (attr, v) pairs of the training data.
+    """
+    table = values_table(
+        "q",
+        ["key", "attr", "low", "mid"],
+        [(k, a, lo, mid) for k, a, lo, mid in chosen],
+        ["BIGINT", "INT", "DOUBLE", "DOUBLE"],
+    )
+    return (
+        exp.select(col("key", "q"), exp.alias_(exp.func("MAX", col("v", "d")), "threshold"))
+        .from_(table)
+        .join(
+            exp.alias_(values.copy(), "d"),
+            on=exp.and_(
+                exp.EQ(this=col("attr", "d"), expression=col("attr", "q")),
+                exp.GTE(this=col("v", "d"), expression=col("low", "q")),
+                exp.LTE(this=col("v", "d"), expression=col("mid", "q")),
+            ),
+        )
+        .group_by(col("key", "q"))
+    )
+
+
+def build_distinct_values(hist: exp.Table, features: Sequence[Feature]) -> exp.Select:
+    attrs = [num(f.index) for f in features if f.kind == CONTINUOUS]
+    return (
+        exp.select("attr", "v")
+        .from_(hist.copy())
+        .where(
+            exp.and_(
+                col("v").is_(exp.null()).not_(),
+                exp.In(this=col("attr"), expressions=attrs) if attrs else exp.false(),
+            )
+        )
+        .group_by("attr", "v")
+    )
+
+
+def build_branch_weights(
+    hist: exp.Table, tests: Sequence[tuple[int, int, float | None]], n_classes: int
+) -> exp.Select:
+    """Known weight per (node, key) of the chosen tests; keys as in ``build_partition``."""
+    t_table = values_table("t", ["node", "attr", "thr"], list(tests), ["BIGINT", "INT", "DOUBLE"])
+    key = case(
+        (col("thr", "t").is_(exp.null()), col("v", "h")),
+        (exp.LTE(this=col("v", "h"), expression=col("thr", "t")), num(0.0)),
+        default=num(1.0),
+    )
+    return (
+        exp.select(
+            col("node", "h"),
+            exp.alias_(key, "key"),
+            exp.alias_(exp.func("SUM", total(class_columns(n_classes), "h")), "w"),
+        )
+        .from_(exp.alias_(hist.copy(), "h"))
+        .join(
+            t_table,
+            on=exp.and_(
+                exp.EQ(this=col("node", "h"), expression=col("node", "t")),
+                exp.EQ(this=col("attr", "h"), expression=col("attr", "t")),
+            ),
+        )
+        .where(col("v", "h").is_(exp.null()).not_())
+        .group_by(col("node", "h"), key.copy())
+    )
+
+
+# -- partition ---------------------------------------------------------------------------------
+UNKNOWN_KEY = -1
+
+
+def build_partition(
+    level: exp.Table,
+    features: Sequence[Feature],
+    tests: Sequence[tuple[int, int, float | None]],
+    routes: Sequence[tuple[int, int, int, float]],
+) -> exp.Select:
+    """The next level: each row of a split node, moved to its child(ren).
+
+    ``tests`` holds (node, attr, threshold or None for nominal); ``routes`` holds
+    (node, key, child, factor). A row's key is 0/1 for ``v <= threshold`` / ``v > threshold``,
+    the value's code for a nominal test, and -1 when the value is unknown; a key matches one
+    route per known value and, for an unknown value, one route per branch it is spread over,
+    with ``factor`` the fraction of its weight that goes there.
+    """
+    n_table = values_table(
+        "n", ["node", "attr", "thr"], list(tests), ["BIGINT", "INT", "DOUBLE"]
+    )
+    r_table = values_table(
+        "r", ["node", "key", "child", "factor"], list(routes), ["BIGINT", "DOUBLE", "BIGINT", "DOUBLE"]
+    )
+    value = case(
+        *[(exp.EQ(this=col("attr", "n"), expression=num(f.index)), col(f.column, "l"))
+          for f in features],
+        default=exp.cast(exp.null(), "DOUBLE"),
+    )
+    keyed = exp.select(
+        col("node", "l"),
+        col("w", "l"),
+        col("y", "l"),
+        *[col(f.column, "l") for f in features],
+        exp.alias_(value, "v"),
+        exp.alias_(col("thr", "n"), "thr"),
+    ).from_(exp.alias_(level.copy(), "l")).join(
+        n_table, on=exp.EQ(this=col("node", "l"), expression=col("node", "n"))
+    )
+    key = case(
+        (col("v").is_(exp.null()), num(float(UNKNOWN_KEY))),
+        (col("thr").is_(exp.null()), col("v")),
+        (exp.LTE(this=col("v"), expression=col("thr")), num(0.0)),
+        default=num(1.0),
+    )
+    keyed2 = exp.select("*", exp.alias_(key, "key")).from_(exp.alias_(exp.Subquery(this=keyed), "k"))
+    return exp.select(
+        exp.alias_(col("child", "r"), "node"),
+        exp.alias_(col("w", "x") * col("factor", "r"), "w"),
+        col("y", "x"),
+        *[col(f.column, "x") for f in features],
+    ).from_(exp.alias_(exp.Subquery(this=keyed2), "x")).join(
+        r_table,
+        on=exp.and_(
+            exp.EQ(this=col("node", "x"), expression=col("node", "r")),
+            exp.EQ(this=col("key", "x"), expression=col("key", "r")),
+        ),
+    )
+
+
+def values_table(
+    alias: str,
+    columns: Sequence[str],
+    rows: Sequence[Sequence[float | int | None]],
+    types: Sequence[str],
+) -> exp.Expression:
+    """A small literal table, typed by casts so every engine infers the same column types."""
+    literal_rows = [
+        exp.Tuple(
+            expressions=[exp.null() if v is None else num(v) for v in row]
+        )
+        for row in rows
+    ]
+    raw = exp.Values(
+        expressions=literal_rows,
+        alias=exp.TableAlias(
+            this=exp.to_identifier(f"{alias}_raw"),
+            columns=[exp.to_identifier(c) for c in columns],
+        ),
+    )
+    select = exp.select(
+        *[exp.alias_(exp.cast(col(c), t), c) for c, t in zip(columns, types)]
+    ).from_(raw)
+    return exp.alias_(exp.Subquery(this=select), alias)

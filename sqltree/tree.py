@@ -1,0 +1,214 @@
+"""The tree: typed nodes holding tests and weighted class distributions.
+
+A node tests one feature. A continuous test has two branches, ``feature <= threshold`` and
+``feature > threshold``. A nominal test has one branch per group of values: a single value per
+branch for ID3 and C4.5 (multiway), a subset of values per branch for CART (binary).
+
+A value is *unknown* at a node when it is NULL, or, for a nominal test, a value that no branch
+lists. Unknown values follow the node's routing: every branch with weight ``shares[i]``
+(C4.5's fractional cases) when ``unknown_branch`` is None, else the branch ``unknown_branch``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Value = Any  # a nominal value as the engine returns it: str, bool, int or float
+
+CONTINUOUS = "continuous"
+NOMINAL = "nominal"
+
+
+@dataclass
+class Split:
+    """The test a node applies.
+
+    Attributes
+    ----------
+    feature : str
+        Column name in the source.
+    kind : {"continuous", "nominal"}
+    threshold : float, optional
+        Continuous tests: branch 0 holds ``feature <= threshold``, branch 1 ``feature > threshold``.
+    groups : list of list, optional
+        Nominal tests: the values each branch holds.
+    """
+
+    feature: str
+    kind: Literal["continuous", "nominal"]
+    threshold: float | None = None
+    groups: list[list[Value]] | None = None
+
+    def branch_of(self, value: Value) -> int | None:
+        """The branch a known value takes, or None when the value is unknown at this test."""
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            return None
+        if self.kind == CONTINUOUS:
+            assert self.threshold is not None
+            return 0 if float(value) <= self.threshold else 1
+        assert self.groups is not None
+        for i, group in enumerate(self.groups):
+            if value in group:
+                return i
+        return None
+
+    def describe(self, branch: int) -> str:
+        """Text of the condition that leads into ``branch``, e.g. ``humidity <= 75``."""
+        if self.kind == CONTINUOUS:
+            op = "<=" if branch == 0 else ">"
+            return f"{self.feature} {op} {format_number(self.threshold)}"
+        assert self.groups is not None
+        group = self.groups[branch]
+        if len(group) == 1:
+            return f"{self.feature} = {format_value(group[0])}"
+        return f"{self.feature} in {{{', '.join(format_value(v) for v in group)}}}"
+
+
+@dataclass
+class Node:
+    """A node of the tree: its class distribution and, unless it is a leaf, its test.
+
+    Attributes
+    ----------
+    counts : list of float
+        Weighted class counts of the training rows that reached the node (fractional rows
+        included), in the order of the model's ``classes``.
+    proba : list of float
+        Class probabilities the node predicts: ``counts`` normalised, or the parent's
+        ``proba`` when no training weight reached the node.
+    split : Split, optional
+        The test; None for a leaf.
+    children : list of Node
+        One child per branch of the test.
+    shares : list of float
+        Fraction of the known training weight that went down each branch.
+    unknown_branch : int, optional
+        Branch that unknown values take; None means all branches, weighted by ``shares``.
+    """
+
+    counts: list[float]
+    proba: list[float]
+    split: Split | None = None
+    children: list[Node] = field(default_factory=list)
+    shares: list[float] = field(default_factory=list)
+    unknown_branch: int | None = None
+    node_id: int = 0
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.split is None
+
+    @property
+    def weight(self) -> float:
+        return float(sum(self.counts))
+
+    @property
+    def label(self) -> int:
+        """Index of the predicted class: the most probable, ties to the lowest index."""
+        return argmax(self.proba)
+
+    @property
+    def errors(self) -> float:
+        """Training weight that this node, as a leaf, would misclassify."""
+        return self.weight - self.counts[self.label] if self.weight > 0 else 0.0
+
+    def walk(self) -> Iterator[Node]:
+        """All nodes of the subtree, depth first, parent before children."""
+        yield self
+        for child in self.children:
+            yield from child.walk()
+
+    def leaves(self) -> Iterator[Node]:
+        return (n for n in self.walk() if n.is_leaf)
+
+    def make_leaf(self) -> None:
+        self.split = None
+        self.children = []
+        self.shares = []
+        self.unknown_branch = None
+
+    def predict_proba(self, row: Mapping[str, Value]) -> list[float]:
+        """Class probabilities for one row, routing unknown values as C4.5 does."""
+        if self.split is None:
+            return list(self.proba)
+        branch = self.split.branch_of(row.get(self.split.feature))
+        if branch is not None:
+            return self.children[branch].predict_proba(row)
+        if self.unknown_branch is not None:
+            return self.children[self.unknown_branch].predict_proba(row)
+        total = [0.0] * len(self.proba)
+        for share, child in zip(self.shares, self.children):
+            if share > 0:
+                for i, p in enumerate(child.predict_proba(row)):
+                    total[i] += share * p
+        return total
+
+    # -- serialisation -----------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"id": self.node_id, "counts": self.counts, "proba": self.proba}
+        if self.split is not None:
+            split: dict[str, Any] = {"feature": self.split.feature, "kind": self.split.kind}
+            if self.split.kind == CONTINUOUS:
+                split["threshold"] = self.split.threshold
+            else:
+                split["groups"] = self.split.groups
+            out["split"] = split
+            out["shares"] = self.shares
+            out["unknown_branch"] = self.unknown_branch
+            out["children"] = [c.to_dict() for c in self.children]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Node:
+        split = None
+        if "split" in data:
+            s = data["split"]
+            split = Split(
+                feature=s["feature"],
+                kind=s["kind"],
+                threshold=s.get("threshold"),
+                groups=s.get("groups"),
+            )
+        return cls(
+            counts=[float(c) for c in data["counts"]],
+            proba=[float(p) for p in data["proba"]],
+            split=split,
+            children=[cls.from_dict(c) for c in data.get("children", [])],
+            shares=[float(s) for s in data.get("shares", [])],
+            unknown_branch=data.get("unknown_branch"),
+            node_id=int(data.get("id", 0)),
+        )
+
+
+def argmax(values: list[float]) -> int:
+    """Index of the largest value; ties go to the lowest index."""
+    best = 0
+    for i, v in enumerate(values):
+        if v > values[best]:
+            best = i
+    return best
+
+
+def normalise(counts: list[float], fallback: list[float]) -> list[float]:
+    total = sum(counts)
+    if total <= 0:
+        return list(fallback)
+    return [c / total for c in counts]
+
+
+def format_number(x: float | None) -> str:
+    """A threshold as the observed value it is: ``75`` for 75.0, else the shortest repr."""
+    if x is None:
+        return "?"
+    if float(x).is_integer() and abs(x) < 1e15:
+        return str(int(x))
+    return repr(float(x))
+
+
+def format_value(v: Value) -> str:
+    if isinstance(v, float):
+        return format_number(v)
+    return str(v)
