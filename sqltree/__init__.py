@@ -1,0 +1,34 @@
+"""sqltree: train ID3, C4.5 and CART decision trees inside SQL engines.
+
+The planner generates SQL (weighted class counts, entropy, gain, gain ratio, threshold scans),
+the engine runs it where the data lives, and the finished tree compiles to one SQL expression.
+
+Examples
+--------
+>>> import sqltree
+>>> model = sqltree.train("examples/data/golf.csv", target="play")  # doctest: +SKIP
+>>> print(model.to_sql())                                             # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from .api import split_scores, train
+from .errors import DataError, ModelFileError, SqlTreeError, UnsupportedError
+from .model import Model, load
+from .tree import Node, Split
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DataError",
+    "Model",
+    "ModelFileError",
+    "Node",
+    "Split",
+    "SqlTreeError",
+    "UnsupportedError",
+    "__version__",
+    "load",
+    "split_scores",
+    "train",
+]

@@ -349,7 +349,8 @@ def build_split_scores(
     if options.j48_min_split:
         raw = num(0.1) * col("w_known", "a") / num(float(n_classes))
         min_split = case(
-            (exp.LTE(this=raw, expression=num(float(options.min_cases))), num(float(options.min_cases))),
+            (exp.LTE(this=raw, expression=num(float(options.min_cases))),
+             num(float(options.min_cases))),
             (exp.GT(this=raw.copy(), expression=num(25.0)), num(25.0)),
             default=raw.copy(),
         )
@@ -559,7 +560,10 @@ def build_partition(
         "n", ["node", "attr", "thr"], list(tests), ["BIGINT", "INT", "DOUBLE"]
     )
     r_table = values_table(
-        "r", ["node", "key", "child", "factor"], list(routes), ["BIGINT", "DOUBLE", "BIGINT", "DOUBLE"]
+        "r",
+        ["node", "key", "child", "factor"],
+        list(routes),
+        ["BIGINT", "DOUBLE", "BIGINT", "DOUBLE"],
     )
     value = case(
         *[(exp.EQ(this=col("attr", "n"), expression=num(f.index)), col(f.column, "l"))
@@ -582,7 +586,9 @@ def build_partition(
         (exp.LTE(this=col("v"), expression=col("thr")), num(0.0)),
         default=num(1.0),
     )
-    keyed2 = exp.select("*", exp.alias_(key, "key")).from_(exp.alias_(exp.Subquery(this=keyed), "k"))
+    keyed2 = exp.select("*", exp.alias_(key, "key")).from_(
+        exp.alias_(exp.Subquery(this=keyed), "k")
+    )
     return exp.select(
         exp.alias_(col("child", "r"), "node"),
         exp.alias_(col("w", "x") * col("factor", "r"), "w"),

@@ -93,6 +93,22 @@ class Engine(ABC):
             self.stats.sql.append(sql)
         return rows
 
+    def frame(self, query: exp.Expression) -> Any:
+        """Run ``query`` and return its result as a pandas DataFrame."""
+        import pandas as pd
+
+        sql = self.render(query)
+        names = [name for name, _ in self._run_columns(sql)]
+        rows = self.execute(query)
+        return pd.DataFrame.from_records(rows, columns=names)
+
+    def create_table(self, name: str, query: exp.Expression) -> None:
+        """Write ``query``'s rows to a new permanent table ``name`` (a user's output table)."""
+        create = exp.Create(
+            this=exp.to_table(name, dialect=self.dialect), kind="TABLE", expression=query
+        )
+        self.execute(create)
+
     def columns(self, relation: exp.Expression) -> list[tuple[str, exp.DataType]]:
         """Names and types of a relation's columns, types parsed into sqlglot DataTypes."""
         query = exp.select("*").from_(_as_from(relation)).limit(0)

@@ -9,7 +9,6 @@ from sqlglot import exp
 
 from .base import Engine
 
-
 _CSV_TYPES = ("BIGINT", "DOUBLE", "VARCHAR")
 
 
@@ -44,6 +43,16 @@ class DuckDBEngine(Engine):
 
     def _run(self, sql: str) -> list[tuple[Any, ...]]:
         return self.connection.execute(sql).fetchall()
+
+    def frame(self, query: exp.Expression) -> Any:
+        import time
+
+        sql = self.render(query)
+        start = time.perf_counter()
+        out = self.connection.execute(sql).fetchdf()
+        self.stats.queries += 1
+        self.stats.seconds += time.perf_counter() - start
+        return out
 
     def _run_columns(self, sql: str) -> list[tuple[str, str]]:
         rel = self.connection.sql(sql)

@@ -1,0 +1,164 @@
+"""The two entry points: ``train`` a tree and look at the root's ``split_scores``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+
+from . import queries as q
+from .dataset import describe
+from .engines import get_engine
+from .grower import GrowOptions, Progress, grow, print_progress, score_options
+from .model import Model, features_info
+
+DEFAULT_MIN_CASES = {"c4.5": 2.0, "id3": 1.0}
+
+
+def train(
+    source: Any,
+    target: str,
+    *,
+    algorithm: str = "c4.5",
+    connection: Any = None,
+    features: Sequence[str] | None = None,
+    nominal: Sequence[str] = (),
+    continuous: Sequence[str] = (),
+    weight: str | None = None,
+    min_cases: float | None = None,
+    max_depth: int | None = None,
+    min_samples_split: float = 0.0,
+    min_gain: float = 0.0,
+    missing: str = "fractional",
+    progress: bool | Progress = False,
+) -> Model:
+    """Train a classification tree where the data lives.
+
+    Parameters
+    ----------
+    source : str, pandas.DataFrame or sqlglot expression
+        A table or view name, a ``SELECT`` query, a Parquet/CSV path or glob, or a DataFrame.
+    target : str
+        The class column. Rows with a NULL target are left out (and counted in ``stats``).
+    algorithm : {"c4.5", "id3"}, default="c4.5"
+    connection : optional
+        A DuckDB connection, a psycopg connection or ``postgresql://`` URL, or a SparkSession;
+        default: a new in-memory DuckDB database.
+    features, nominal, continuous : optional
+        The feature columns (default: all but target and weight) and role overrides (default:
+        numbers are continuous, text and booleans nominal).
+    weight : str, optional
+        A column of non-negative row weights; every count is a sum of weights.
+    min_cases : float, optional
+        Least weight in at least two branches of a split (J48's ``-M``); default 2 for C4.5
+        and 1 for ID3.
+    max_depth, min_samples_split, min_gain : optional
+        Pre-pruning: deepest test level, least weight to split a node, least gain of a split.
+    missing : {"fractional", "majority", "drop"}, default="fractional"
+        Unknown values: C4.5's fractional cases, the branch with most weight, or ignored.
+    progress : bool or callable
+        Report each level (nodes, splits, queries, seconds); True prints to standard error.
+
+    Returns
+    -------
+    Model
+    """
+    algorithm = algorithm.lower().replace("c45", "c4.5")
+    engine = get_engine(connection)
+    started = time.perf_counter()
+    try:
+        data = describe(
+            source,
+            engine,
+            target,
+            features=features,
+            nominal=nominal,
+            continuous=continuous,
+            weight=weight,
+        )
+        options = GrowOptions(
+            algorithm=algorithm,
+            min_cases=DEFAULT_MIN_CASES.get(algorithm, 2.0) if min_cases is None else min_cases,
+            max_depth=max_depth,
+            min_samples_split=min_samples_split,
+            min_gain=min_gain,
+            missing=missing,
+        )
+        callback = print_progress if progress is True else (progress or None)
+        root, grow_stats = grow(data, options, callback)
+    finally:
+        engine.cleanup()
+    stats = {
+        "engine": engine.dialect,
+        "rows": data.n_rows,
+        "rows_null_target": data.n_null_target,
+        "training_weight": sum(data.class_weights),
+        **grow_stats.to_dict(),
+        "seconds": round(time.perf_counter() - started, 6),
+    }
+    return Model(
+        root=root,
+        classes=list(data.classes),
+        target=target,
+        features=features_info(data.features),
+        options={k: v for k, v in vars(options).items()} | {"weight": weight},
+        stats=stats,
+    )
+
+
+def split_scores(
+    source: Any,
+    target: str,
+    *,
+    connection: Any = None,
+    features: Sequence[str] | None = None,
+    nominal: Sequence[str] = (),
+    continuous: Sequence[str] = (),
+    weight: str | None = None,
+) -> pd.DataFrame:
+    """Every candidate split at the root, scored in the engine.
+
+    One row per nominal feature (its multiway split; ``threshold`` is NULL) and one per
+    candidate threshold of a continuous feature (the test ``feature <= threshold``), with
+    ``gain`` (information gain in bits, times the known fraction), ``split_info`` and
+    ``gain_ratio``, uncorrected.
+    """
+    engine = get_engine(connection)
+    try:
+        data = describe(
+            source, engine, target,
+            features=features, nominal=nominal, continuous=continuous, weight=weight,
+        )
+        level = engine.materialize("level", q.build_level0(data))
+        hist = engine.materialize(
+            "hist", q.build_histogram(level, data.features, len(data.classes))
+        )
+        opts = score_options(GrowOptions(algorithm="id3", min_cases=1.0), all_thresholds=True)
+        rows = engine.execute(q.build_split_scores(hist, data.features, len(data.classes), opts))
+    finally:
+        engine.cleanup()
+    by_index = {f.index: f for f in data.features}
+    records = []
+    for row in rows:
+        r = dict(zip(("node", "attr", "threshold", "next_value", "gain", "mdl_gain",
+                      "split_info", "gain_ratio", "candidates", "w_known", "w_all"), row))
+        f = by_index[int(r["attr"])]
+        records.append(
+            {
+                "attribute": f.name,
+                "kind": f.kind,
+                "threshold": r["threshold"],
+                "gain": r["gain"],
+                "split_info": r["split_info"],
+                "gain_ratio": r["gain_ratio"],
+                "known_weight": r["w_known"],
+                "weight": r["w_all"],
+            }
+        )
+    return pd.DataFrame.from_records(
+        records,
+        columns=["attribute", "kind", "threshold", "gain", "split_info", "gain_ratio",
+                 "known_weight", "weight"],
+    )

@@ -1,0 +1,177 @@
+"""The ``sqltree`` command: train, predict, sql, show, rules, dot, scores."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from . import __version__
+from .errors import SqlTreeError
+
+EXAMPLES = """\
+examples:
+  sqltree train examples/data/golf.csv --target play -o golf.json
+  sqltree predict golf.json examples/data/golf.csv
+  sqltree sql golf.json --dialect snowflake
+  sqltree sql golf.json --dialect postgres --table sales --view scored_sales
+  sqltree scores examples/data/golf.csv --target play
+"""
+
+
+def _csv(text: str | None) -> list[str] | None:
+    return None if text is None else [t.strip() for t in text.split(",") if t.strip()]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sqltree",
+        description="Train ID3, C4.5 and CART decision trees inside SQL engines, "
+        "and compile them to SQL.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"sqltree {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add_connection(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--connect",
+            metavar="URL",
+            help="a postgresql:// URL or a DuckDB database file (default: in-memory DuckDB)",
+        )
+
+    t = sub.add_parser("train", help="train a tree and save it as JSON",
+                       description="Train a tree on a table, query, Parquet/CSV path or glob.")
+    t.add_argument("source", help="table or view name, SELECT query, or Parquet/CSV path/glob")
+    t.add_argument("--target", "-t", required=True, help="the class column")
+    t.add_argument("--output", "-o", metavar="MODEL.json", help="where to save the model")
+    t.add_argument("--algorithm", "-a", default="c4.5", choices=["c4.5", "id3", "cart"])
+    t.add_argument("--features", metavar="A,B,...", help="feature columns (default: all others)")
+    t.add_argument("--nominal", metavar="A,B,...", help="treat these columns as nominal")
+    t.add_argument("--continuous", metavar="A,B,...", help="treat these columns as continuous")
+    t.add_argument("--weight", metavar="COLUMN", help="a column of row weights")
+    t.add_argument("--max-depth", type=int, metavar="N")
+    t.add_argument("--min-cases", type=float, metavar="W",
+                   help="least weight in two branches of a split (J48 -M; default 2)")
+    t.add_argument("--missing", choices=["fractional", "majority", "drop"], default="fractional")
+    t.add_argument("--quiet", "-q", action="store_true", help="print neither progress nor tree")
+    add_connection(t)
+
+    p = sub.add_parser("predict", help="score a source with a saved model (CSV to stdout)")
+    p.add_argument("model", help="model file written by 'sqltree train'")
+    p.add_argument("source", help="table, query, or Parquet/CSV path to score")
+    p.add_argument("--output", "-o", metavar="FILE", help="write .csv or .parquet instead")
+    p.add_argument("--proba", action="store_true", help="add one probability column per class")
+    p.add_argument("--into", metavar="TABLE", help="write the scored rows to a table")
+    add_connection(p)
+
+    s = sub.add_parser("sql", help="print the scoring SQL for a dialect")
+    s.add_argument("model")
+    s.add_argument("--dialect", "-d", default="duckdb",
+                   help="any sqlglot dialect (duckdb, postgres, spark, snowflake, bigquery, ...)")
+    s.add_argument("--table", help="emit SELECT *, <prediction> FROM TABLE")
+    s.add_argument("--view", help="with --table: emit CREATE VIEW VIEW AS ...")
+    s.add_argument("--proba", action="store_true", help="with --table: probability columns")
+    s.add_argument("--pretty", action="store_true", help="indent the SQL")
+
+    show = sub.add_parser("show", help="print a saved tree as text")
+    show.add_argument("model")
+
+    r = sub.add_parser("rules", help="print one IF ... THEN rule per leaf")
+    r.add_argument("model")
+
+    d = sub.add_parser("dot", help="print the tree as Graphviz DOT")
+    d.add_argument("model")
+
+    sc = sub.add_parser("scores", help="score every candidate split at the root")
+    sc.add_argument("source")
+    sc.add_argument("--target", "-t", required=True)
+    add_connection(sc)
+    return parser
+
+
+def _connection(url: str | None):  # type: ignore[no-untyped-def]
+    if url is None:
+        return None
+    if url.startswith(("postgresql://", "postgres://")):
+        return url
+    import duckdb
+
+    return duckdb.connect(url)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    try:
+        return _dispatch(args)
+    except (SqlTreeError, FileNotFoundError) as e:
+        print(f"sqltree: error: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    import sqltree
+
+    if args.command == "train":
+        model = sqltree.train(
+            args.source,
+            target=args.target,
+            algorithm=args.algorithm,
+            connection=_connection(args.connect),
+            features=_csv(args.features),
+            nominal=_csv(args.nominal) or (),
+            continuous=_csv(args.continuous) or (),
+            weight=args.weight,
+            max_depth=args.max_depth,
+            min_cases=args.min_cases,
+            missing=args.missing,
+            progress=not args.quiet,
+        )
+        if not args.quiet:
+            print(model.text())
+        if args.output:
+            model.save(args.output)
+            print(f"saved {args.output}", file=sys.stderr)
+        return 0
+    if args.command == "predict":
+        model = sqltree.load(args.model)
+        scored = model.predict(
+            args.source, connection=_connection(args.connect), proba=args.proba, into=args.into
+        )
+        if scored is None:
+            return 0
+        if args.output and args.output.endswith(".parquet"):
+            scored.to_parquet(args.output, index=False)
+        elif args.output:
+            scored.to_csv(args.output, index=False)
+        else:
+            scored.to_csv(sys.stdout, index=False)
+        return 0
+    if args.command == "sql":
+        model = sqltree.load(args.model)
+        print(model.to_sql(args.dialect, table=args.table, view=args.view, proba=args.proba,
+                           pretty=args.pretty))
+        return 0
+    if args.command == "show":
+        print(sqltree.load(args.model).text())
+        return 0
+    if args.command == "rules":
+        print(sqltree.load(args.model).rules())
+        return 0
+    if args.command == "dot":
+        print(sqltree.load(args.model).graphviz())
+        return 0
+    if args.command == "scores":
+        frame = sqltree.split_scores(args.source, target=args.target,
+                                     connection=_connection(args.connect))
+        print(frame.to_string(index=False))
+        return 0
+    raise AssertionError(args.command)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""Split criteria in plain Python over weighted counts.
+
+The engine computes these in SQL during training; this module states the same formulas once
+more for tests, pruning and explanation. Logarithms are base 2.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+
+def entropy(counts: Sequence[float]) -> float:
+    """Entropy in bits of a class distribution given as weights."""
+    total = sum(counts)
+    if total <= 0:
+        return 0.0
+    return -sum(c / total * math.log2(c / total) for c in counts if c > 0)
+
+
+def gini(counts: Sequence[float]) -> float:
+    """Gini impurity of a class distribution given as weights."""
+    total = sum(counts)
+    if total <= 0:
+        return 0.0
+    return 1.0 - sum((c / total) ** 2 for c in counts)
+
+
+def information_gain(
+    branches: Sequence[Sequence[float]], unknown: Sequence[float] | None = None
+) -> float:
+    """Gain of a split with branch class weights; unknown weight scales it down (C4.5)."""
+    known = [sum(col) for col in zip(*branches)]
+    w_known = sum(known)
+    w_unknown = sum(unknown) if unknown else 0.0
+    if w_known <= 0:
+        return 0.0
+    after = sum(sum(b) / w_known * entropy(b) for b in branches)
+    return w_known / (w_known + w_unknown) * (entropy(known) - after)
+
+
+def split_info(
+    branches: Sequence[Sequence[float]], unknown: Sequence[float] | None = None
+) -> float:
+    """Entropy of the branch weights, the unknown weight counted as one more branch."""
+    weights = [sum(b) for b in branches] + ([sum(unknown)] if unknown else [])
+    return entropy(weights)
+
+
+def gain_ratio(
+    branches: Sequence[Sequence[float]], unknown: Sequence[float] | None = None
+) -> float:
+    si = split_info(branches, unknown)
+    return information_gain(branches, unknown) / si if si > 0 else 0.0
+
+
+def weighted_gini(branches: Sequence[Sequence[float]]) -> float:
+    """Gini after a split: the branches' Gini weighted by their share of the weight."""
+    total = sum(sum(b) for b in branches)
+    return sum(sum(b) / total * gini(b) for b in branches)

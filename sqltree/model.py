@@ -1,0 +1,296 @@
+"""A trained tree with everything needed to print it, compile it, score with it and save it."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+from sqlglot import exp
+from sqlglot.errors import ErrorLevel
+
+from . import compiler
+from .errors import DataError, ModelFileError
+from .tree import Node, Value, format_value
+
+FORMAT = "sqltree-model"
+FORMAT_VERSION = 1
+
+
+@dataclass
+class FeatureInfo:
+    """What the model knows of a feature: its role, source type and training domain."""
+
+    name: str
+    kind: str
+    sql_type: str
+    values: list[Value] = field(default_factory=list)
+
+
+@dataclass
+class Model:
+    """A decision tree trained by sqltree.
+
+    Attributes
+    ----------
+    root : Node
+        The tree.
+    classes : list
+        Class labels, in the order of every ``counts`` and ``proba`` list.
+    target : str
+        The target column it was trained for.
+    features : list of FeatureInfo
+        The features it was trained on (not all need to appear in the tree).
+    options : dict
+        The training options.
+    stats : dict
+        Training statistics: rows, queries, full scans, seconds, per-level counts.
+    """
+
+    root: Node
+    classes: list[Value]
+    target: str
+    features: list[FeatureInfo]
+    options: dict[str, Any] = field(default_factory=dict)
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    # -- structure ---------------------------------------------------------------------------
+    @property
+    def n_leaves(self) -> int:
+        return sum(1 for _ in self.root.leaves())
+
+    @property
+    def n_nodes(self) -> int:
+        return sum(1 for _ in self.root.walk())
+
+    @property
+    def depth(self) -> int:
+        def depth_of(node: Node) -> int:
+            return 0 if node.is_leaf else 1 + max(depth_of(c) for c in node.children)
+
+        return depth_of(self.root)
+
+    @property
+    def feature_names(self) -> list[str]:
+        return [f.name for f in self.features]
+
+    # -- text --------------------------------------------------------------------------------
+    def text(self) -> str:
+        """The tree, one test per line, leaves with ``(weight/errors)`` as J48 prints them."""
+        lines: list[str] = []
+
+        def leaf_text(node: Node) -> str:
+            label = format_value(self.classes[node.label])
+            weight, errors = node.weight, node.errors
+            if errors > 1e-9:
+                return f"{label} ({weight:.1f}/{errors:.1f})"
+            return f"{label} ({weight:.1f})"
+
+        def visit(node: Node, indent: int) -> None:
+            assert node.split is not None
+            for i, child in enumerate(node.children):
+                head = "|   " * indent + node.split.describe(i)
+                if child.is_leaf:
+                    lines.append(f"{head}: {leaf_text(child)}")
+                else:
+                    lines.append(head)
+                    visit(child, indent + 1)
+
+        if self.root.is_leaf:
+            lines.append(f": {leaf_text(self.root)}")
+        else:
+            visit(self.root, 0)
+        lines.append("")
+        lines.append(f"Number of Leaves  : \t{self.n_leaves}")
+        lines.append("")
+        lines.append(f"Size of the tree : \t{self.n_nodes}")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return (
+            f"Model(target={self.target!r}, algorithm={self.options.get('algorithm')!r}, "
+            f"classes={self.classes!r}, n_leaves={self.n_leaves}, depth={self.depth})"
+        )
+
+    # -- prediction in Python ----------------------------------------------------------------
+    def predict_proba_row(self, row: dict[str, Any]) -> list[float]:
+        """Class probabilities for one row (a mapping of column name to value)."""
+        return self.root.predict_proba(row)
+
+    def predict_row(self, row: dict[str, Any]) -> Value:
+        """The predicted class of one row, as the compiled SQL would give it."""
+        proba = self.predict_proba_row(row)
+        best = max(proba)
+        for i, p in enumerate(proba):
+            if p >= best - compiler.PROBA_TIE:
+                return self.classes[i]
+        raise AssertionError("unreachable")
+
+    # -- SQL ---------------------------------------------------------------------------------
+    def to_expression(self, output: str = "label", table: str | None = None) -> exp.Expression:
+        """The scoring expression as a sqlglot tree (``output``: "label" or "leaf")."""
+        if output == "label":
+            return compiler.compile_label(self.root, self.classes, table)
+        if output == "leaf":
+            return compiler.compile_leaf(self.root, table)
+        raise ValueError(f"output must be 'label' or 'leaf', not {output!r}")
+
+    def to_sql(
+        self,
+        dialect: str = "duckdb",
+        *,
+        output: str = "label",
+        table: str | None = None,
+        column: str = "prediction",
+        proba: bool = False,
+        view: str | None = None,
+        pretty: bool = False,
+    ) -> str:
+        """Scoring SQL for any sqlglot dialect.
+
+        With neither ``table`` nor ``view``: one expression (``CASE WHEN ... END``). With
+        ``table``: ``SELECT *, <prediction> AS prediction FROM table``; with ``view`` as well,
+        ``CREATE VIEW view AS`` that query. ``proba`` adds one probability column per class.
+        """
+        if table is None:
+            if view is not None:
+                raise ValueError("a view needs the table it reads: pass table=...")
+            if proba:
+                raise ValueError("probabilities are columns: pass table=... to get a query")
+            return render(self.to_expression(output), dialect, pretty)
+        query = self.scoring_query(
+            exp.to_table(table, dialect=dialect), output=output, column=column, proba=proba
+        )
+        if view is not None:
+            query = exp.Create(
+                this=exp.to_table(view, dialect=dialect), kind="VIEW", expression=query
+            )
+        return render(query, dialect, pretty)
+
+    def proba_columns(self) -> list[str]:
+        return [f"proba_{format_value(c)}" for c in self.classes]
+
+    def scoring_query(
+        self,
+        relation: exp.Expression,
+        *,
+        output: str = "label",
+        column: str = "prediction",
+        proba: bool = False,
+    ) -> exp.Select:
+        """``SELECT *, <prediction> FROM relation`` as a sqlglot query."""
+        outputs: list[exp.Expression] = [
+            exp.alias_(self.to_expression(output), exp.to_identifier(column, quoted=True))
+        ]
+        if proba:
+            for name, expression in zip(
+                self.proba_columns(), compiler.compile_proba(self.root, len(self.classes))
+            ):
+                outputs.append(exp.alias_(expression, exp.to_identifier(name, quoted=True)))
+        return exp.select(exp.Star(), *outputs).from_(relation)
+
+    def predict(
+        self,
+        source: Any,
+        *,
+        connection: Any = None,
+        proba: bool = False,
+        column: str = "prediction",
+        into: str | None = None,
+    ) -> pd.DataFrame | None:
+        """Score ``source`` in the engine with the compiled SQL.
+
+        Returns the source's columns plus ``prediction`` (and ``proba_<class>`` columns with
+        ``proba=True``) as a pandas DataFrame, or, with ``into``, writes them to that table and
+        returns None.
+        """
+        from .dataset import resolve_relation
+        from .engines import get_engine
+
+        engine = get_engine(connection)
+        try:
+            relation = resolve_relation(source, engine)
+            names = [n for n, _ in engine.columns(relation)]
+            missing = [
+                f for f in sorted({n.split.feature for n in self.root.walk() if n.split})
+                if f not in names
+            ]
+            if missing:
+                raise DataError(f"columns the tree tests are not in the source: {missing}")
+            clash = [c for c in [column, *(self.proba_columns() if proba else [])] if c in names]
+            if clash:
+                raise DataError(
+                    f"the source already has columns {clash}; choose another name with column="
+                )
+            query = self.scoring_query(relation, column=column, proba=proba)
+            if into is not None:
+                engine.create_table(into, query)
+                return None
+            return engine.frame(query)
+        finally:
+            engine.cleanup()
+
+    # -- files -------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "version": FORMAT_VERSION,
+            "target": self.target,
+            "classes": self.classes,
+            "features": [vars(f) for f in self.features],
+            "options": self.options,
+            "stats": self.stats,
+            "tree": self.root.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Model:
+        if data.get("format") != FORMAT:
+            raise ModelFileError("not a sqltree model file")
+        if data.get("version") != FORMAT_VERSION:
+            raise ModelFileError(
+                f"model file version {data.get('version')} is not supported "
+                f"(this sqltree reads version {FORMAT_VERSION})"
+            )
+        return cls(
+            root=Node.from_dict(data["tree"]),
+            classes=list(data["classes"]),
+            target=data["target"],
+            features=[FeatureInfo(**f) for f in data["features"]],
+            options=dict(data.get("options", {})),
+            stats=dict(data.get("stats", {})),
+        )
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the model as JSON (floats written exactly, so loading round-trips)."""
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(self.to_dict(), fh, indent=1, ensure_ascii=False)
+            fh.write("\n")
+
+
+def load(path: str | os.PathLike[str]) -> Model:
+    """Read a model written by ``Model.save``."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except json.JSONDecodeError as e:
+        raise ModelFileError(f"{path}: not a JSON model file ({e})") from e
+    return Model.from_dict(data)
+
+
+def render(expression: exp.Expression, dialect: str, pretty: bool = False) -> str:
+    """Render with sqlglot, failing loudly on anything the dialect cannot express."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 20_000))
+    try:
+        return expression.sql(dialect=dialect, unsupported_level=ErrorLevel.RAISE, pretty=pretty)
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def features_info(features: Sequence[Any]) -> list[FeatureInfo]:
+    return [FeatureInfo(f.name, f.kind, f.sql_type, list(f.values)) for f in features]

@@ -1,0 +1,88 @@
+"""Shared test data and checks."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "examples" / "data"
+GOLF = DATA / "golf.csv"
+GOLF_NUMERIC = DATA / "golf_numeric_humidity.csv"
+BUYS = DATA / "buys_computer.csv"
+
+
+def read_csv(path: Path) -> pd.DataFrame:
+    """A CSV as DuckDB reads it for training (booleans stay text)."""
+    return duckdb.sql(
+        f"SELECT * FROM read_csv('{path}', auto_type_candidates=['BIGINT','DOUBLE','VARCHAR'])"
+    ).df()
+
+
+def mixed_table(rows: int = 10_000, seed: int = 1) -> pd.DataFrame:
+    """A deterministic table: 3 continuous, 3 nominal features (some NULLs), 3 noisy classes."""
+    con = duckdb.connect()
+    return con.sql(
+        f"""
+        WITH base AS (
+          SELECT i,
+            (hash(i * 64 + {seed}) % 10000) / 100.0 AS a,
+            (hash(i * 64 + {seed} + 1) % 1000) / 10.0 AS b,
+            CAST(hash(i * 64 + {seed} + 2) % 50 AS INTEGER) AS c,
+            ['red', 'green', 'blue', 'it''s', 'select']
+              [1 + CAST(hash(i * 64 + {seed} + 3) % 5 AS BIGINT)] AS d,
+            ['x', 'y', 'z'][1 + CAST(hash(i * 64 + {seed} + 4) % 3 AS BIGINT)] AS e,
+            hash(i * 64 + {seed} + 5) % 100 AS noise,
+            hash(i * 64 + {seed} + 6) % 100 AS nulls
+          FROM range({rows}) t(i)
+        )
+        SELECT
+          CASE WHEN nulls < 3 THEN NULL ELSE a END AS a,
+          b,
+          c,
+          CASE WHEN nulls BETWEEN 3 AND 5 THEN NULL ELSE d END AS d,
+          e,
+          CASE WHEN noise < 5 THEN ['p', 'q', 'r'][1 + CAST(hash(i) % 3 AS BIGINT)]
+               WHEN a < 30 AND d IN ('red', 'blue') THEN 'p'
+               WHEN b > 60 OR e = 'z' THEN 'q'
+               WHEN c < 20 THEN 'r'
+               ELSE 'p' END AS label
+        FROM base ORDER BY i
+        """
+    ).df()
+
+
+def python_predictions(model: Any, frame: pd.DataFrame) -> list[Any]:
+    rows = frame.to_dict("records")
+    return [model.predict_row(_clean(r)) for r in rows]
+
+
+def _clean(row: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for k, v in row.items():
+        if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA:
+            out[k] = None
+        else:
+            out[k] = v.item() if hasattr(v, "item") else v
+    return out
+
+
+def assert_same_tree(a: Any, b: Any, tol: float = 1e-9) -> None:
+    """Two trees (Node.to_dict() form) are equal: same tests, thresholds and counts to tol."""
+    assert _same(a, b, tol), f"trees differ:\n{a}\n{b}"
+
+
+def _same(a: Any, b: Any, tol: float) -> bool:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k], tol) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y, tol) for x, y in zip(a, b))
+    if isinstance(a, float) or isinstance(b, float):
+        if a is None or b is None:
+            return a is b
+        return abs(float(a) - float(b)) <= tol * max(1.0, abs(float(a)))
+    return a == b
