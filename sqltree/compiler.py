@@ -158,25 +158,24 @@ def _factor(node: Node, branch: int, table: str | None) -> exp.Expression:
 def build_probabilities(
     root: Node, n_classes: int, table: str | None = None
 ) -> list[exp.Expression]:
-    """Closed-form class probabilities, exact for any mix of known and unknown values."""
-    terms: list[list[exp.Expression]] = [[] for _ in range(n_classes)]
+    """Closed-form class probabilities, exact for any mix of known and unknown values.
 
-    def visit(node: Node, path: list[exp.Expression]) -> None:
+    ``P(node) = sum over branches of factor(branch) * P(child)``, a leaf's ``P`` its ``proba``;
+    subtrees that give a class no probability are left out of that class's sum.
+    """
+
+    def build(node: Node, c: int) -> exp.Expression | None:
         if node.is_leaf:
-            for c, p in enumerate(node.proba):
-                if p > 0:
-                    factors = [f.copy() for f in path]
-                    if p != 1.0 or not factors:
-                        factors.insert(0, dnum(p))
-                    terms[c].append(exp.paren(_balanced(lambda a, b: a * b, factors), copy=False))
-            return
+            p = node.proba[c]
+            return dnum(p) if p > 0 else None
+        terms = []
         for i, child in enumerate(node.children):
-            visit(child, [*path, _factor(node, i, table)])
+            sub = build(child, c)
+            if sub is not None:
+                terms.append(exp.paren(_factor(node, i, table) * sub, copy=False))
+        return _balanced(lambda a, b: a + b, terms) if terms else None
 
-    visit(root, [])
-    return [
-        _balanced(lambda a, b: a + b, t) if t else dnum(0.0) for t in terms
-    ]
+    return [build(root, c) or dnum(0.0) for c in range(n_classes)]
 
 
 def build_argmax(

@@ -163,12 +163,6 @@ def describe(
             )
         feats.append(Feature(name, kind, len(feats), dtype.sql(engine.dialect)))
 
-    target_type = types[target]
-    if not (target_type.is_type(*TEXT_TYPES) or target_type.is_type(*NUMERIC_TYPES)):
-        raise UnsupportedError(
-            f"target {target!r} has type {target_type.sql(engine.dialect)}; "
-            "use a text, boolean or integer column"
-        )
 
     col = _column
     w = col(weight) if weight else exp.Literal.number(1)
@@ -197,6 +191,13 @@ def describe(
     if empty:
         raise DataError(
             f"columns with no values (all NULL): {empty}; leave them out with features=[...]"
+        )
+
+    target_type = types[target]
+    if not (target_type.is_type(*TEXT_TYPES) or target_type.is_type(*NUMERIC_TYPES)):
+        raise UnsupportedError(
+            f"target {target!r} has type {target_type.sql(engine.dialect)}; "
+            "use a text, boolean or integer column"
         )
 
     # Class list and weights (NULL targets are excluded from training and counted).

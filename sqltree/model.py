@@ -15,6 +15,7 @@ from sqlglot.errors import ErrorLevel
 
 from . import compiler
 from .errors import DataError, ModelFileError
+from .queries import literal
 from .tree import Node, Value, format_value
 
 FORMAT = "sqltree-model"
@@ -181,8 +182,17 @@ class Model:
         output: str = "label",
         column: str = "prediction",
         proba: bool = False,
+        source_columns: Sequence[str] | None = None,
     ) -> exp.Select:
-        """``SELECT *, <prediction> FROM relation`` as a sqlglot query."""
+        """``SELECT *, <prediction> FROM relation`` as a sqlglot query.
+
+        Given the source's column names, a tree with C4.5 fractional tests computes the
+        closed-form class probabilities once per row in a subquery (and only for rows that
+        meet an unknown value), instead of repeating them inside one expression.
+        """
+        check = compiler.guard(self.root)
+        if source_columns is not None and check is not None:
+            return self._two_step_query(relation, column, proba, source_columns, check)
         outputs: list[exp.Expression] = [
             exp.alias_(self.to_expression(output), exp.to_identifier(column, quoted=True))
         ]
@@ -192,6 +202,49 @@ class Model:
             ):
                 outputs.append(exp.alias_(expression, exp.to_identifier(name, quoted=True)))
         return exp.select(exp.Star(), *outputs).from_(relation)
+
+    def _two_step_query(
+        self,
+        relation: exp.Expression,
+        column: str,
+        proba: bool,
+        source_columns: Sequence[str],
+        check: exp.Expression,
+    ) -> exp.Select:
+        k = len(self.classes)
+        names = [f"__sqltree_p{c}" for c in range(k)]
+        closed = compiler.build_probabilities(self.root, k)
+        inner = exp.select(
+            exp.Star(),
+            *[
+                exp.alias_(
+                    exp.Case(ifs=[exp.If(this=check.copy(), true=exp.null())], default=p),
+                    exp.to_identifier(n, quoted=True),
+                )
+                for p, n in zip(closed, names)
+            ],
+        ).from_(relation)
+        refs: list[exp.Expression] = [exp.column(n, quoted=True) for n in names]
+        labels = [literal(c) for c in self.classes]
+        tree = compiler.build_case(self.root, lambda n: labels[n.label].copy())
+        label = exp.Case(
+            ifs=[exp.If(this=check.copy(), true=tree)],
+            default=compiler.build_argmax(refs, labels),
+        )
+        outputs: list[exp.Expression] = [
+            exp.column(c, quoted=True) for c in source_columns
+        ]
+        outputs.append(exp.alias_(label, exp.to_identifier(column, quoted=True)))
+        if proba:
+            for c, name in enumerate(self.proba_columns()):
+                by_tree = compiler.build_case(self.root, lambda n, c=c: compiler.dnum(n.proba[c]))
+                outputs.append(
+                    exp.alias_(
+                        exp.Case(ifs=[exp.If(this=check.copy(), true=by_tree)], default=refs[c]),
+                        exp.to_identifier(name, quoted=True),
+                    )
+                )
+        return exp.select(*outputs).from_(inner.subquery("scored"))
 
     def predict(
         self,
@@ -226,7 +279,9 @@ class Model:
                 raise DataError(
                     f"the source already has columns {clash}; choose another name with column="
                 )
-            query = self.scoring_query(relation, column=column, proba=proba)
+            query = self.scoring_query(
+                relation, column=column, proba=proba, source_columns=names
+            )
             if into is not None:
                 engine.create_table(into, query)
                 return None

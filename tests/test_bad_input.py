@@ -1,0 +1,125 @@
+"""Bad input gets a clear error, and odd identifiers are just names."""
+
+from __future__ import annotations
+
+import duckdb
+import pandas as pd
+import pytest
+
+import sqltree
+from tests.helpers import GOLF, python_predictions, read_csv
+
+
+def test_missing_target_column():
+    with pytest.raises(sqltree.DataError, match="target column 'nope' is not in the source"):
+        sqltree.train(str(GOLF), target="nope")
+
+
+def test_missing_feature_column():
+    with pytest.raises(sqltree.DataError, match="not in the source"):
+        sqltree.train(str(GOLF), target="play", features=["outlook", "nope"])
+
+
+def test_one_class():
+    frame = pd.DataFrame({"a": [1.0, 2.0, 3.0], "y": ["x", "x", "x"]})
+    with pytest.raises(sqltree.DataError, match="single class"):
+        sqltree.train(frame, target="y")
+
+
+def test_empty_table():
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t (a DOUBLE, y VARCHAR)")
+    with pytest.raises(sqltree.DataError, match="no rows"):
+        sqltree.train("t", target="y", connection=con)
+
+
+def test_all_null_target():
+    frame = pd.DataFrame({"a": [1.0, 2.0], "y": pd.Series([None, None], dtype="object")})
+    with pytest.raises(sqltree.DataError, match="NULL"):
+        sqltree.train(frame, target="y")
+
+
+def test_all_null_feature_column():
+    frame = pd.DataFrame({"a": [1.0, 2.0, 3.0, 4.0], "b": [None] * 4, "y": list("xyxy")})
+    frame["b"] = frame["b"].astype("float64")
+    with pytest.raises(sqltree.DataError, match=r"all NULL.*\['b'\]"):
+        sqltree.train(frame, target="y")
+
+
+def test_null_targets_are_left_out_and_counted():
+    frame = read_csv(GOLF)
+    frame.loc[[0, 5], "play"] = None
+    with pytest.warns(UserWarning, match="2 rows with a NULL target"):
+        model = sqltree.train(frame, target="play")
+    assert model.stats["rows_null_target"] == 2
+    assert model.root.weight == 12
+
+
+def test_unsupported_column_type():
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT [1, 2] AS l, 1.0 AS a, 'x' AS y UNION ALL "
+                "SELECT [3], 2.0, 'z'")
+    with pytest.raises(sqltree.UnsupportedError, match="'l'"):
+        sqltree.train("t", target="y", connection=con)
+    model = sqltree.train("t", target="y", connection=con, features=["a"], min_cases=1)
+    assert model.feature_names == ["a"]
+
+
+def test_negative_weights():
+    frame = pd.DataFrame({"a": [1.0, 2.0], "w": [1.0, -1.0], "y": ["x", "z"]})
+    with pytest.raises(sqltree.DataError, match="negative weight"):
+        sqltree.train(frame, target="y", weight="w")
+
+
+def test_unknown_source_kind():
+    with pytest.raises(sqltree.UnsupportedError):
+        sqltree.train(42, target="y")
+
+
+def test_missing_file():
+    with pytest.raises(sqltree.DataError, match="no file matches"):
+        sqltree.train("nope/*.parquet", target="y")
+
+
+def test_predict_needs_tested_columns():
+    model = sqltree.train(str(GOLF), target="play")
+    with pytest.raises(sqltree.DataError, match="outlook"):
+        model.predict(pd.DataFrame({"x": [1]}))
+
+
+ODD = {
+    "outlook": 'out "look"',
+    "temperature": "select",
+    "humidity": "it's humid ü",
+    "windy": "wind`y ]",
+    "play": "pl ay",
+}
+
+
+def test_odd_identifiers_train_score_and_compile():
+    frame = read_csv(GOLF).rename(columns=ODD)
+    model = sqltree.train(frame, target="pl ay")
+    plain = sqltree.train(str(GOLF), target="play")
+    assert model.n_leaves == plain.n_leaves and model.root.split.feature == 'out "look"'
+    scored = model.predict(frame)
+    assert list(scored["prediction"]) == python_predictions(model, frame)
+    for dialect in ["duckdb", "postgres", "spark", "tsql", "bigquery", "mysql", "sqlite"]:
+        assert "wind" in model.to_sql(dialect)
+
+
+def test_odd_values_are_literals():
+    frame = pd.DataFrame({
+        "a": ["it's", "x'); DROP TABLE t; --", "it's", "x'); DROP TABLE t; --"] * 3,
+        "y": ["p", "q", "p", "q"] * 3,
+    })
+    model = sqltree.train(frame, target="y")
+    scored = model.predict(frame)
+    assert list(scored["prediction"]) == list(frame["y"])
+
+
+def test_sql_keyword_table_name():
+    con = duckdb.connect()
+    con.execute('CREATE TABLE "order" AS SELECT * FROM read_csv(?, auto_type_candidates='
+                "['BIGINT','DOUBLE','VARCHAR'])", [str(GOLF)])
+    model = sqltree.train('"order"', target="play", connection=con)
+    assert model.n_leaves == 5

@@ -1,0 +1,50 @@
+"""The reference SQL in sql/ is what sqltree generates, and every file parses back."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+import sqlglot
+
+import sqltree
+from sqltree.reference import SQL_DIR, reference_files
+from tests.helpers import DATA, GOLF, python_predictions, read_csv
+
+FILES = reference_files()
+
+
+@pytest.mark.parametrize("rel", sorted(FILES))
+def test_reference_file_is_current(rel):
+    path = SQL_DIR / rel
+    assert path.exists(), f"{rel} missing: run python -m sqltree.reference"
+    assert path.read_text(encoding="utf-8") == FILES[rel], (
+        f"generated SQL changed for {rel}: review it and run python -m sqltree.reference"
+    )
+
+
+def test_no_stale_reference_files():
+    on_disk = {str(p.relative_to(SQL_DIR)) for p in SQL_DIR.rglob("*.sql")}
+    assert on_disk == set(FILES)
+
+
+@pytest.mark.parametrize("rel", sorted(FILES))
+def test_reference_file_parses(rel):
+    dialect = rel.split(".")[-2] if rel.count(".") == 2 else "duckdb"
+    body = "\n".join(
+        line for line in FILES[rel].splitlines() if not line.startswith("-- Generated")
+    ).rstrip().rstrip(";")
+    if "scoring" in rel:
+        body = f"SELECT {body} AS prediction FROM t"
+    assert sqlglot.parse_one(body, read=dialect) is not None
+
+
+def test_sqlite_scoring_file_runs_and_agrees():
+    frame = read_csv(GOLF)
+    model = sqltree.train(str(GOLF), target="play")
+    con = sqlite3.connect(":memory:")
+    frame.to_sql("golf", con, index=False)
+    expression = model.to_sql("sqlite")
+    got = [r[0] for r in con.execute(f"SELECT {expression} FROM golf")]
+    assert got == python_predictions(model, frame)
+    assert (DATA / "golf.csv").exists()
