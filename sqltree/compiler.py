@@ -81,10 +81,10 @@ def routed_condition(node: Node, branch: int, table: str | None) -> exp.Expressi
 
 
 def _n_leaves(node: Node, cache: dict[int, int]) -> int:
-    key = id(node)
-    if key not in cache:
-        cache[key] = 1 if node.is_leaf else sum(_n_leaves(c, cache) for c in node.children)
-    return cache[key]
+    if id(node) not in cache:
+        for n in reversed(list(node.walk())):  # children before parents, no recursion
+            cache[id(n)] = 1 if n.is_leaf else sum(cache[id(c)] for c in n.children)
+    return cache[id(node)]
 
 
 def build_case(

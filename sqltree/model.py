@@ -70,10 +70,13 @@ class Model:
 
     @property
     def depth(self) -> int:
-        def depth_of(node: Node) -> int:
-            return 0 if node.is_leaf else 1 + max(depth_of(c) for c in node.children)
-
-        return depth_of(self.root)
+        deepest = 0
+        stack = [(self.root, 0)]
+        while stack:
+            node, d = stack.pop()
+            deepest = max(deepest, d)
+            stack.extend((c, d + 1) for c in node.children)
+        return deepest
 
     @property
     def feature_names(self) -> list[str]:

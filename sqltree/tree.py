@@ -116,10 +116,13 @@ class Node:
         return self.weight - self.counts[self.label] if self.weight > 0 else 0.0
 
     def walk(self) -> Iterator[Node]:
-        """All nodes of the subtree, depth first, parent before children."""
-        yield self
-        for child in self.children:
-            yield from child.walk()
+        """All nodes of the subtree, depth first, parent before children (no recursion, so
+        trees of any depth can be walked)."""
+        stack = [self]
+        while stack:
+            node = stack.pop()
+            yield node
+            stack.extend(reversed(node.children))
 
     def leaves(self) -> Iterator[Node]:
         return (n for n in self.walk() if n.is_leaf)
@@ -132,13 +135,19 @@ class Node:
 
     def predict_proba(self, row: Mapping[str, Value]) -> list[float]:
         """Class probabilities for one row, routing unknown values as C4.5 does."""
-        if self.split is None:
-            return list(self.proba)
-        branch = self.split.branch_of(row.get(self.split.feature))
-        if branch is not None:
-            return self.children[branch].predict_proba(row)
-        if self.unknown_branch is not None:
-            return self.children[self.unknown_branch].predict_proba(row)
+        node = self
+        while node.split is not None:  # follow single routes without recursion
+            branch = node.split.branch_of(row.get(node.split.feature))
+            if branch is None:
+                branch = node.unknown_branch
+            if branch is None:
+                break
+            node = node.children[branch]
+        if node.split is None:
+            return list(node.proba)
+        return node._spread_unknown(row)
+
+    def _spread_unknown(self, row: Mapping[str, Value]) -> list[float]:
         total = [0.0] * len(self.proba)
         for share, child in zip(self.shares, self.children):
             if share > 0:
@@ -147,40 +156,55 @@ class Node:
         return total
 
     # -- serialisation -----------------------------------------------------------------------
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"id": self.node_id, "counts": self.counts, "proba": self.proba}
-        if self.split is not None:
-            split: dict[str, Any] = {"feature": self.split.feature, "kind": self.split.kind}
-            if self.split.kind == CONTINUOUS:
-                split["threshold"] = self.split.threshold
-            else:
-                split["groups"] = self.split.groups
-            out["split"] = split
-            out["shares"] = self.shares
-            out["unknown_branch"] = self.unknown_branch
-            out["children"] = [c.to_dict() for c in self.children]
+    def to_dict(self) -> list[dict[str, Any]]:
+        """The subtree as a flat list of nodes in depth-first order, children by position.
+
+        Flat, so that trees of any depth serialise without recursion limits.
+        """
+        nodes = list(self.walk())
+        position = {id(n): i for i, n in enumerate(nodes)}
+        out = []
+        for n in nodes:
+            item: dict[str, Any] = {"id": n.node_id, "counts": n.counts, "proba": n.proba}
+            if n.split is not None:
+                split: dict[str, Any] = {"feature": n.split.feature, "kind": n.split.kind}
+                if n.split.kind == CONTINUOUS:
+                    split["threshold"] = n.split.threshold
+                else:
+                    split["groups"] = n.split.groups
+                item["split"] = split
+                item["shares"] = n.shares
+                item["unknown_branch"] = n.unknown_branch
+                item["children"] = [position[id(c)] for c in n.children]
+            out.append(item)
         return out
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Node:
-        split = None
-        if "split" in data:
-            s = data["split"]
-            split = Split(
-                feature=s["feature"],
-                kind=s["kind"],
-                threshold=s.get("threshold"),
-                groups=s.get("groups"),
+    def from_dict(cls, data: list[dict[str, Any]]) -> Node:
+        nodes = []
+        for item in data:
+            split = None
+            if "split" in item:
+                s = item["split"]
+                split = Split(
+                    feature=s["feature"],
+                    kind=s["kind"],
+                    threshold=s.get("threshold"),
+                    groups=s.get("groups"),
+                )
+            nodes.append(
+                cls(
+                    counts=[float(c) for c in item["counts"]],
+                    proba=[float(p) for p in item["proba"]],
+                    split=split,
+                    shares=[float(x) for x in item.get("shares", [])],
+                    unknown_branch=item.get("unknown_branch"),
+                    node_id=int(item.get("id", 0)),
+                )
             )
-        return cls(
-            counts=[float(c) for c in data["counts"]],
-            proba=[float(p) for p in data["proba"]],
-            split=split,
-            children=[cls.from_dict(c) for c in data.get("children", [])],
-            shares=[float(s) for s in data.get("shares", [])],
-            unknown_branch=data.get("unknown_branch"),
-            node_id=int(data.get("id", 0)),
-        )
+        for node, item in zip(nodes, data):
+            node.children = [nodes[i] for i in item.get("children", [])]
+        return nodes[0]
 
 
 def argmax(values: list[float]) -> int:
