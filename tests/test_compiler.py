@@ -51,7 +51,8 @@ def random_tree(leaves: int, seed: int = 0) -> Node:
     while count < leaves:
         node = frontier.pop(rng.randrange(len(frontier)))
         if rng.random() < 0.2:
-            groups = [["a", "b"], ["c", "it's"]] if rng.random() < 0.5 else [["a"], ["b", "c", "it's"]]
+            pair = [["a", "b"], ["c", "it's"]]
+            groups = pair if rng.random() < 0.5 else [["a"], ["b", "c", "it's"]]
             node.split = Split("c", NOMINAL, groups=groups)
         else:
             node.split = Split(f"x{rng.randrange(4)}", CONTINUOUS, threshold=round(rng.random(), 3))
@@ -99,9 +100,7 @@ def check_engine_rows(model: Model, frame: pd.DataFrame, run) -> None:
 def duckdb_runner(frame):
     con = duckdb.connect()
     con.register("t", frame)
-    return lambda to_sql: [r[0] for r in con.execute(f"SELECT {to_sql('duckdb')} FROM t "
-                                                      "ORDER BY rowid").fetchall()] \
-        if False else [r[0] for r in con.execute(
+    return lambda to_sql: [r[0] for r in con.execute(
             f"SELECT {to_sql('duckdb')} FROM (SELECT *, row_number() OVER () AS rn FROM t) "
             "ORDER BY rn").fetchall()]
 
