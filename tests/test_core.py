@@ -241,3 +241,31 @@ def test_cli_train_predict_sql_round_trip(tmp_path):
     assert bad.returncode == 2 and "nope" in bad.stderr
     help_text = run_cli("--help").stdout
     assert "train" in help_text and "predict" in help_text and "examples:" in help_text
+
+
+def test_weights_equal_duplicated_rows():
+    frame = read_csv(GOLF_NUMERIC)
+    weighted = frame.assign(w=[1.0 + (i % 3) for i in range(len(frame))])
+    duplicated = pd.concat(
+        [frame.iloc[[i] * int(w)] for i, w in enumerate(weighted.w)], ignore_index=True
+    )
+    features = ["outlook", "temperature", "humidity", "wind"]
+    a = sqltree.train(weighted, target="play", weight="w", features=features)
+    b = sqltree.train(duplicated, target="play", features=features)
+    assert_same_tree(a.root.to_dict(), b.root.to_dict())
+
+
+def test_many_nulls_scoring_sql_equals_python():
+    frame = mixed_table(4_000, seed=7)
+    for i, name in enumerate(["a", "b", "c", "d", "e"]):
+        frame.loc[frame.index % (3 + i) == 0, name] = None
+    model = sqltree.train(frame, target="label", max_depth=5)
+    assert any(n.split is not None and n.unknown_branch is None for n in model.root.walk())
+    scored = model.predict(frame, proba=True)
+    expected = python_predictions(model, frame)
+    assert list(scored["prediction"]) == expected
+    rows = frame.to_dict("records")
+    for i in range(0, len(rows), 97):
+        want = model.predict_proba_row({k: (None if pd.isna(v) else v) for k, v in rows[i].items()})
+        got = scored.loc[i, model.proba_columns()].tolist()
+        assert got == pytest.approx(want, abs=1e-12)
