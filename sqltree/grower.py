@@ -96,6 +96,7 @@ def score_options(options: GrowOptions, all_thresholds: bool = False) -> q.Score
         mdl=c45,
         all_thresholds=all_thresholds,
         unknown="drop" if options.missing == "drop" else "fractional",
+        cut_gap=1e-5 if c45 else 0.0,
     )
 
 
@@ -252,9 +253,10 @@ def choose_split(
 ) -> _Choice | None:
     """Pick the split of one node from its scored candidates, or None for a leaf.
 
-    C4.5 (as J48): among valid candidates whose gain is at least the average gain of all valid
-    candidates (less 1e-3), the highest gain ratio. ID3: the highest gain, each nominal feature
-    once per path. Scores within ``TIE_TOLERANCE`` tie; ties go to the feature listed first.
+    C4.5 (as J48): among valid candidates whose gain is at least the average gain of the
+    valid candidates (less 1e-3), the highest gain ratio, near-ties (Utils.SMALL) to the
+    feature listed first. ID3: the highest gain, each nominal feature once per path; gains
+    within ``TIE_TOLERANCE`` tie and go to the feature listed first.
     """
     features = {f.index: f for f in data.features}
     valid: list[tuple[Feature, dict[str, Any]]] = []
@@ -283,26 +285,34 @@ def choose_split(
             for f, r in valid
             if f.kind == CONTINUOUS or many_valued or len(f.values) < 0.3 * data.n_rows
         ]
-        average = sum(averaged) / len(valid) if averaged else 0.0
-        pool = [
-            (f, r)
-            for f, r in valid
-            if r["mdl_gain"] >= average - 1e-3 and (r["gain_ratio"] or 0.0) > q.J48_SMALL
-        ]
+        # J48 averages over the candidates it counts (many-valued nominals are left out).
+        if not averaged:
+            return None
+        average = sum(averaged) / len(averaged)
+        # J48 scans attributes in order and takes one only when its gain ratio beats the best
+        # so far by more than Utils.SMALL, so near-ties go to the earlier attribute.
+        chosen = None
+        best_ratio = 0.0
+        for f, r in valid:
+            ratio = float(r["gain_ratio"] or 0.0)
+            if (
+                r["mdl_gain"] >= average - 1e-3
+                and r["mdl_gain"] >= options.min_gain
+                and ratio - best_ratio > q.J48_SMALL
+            ):
+                chosen, best_ratio = (f, r), ratio
+        if chosen is None:
+            return None
+        f, r = chosen
+        return _Choice(f, r["threshold"], r["next_value"], r)
 
-        def score(r: dict[str, Any]) -> float:
-            return float(r["gain_ratio"] or 0.0)
-    else:
-        pool = [(f, r) for f, r in valid if r["gain"] > q.J48_SMALL]
-
-        def score(r: dict[str, Any]) -> float:
-            return float(r["gain"])
-
-    pool = [(f, r) for f, r in pool if r["mdl_gain"] >= options.min_gain]
+    pool = [
+        (f, r) for f, r in valid if r["gain"] > q.J48_SMALL and r["mdl_gain"] >= options.min_gain
+    ]
     if not pool:
         return None
-    best = max(score(r) for _, r in pool)
-    f, r = next((f, r) for f, r in pool if score(r) >= best - q.TIE_TOLERANCE)
+    best = max(float(r["gain"]) for _, r in pool)
+    f, r = next((f, r) for f, r in pool if float(r["gain"]) >= best - q.TIE_TOLERANCE)
     return _Choice(f, r["threshold"], r["next_value"], r)
 
 
@@ -315,6 +325,11 @@ def _resolve_thresholds(engine: Any, values_table: Any, choices: dict[int, _Choi
             mid = (c.threshold + c.next_value) / 2
             if mid >= c.next_value:  # no double between the two values
                 mid = c.threshold
+            # J48 (C45Split.setSplitPoint) takes the largest value v with v - mid < SMALL, so a
+            # value a rounding error above the midpoint still counts: (0.557 + 0.565) / 2 is
+            # 0.56099999..., and J48 splits at 0.561.
+            if mid + q.J48_SMALL < c.next_value:
+                mid = mid + q.J48_SMALL * (1 - 1e-9)
             wanted.append((node_id, c.feature.index, c.threshold, mid))
     if not wanted:
         return

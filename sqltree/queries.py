@@ -220,6 +220,7 @@ class ScoreOptions:
     mdl: bool = True  # subtract log2(candidates) / N from a continuous gain (C4.5 release 8)
     all_thresholds: bool = False  # return every candidate threshold (split_scores), not the best
     unknown: str = "fractional"  # "drop": unknown weight leaves the node's gain and split info
+    cut_gap: float = 0.0  # J48: no cut between sorted values v, v' unless v + 1e-5 < v'
 
 
 def entropy_mass(counts: Sequence[exp.Expression], weight: exp.Expression) -> exp.Expression:
@@ -358,6 +359,16 @@ def build_split_scores(
         exp.GT(this=lw.copy(), expression=paren(min_split - num(J48_SMALL))),
         exp.GT(this=rw.copy(), expression=paren(min_split.copy() - num(J48_SMALL))),
     )
+    if options.cut_gap > 0:
+        # C45Split only cuts where the next sorted value exceeds this one by more than 1e-5;
+        # closer values are neither candidates nor counted in the MDL correction.
+        valid = exp.and_(
+            valid,
+            exp.LT(
+                this=paren(col("v", "s") + num(options.cut_gap)),
+                expression=col("next_value", "s"),
+            ),
+        )
     gain = safe_div(
         parent_ent.copy()
         - entropy_mass(left, lw.copy())

@@ -1,0 +1,228 @@
+"""Exporters: a tree as J48-style text, as IF-THEN rules, and as Graphviz DOT.
+
+All three are free functions over a trained model (anything with ``root`` and ``classes``) or a
+bare root ``Node`` with the class labels passed separately. They read only the stored tree.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .tree import CONTINUOUS, Node, Split, Value
+
+__all__ = ["Rule", "graphviz", "rule_list", "rules", "text", "weka_number"]
+
+
+def _resolve(model_or_root: Any, classes: Sequence[Value] | None) -> tuple[Node, list[Value]]:
+    root = model_or_root if isinstance(model_or_root, Node) else model_or_root.root
+    if classes is None:
+        classes = getattr(model_or_root, "classes", None)
+    if classes is None:
+        k = len(root.counts)
+        classes = [str(i) for i in range(k)]
+    return root, list(classes)
+
+
+def weka_number(x: float, decimals: int = 6) -> str:
+    """A number as Weka's ``Utils.doubleToString(x, decimals)`` prints it.
+
+    Rounded half away from zero to ``decimals`` places, trailing zeros and a trailing point
+    dropped: 75.0 -> ``75``, 0.6 -> ``0.6``, 0.12345678 -> ``0.123457``.
+    """
+    if math.isnan(x) or math.isinf(x):
+        return str(x)
+    scaled = abs(x) * 10**decimals
+    if scaled >= 2**63:  # Weka falls back to Java's Double.toString here
+        return repr(float(x))
+    digits = math.floor(scaled + 0.5)
+    if digits == 0:
+        return "0"
+    whole, frac = divmod(digits, 10**decimals)
+    frac_text = f"{frac:0{decimals}d}".rstrip("0") if decimals else ""
+    body = f"{whole}.{frac_text}" if frac_text else f"{whole}"
+    return ("-" if x < 0 else "") + body
+
+
+def _java_double(x: float) -> str:
+    """Java's ``Double.toString`` for the rounded weights J48 prints (``2.0``, ``3.41``)."""
+    if x == int(x) and abs(x) < 1e7:
+        return f"{int(x)}.0"
+    return repr(float(x))
+
+
+def _round2(x: float) -> float:
+    """Weka's ``Utils.roundDouble(x, 2)``: half up at two decimals."""
+    return math.floor(x * 100 + 0.5) / 100
+
+
+def _value_text(v: Value) -> str:
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return str(v)
+
+
+def condition(split: Split, branch: int, decimals: int | None = 6) -> str:
+    """The test leading into ``branch``: ``humidity <= 75``, ``outlook = sunny``."""
+    if split.kind == CONTINUOUS:
+        assert split.threshold is not None
+        t = split.threshold
+        number = weka_number(t, decimals) if decimals is not None else repr(float(t))
+        return f"{split.feature} {'<=' if branch == 0 else '>'} {number}"
+    assert split.groups is not None
+    group = split.groups[branch]
+    if len(group) == 1:
+        return f"{split.feature} = {_value_text(group[0])}"
+    return f"{split.feature} in {{{', '.join(_value_text(v) for v in group)}}}"
+
+
+def _label(node: Node, classes: list[Value]) -> str:
+    weight = node.weight
+    text = f"{_value_text(classes[node.label])} ({_java_double(_round2(weight))}"
+    errors = node.errors
+    if errors > 1e-6:
+        text += f"/{_java_double(_round2(errors))}"
+    return text + ")"
+
+
+def _count(root: Node) -> tuple[int, int]:
+    nodes = list(root.walk())
+    return sum(1 for n in nodes if n.is_leaf), len(nodes)
+
+
+def text(
+    model_or_root: Any,
+    classes: Sequence[Value] | None = None,
+    *,
+    decimals: int | None = 6,
+    summary: bool = True,
+) -> str:
+    """The tree printed as Weka's J48 prints it.
+
+    One line per branch, ``|   `` per level of depth, a leaf's class with its training
+    weight and, when some of it is misclassified, that weight: ``yes (3.0/1.0)``, both rounded
+    to two decimals. Thresholds are the observed training values J48 also splits at, printed
+    with up to ``decimals`` places (None prints the exact value). ``summary`` appends the
+    ``Number of Leaves`` and ``Size of the tree`` lines.
+
+    >>> from sqltree.tree import Node, Split
+    >>> leaf = lambda c: Node(counts=c, proba=[x / sum(c) for x in c])
+    >>> root = Node([9.0, 5.0], [9 / 14, 5 / 14], Split("humidity", "continuous", 75.0),
+    ...             [leaf([4.0, 0.0]), leaf([5.0, 5.0])])
+    >>> print(text(root, ["yes", "no"]))
+    humidity <= 75: yes (4.0)
+    humidity > 75: yes (10.0/5.0)
+    <BLANKLINE>
+    Number of Leaves  : 	2
+    <BLANKLINE>
+    Size of the tree : 	3
+    <BLANKLINE>
+    """
+    root, labels = _resolve(model_or_root, classes)
+    lines: list[str] = []
+
+    def dump(node: Node, depth: int) -> None:
+        assert node.split is not None
+        for branch, child in enumerate(node.children):
+            line = "|   " * depth + condition(node.split, branch, decimals)
+            if child.is_leaf:
+                lines.append(f"{line}: {_label(child, labels)}")
+            else:
+                lines.append(line)
+                dump(child, depth + 1)
+
+    if root.is_leaf:
+        body = f": {_label(root, labels)}"
+    else:
+        dump(root, 0)
+        body = "\n".join(lines)
+    if not summary:
+        return body
+    leaves, size = _count(root)
+    return f"{body}\n\nNumber of Leaves  : \t{leaves}\n\nSize of the tree : \t{size}\n"
+
+
+@dataclass
+class Rule:
+    """One leaf as a rule: the tests on its path, its class, and how much it covers."""
+
+    conditions: list[str]
+    label: Value
+    coverage: float  # training weight that reached the leaf
+    confidence: float  # fraction of that weight in the predicted class
+    leaf: Node
+
+    def __str__(self) -> str:
+        lhs = " AND ".join(self.conditions) if self.conditions else "TRUE"
+        return (
+            f"IF {lhs} THEN {_value_text(self.label)}"
+            f"  (coverage {_java_double(_round2(self.coverage))},"
+            f" confidence {self.confidence:.3f})"
+        )
+
+
+def rule_list(
+    model_or_root: Any, classes: Sequence[Value] | None = None, *, decimals: int | None = 6
+) -> list[Rule]:
+    """Every leaf as a :class:`Rule`, in the order the leaves are printed."""
+    root, labels = _resolve(model_or_root, classes)
+    out: list[Rule] = []
+
+    def visit(node: Node, path: list[str]) -> None:
+        if node.is_leaf:
+            weight = node.weight
+            confidence = node.counts[node.label] / weight if weight > 0 else 0.0
+            out.append(Rule(list(path), labels[node.label], weight, confidence, node))
+            return
+        assert node.split is not None
+        for branch, child in enumerate(node.children):
+            visit(child, [*path, condition(node.split, branch, decimals)])
+
+    visit(root, [])
+    return out
+
+
+def rules(
+    model_or_root: Any, classes: Sequence[Value] | None = None, *, decimals: int | None = 6
+) -> str:
+    """One ``IF ... THEN class`` line per leaf, with its coverage (weight) and confidence.
+
+    Empty leaves (no training weight) are kept: they state the class a path predicts.
+    """
+    return "\n".join(str(r) for r in rule_list(model_or_root, classes, decimals=decimals)) + "\n"
+
+
+def _dot_quote(s: str) -> str:
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def graphviz(
+    model_or_root: Any,
+    classes: Sequence[Value] | None = None,
+    *,
+    decimals: int | None = 6,
+    name: str = "Tree",
+) -> str:
+    """The tree as Graphviz DOT text: boxes for leaves, ellipses for tests, edge labels."""
+    root, labels = _resolve(model_or_root, classes)
+    out = [f"digraph {_dot_quote(name)} {{", "  node [fontname=\"Helvetica\"];"]
+    counter = iter(range(1 << 62))
+
+    def visit(node: Node) -> int:
+        me = next(counter)
+        if node.is_leaf:
+            out.append(f"  N{me} [label={_dot_quote(_label(node, labels))} shape=box];")
+            return me
+        assert node.split is not None
+        out.append(f"  N{me} [label={_dot_quote(node.split.feature)}];")
+        for branch, child in enumerate(node.children):
+            child_id = visit(child)
+            edge = condition(node.split, branch, decimals)[len(node.split.feature) + 1 :]
+            out.append(f"  N{me} -> N{child_id} [label={_dot_quote(edge)}];")
+        return me
+
+    visit(root)
+    out.append("}")
+    return "\n".join(out) + "\n"

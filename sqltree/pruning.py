@@ -1,0 +1,599 @@
+"""Post-pruning: C4.5's error-based pruning (as J48), pessimistic pruning, reduced-error pruning.
+
+Every method keeps each node's ``counts`` exact: the (fractional) class weights of the
+training rows that reach it. Error-based and pessimistic pruning read only those counts,
+except for C4.5's *subtree raising*: replacing a node by its largest branch sends all of the
+node's rows down that branch, so the counts of every node of the raised subtree change. They
+are recounted in the engine by :func:`route_counts`, one statement per evaluated branch, with
+C4.5's fractional routing of unknown values (each node's branch shares recomputed from the
+rows that now reach it, as J48 does). Reduced-error pruning needs the class weights of
+validation rows at every node: one such statement over the validation source.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from statistics import NormalDist
+from typing import Any
+
+from sqlglot import exp
+
+from . import queries as q
+from .dataset import Dataset, resolve_relation
+from .tree import CONTINUOUS, Node, normalise
+
+__all__ = [
+    "PruneStats",
+    "add_errs",
+    "collapse",
+    "estimated_errors",
+    "prune",
+    "prune_c45",
+    "prune_pessimistic",
+    "prune_reduced_error",
+    "route_counts",
+]
+
+SMALL = 1e-6
+"""Weka's ``Utils.SMALL``: J48 compares weights and error estimates with this tolerance."""
+
+METHODS = ("c4.5", "pessimistic", "reduced-error")
+
+
+@dataclass
+class PruneStats:
+    """What a pruning pass did."""
+
+    method: str
+    leaves_before: int = 0
+    leaves_after: int = 0
+    collapsed: int = 0  # subtrees replaced by a leaf because they fixed no training error
+    pruned: int = 0  # subtrees replaced by a leaf by the pruning criterion
+    raised: int = 0  # nodes replaced by their largest branch (subtree raising)
+    queries: int = 0
+
+
+# -- C4.5's error estimate ---------------------------------------------------------------------
+def add_errs(n: float, e: float, cf: float = 0.25) -> float:
+    """Extra errors C4.5 adds to ``e`` observed errors among ``n`` cases (J48's Stats.addErrs).
+
+    The upper limit of the binomial confidence interval at confidence ``cf``: exact for
+    ``e == 0`` (``n * (1 - cf ** (1 / n))``), interpolated linearly for ``0 < e < 1``, the
+    normal approximation with continuity correction above, and ``n - e`` once ``e + 0.5 >= n``.
+    """
+    if cf > 0.5:
+        return 0.0  # J48 refuses to modify the estimate for a confidence this high
+    if e < 1:
+        base = n * (1 - cf ** (1 / n))
+        if e == 0:
+            return base
+        return base + e * (add_errs(n, 1, cf) - base)
+    if e + 0.5 >= n:
+        return max(n - e, 0.0)
+    z = NormalDist().inv_cdf(1 - cf)
+    f = (e + 0.5) / n
+    r = (f + z * z / (2 * n) + z * math.sqrt(f / n - f * f / n + z * z / (4 * n * n))) / (
+        1 + z * z / n
+    )
+    return r * n - e
+
+
+def _incorrect(counts: Sequence[float]) -> float:
+    """Weight a leaf with these counts misclassifies (J48's Distribution.numIncorrect)."""
+    best = 0.0
+    for c in counts:
+        if c - best > SMALL:
+            best = c
+    return float(sum(counts)) - best
+
+
+def estimated_errors(counts: Sequence[float], cf: float = 0.25) -> float:
+    """C4.5's pessimistic error count of a leaf holding ``counts``."""
+    total = float(sum(counts))
+    if abs(total) < SMALL:
+        return 0.0
+    e = _incorrect(counts)
+    return e + add_errs(total, e, cf)
+
+
+def _subtree_estimate(node: Node, cf: float) -> float:
+    return sum(estimated_errors(leaf.counts, cf) for leaf in node.leaves())
+
+
+def _training_errors(node: Node) -> float:
+    return sum(_incorrect(leaf.counts) for leaf in node.leaves())
+
+
+def _leaf(node: Node) -> None:
+    node.make_leaf()
+
+
+def _count_leaves(root: Node) -> int:
+    return sum(1 for _ in root.leaves())
+
+
+# -- collapse ----------------------------------------------------------------------------------
+def collapse(root: Node) -> int:
+    """Replace every subtree whose leaves misclassify no less training weight than the subtree's
+    root would on its own (less 1e-3) by a leaf, top down; J48 does this before pruning, and
+    also when it does not prune (-U). Returns the number of subtrees collapsed.
+    """
+    if root.is_leaf:
+        return 0
+    if _training_errors(root) >= _incorrect(root.counts) - 1e-3:
+        _leaf(root)
+        return 1
+    return sum(collapse(child) for child in root.children)
+
+
+# -- routing rows through a (sub)tree in SQL ---------------------------------------------------
+@dataclass
+class _Router:
+    """Where the training (or validation) rows are, encoded as in the grower's level tables."""
+
+    data: Dataset
+    rows: exp.Table
+    queries: int = 0
+
+    @classmethod
+    def open(cls, data: Dataset, source: Any = None) -> _Router:
+        if source is not None:
+            relation = resolve_relation(source, data.engine)
+            data = dataclasses.replace(data, relation=relation)
+        rows = data.engine.materialize("prune_rows", q.build_level0(data))
+        return cls(data, rows)
+
+    def close(self) -> None:
+        self.data.engine.drop(self.rows)
+
+
+def _feature_column(data: Dataset, name: str) -> tuple[exp.Column, Any]:
+    f = data.feature(name)
+    return q.col(f.column), f
+
+
+def _branch_conditions(data: Dataset, node: Node) -> tuple[exp.Expression, list[exp.Expression]]:
+    """(value is unknown at the node's test, [value takes branch i]) on an encoded row."""
+    split = node.split
+    assert split is not None
+    column, feature = _feature_column(data, split.feature)
+    if split.kind == CONTINUOUS:
+        assert split.threshold is not None
+        t = q.num(float(split.threshold))
+        return column.is_(exp.null()), [
+            exp.LTE(this=column.copy(), expression=t),
+            exp.GT(this=column.copy(), expression=t.copy()),
+        ]
+    assert split.groups is not None
+    code = {v: i for i, v in enumerate(feature.values)}
+    branches: list[exp.Expression] = []
+    listed: list[exp.Expression] = []
+    for group in split.groups:
+        codes = [q.num(code[v]) for v in group if v in code]
+        listed.extend(c.copy() for c in codes)
+        branches.append(
+            exp.In(this=column.copy(), expressions=codes) if codes else exp.false()
+        )
+    unknown = (
+        exp.or_(column.is_(exp.null()), exp.not_(exp.In(this=column.copy(), expressions=listed)))
+        if listed
+        else exp.true()
+    )
+    return unknown, branches
+
+
+def _path_weight(data: Dataset, path: Sequence[tuple[Node, int]]) -> exp.Expression:
+    """A row's weight at the end of ``path``: its weight times, per ancestor test, 1 when its
+    value takes the path's branch, 0 when it takes another, the branch share when unknown."""
+    weight: exp.Expression = q.col("w")
+    for ancestor, branch in path:
+        unknown, branches = _branch_conditions(data, ancestor)
+        factor = q.case(
+            (unknown, q.num(float(ancestor.shares[branch]))),
+            (branches[branch], q.num(1.0)),
+            default=q.num(0.0),
+        )
+        weight = weight * factor
+    return weight
+
+
+def route_counts(
+    router: _Router,
+    path: Sequence[tuple[Node, int]],
+    structure: Node,
+    *,
+    recompute_shares: bool = True,
+) -> dict[int, list[float]]:
+    """Class weights at every node of ``structure`` when the rows at the end of ``path`` enter it.
+
+    ``path`` lists (ancestor, branch) from the root to the place where ``structure`` is (or
+    would be) attached; the rows there carry their fractional weights. Inside ``structure``
+    a row whose value is unknown at a test goes down every branch with the branch's share of
+    the known weight: recomputed from the rows that reach the test (``recompute_shares``, as
+    C4.5 does when it raises a subtree), or the shares stored in the tree (scoring rows that
+    trained nothing, such as validation rows). One SQL statement, one CTE chain per depth.
+
+    Returns counts keyed by ``id()`` of each node of ``structure`` that any weight reached.
+    """
+    data = router.data
+    k = len(data.classes)
+    ids: dict[int, Node] = {}
+    levels: list[list[tuple[int, Node]]] = []
+    frontier = [structure]
+    while frontier:
+        level = []
+        for node in frontier:
+            local = len(ids)
+            ids[local] = node
+            level.append((local, node))
+        levels.append(level)
+        frontier = [c for _, n in level if not n.is_leaf for c in n.children]
+    local_of = {id(n): i for i, n in ids.items()}
+
+    features = [q.col(f.column) for f in data.features]
+    start = (
+        exp.select(
+            exp.alias_(exp.cast(q.num(0), "BIGINT"), "node"),
+            exp.alias_(_path_weight(data, path), "w"),
+            q.col("y"),
+            *features,
+        )
+        .from_(router.rows.copy())
+    )
+    query = exp.select("*").from_("r0")  # replaced below; keeps sqlglot's With handling simple
+    ctes: list[tuple[str, exp.Expression]] = [
+        ("r0", exp.select("*").from_(start.subquery("s")).where(
+            exp.GT(this=q.col("w"), expression=q.num(0.0))
+        ))
+    ]
+    row_tables = ["r0"]
+    for depth, level in enumerate(levels):
+        internal = [(i, n) for i, n in level if not n.is_leaf]
+        if not internal:
+            break
+        child_case = exp.Case()
+        kids_rows: list[tuple[int, int, float, float]] = []
+        for local, node in internal:
+            unknown, branches = _branch_conditions(data, node)
+            inner = exp.Case().when(unknown, q.num(-1))
+            for branch, cond in enumerate(branches):
+                inner = inner.when(cond, q.num(local_of[id(node.children[branch])]))
+            inner = inner.else_(q.num(-1))
+            child_case = child_case.when(exp.EQ(this=q.col("node"), expression=q.num(local)), inner)
+            n_branches = len(node.children)
+            for branch, child in enumerate(node.children):
+                share = float(node.shares[branch]) if node.shares else 1.0 / n_branches
+                kids_rows.append((local, local_of[id(child)], 1.0 / n_branches, share))
+        child_case = child_case.else_(q.num(-1))
+        keyed = f"k{depth}"
+        ctes.append(
+            (
+                keyed,
+                exp.select("node", "w", "y", *[f.copy() for f in features],
+                           exp.alias_(child_case, "child"))
+                .from_(row_tables[-1])
+                .where(exp.In(this=q.col("node"), expressions=[q.num(i) for i, _ in internal])),
+            )
+        )
+        kids = q.values_table(
+            "kids", ["node", "child", "uniform", "stored"], kids_rows,
+            ["BIGINT", "BIGINT", "DOUBLE", "DOUBLE"],
+        )
+        if recompute_shares:
+            known = (
+                exp.select("node", "child", exp.alias_(exp.func("SUM", q.col("w")), "kw"))
+                .from_(keyed)
+                .where(exp.GTE(this=q.col("child"), expression=q.num(0)))
+                .group_by("node", "child")
+            )
+            totals = (
+                exp.select("node", exp.alias_(exp.func("SUM", q.col("kw")), "tw"))
+                .from_(known.subquery("kk"))
+                .group_by("node")
+            )
+            share = q.case(
+                (
+                    exp.GT(this=exp.func("COALESCE", q.col("tw", "t"), q.num(0.0)),
+                           expression=q.num(0.0)),
+                    exp.func("COALESCE", q.col("kw", "b"), q.num(0.0)) / q.col("tw", "t"),
+                ),
+                default=q.col("uniform", "kids"),
+            )
+            shares = (
+                exp.select(q.col("node", "kids"), q.col("child", "kids"),
+                           exp.alias_(share, "share"))
+                .from_(kids)
+                .join(
+                    known.subquery("b"),
+                    on=exp.and_(
+                        exp.EQ(this=q.col("node", "b"), expression=q.col("node", "kids")),
+                        exp.EQ(this=q.col("child", "b"), expression=q.col("child", "kids")),
+                    ),
+                    join_type="left",
+                )
+                .join(
+                    totals.subquery("t"),
+                    on=exp.EQ(this=q.col("node", "t"), expression=q.col("node", "kids")),
+                    join_type="left",
+                )
+            )
+        else:
+            shares = exp.select(
+                q.col("node", "kids"), q.col("child", "kids"),
+                exp.alias_(q.col("stored", "kids"), "share"),
+            ).from_(kids)
+        share_table = f"s{depth}"
+        ctes.append((share_table, shares))
+        known_rows = (
+            exp.select(exp.alias_(q.col("child"), "node"), "w", "y", *[f.copy() for f in features])
+            .from_(keyed)
+            .where(exp.GTE(this=q.col("child"), expression=q.num(0)))
+        )
+        unknown_rows = (
+            exp.select(
+                exp.alias_(q.col("child", "s"), "node"),
+                exp.alias_(q.col("w", "k") * q.col("share", "s"), "w"),
+                q.col("y", "k"),
+                *[q.col(f.name, "k") for f in features],
+            )
+            .from_(exp.alias_(exp.to_table(keyed), "k"))
+            .join(
+                exp.alias_(exp.to_table(share_table), "s"),
+                on=exp.EQ(this=q.col("node", "k"), expression=q.col("node", "s")),
+            )
+            .where(
+                exp.and_(
+                    exp.EQ(this=q.col("child", "k"), expression=q.num(-1)),
+                    exp.GT(this=q.col("share", "s"), expression=q.num(SMALL)),
+                )
+            )
+        )
+        nxt = f"r{depth + 1}"
+        ctes.append((nxt, exp.union(known_rows, unknown_rows, distinct=False)))
+        row_tables.append(nxt)
+
+    every: exp.Expression = exp.select("node", "w", "y").from_(row_tables[0])
+    for name in row_tables[1:]:
+        every = exp.union(every, exp.select("node", "w", "y").from_(name), distinct=False)
+    sums = [
+        exp.alias_(
+            exp.func(
+                "SUM",
+                q.case((exp.EQ(this=q.col("y"), expression=q.num(i)), q.col("w")),
+                       default=q.num(0.0)),
+            ),
+            f"c{i}",
+        )
+        for i in range(k)
+    ]
+    query = exp.select("node", *sums).from_(every.subquery("a")).group_by("node")
+    for name, body in ctes:
+        query = query.with_(name, as_=body)
+    rows = data.engine.execute(query)
+    router.queries += 1
+    return {id(ids[int(r[0])]): [float(x or 0.0) for x in r[1:]] for r in rows}
+
+
+def _apply_counts(structure: Node, counts: dict[int, list[float]], parent_proba: list[float]
+                  ) -> None:
+    """Store recounted class weights in ``structure``'s nodes; shares follow the new weights."""
+    k = len(structure.counts)
+
+    def visit(node: Node, fallback: list[float]) -> None:
+        node.counts = counts.get(id(node), [0.0] * k)
+        node.proba = normalise(node.counts, fallback)
+        if node.is_leaf:
+            return
+        for child in node.children:
+            visit(child, node.proba)
+        total = node.weight
+        n = len(node.children)
+        # A branch's share of a node's rows equals its share of the known weight (unknown
+        # rows were spread in that proportion), or uniform when no known weight arrived.
+        known = [c.weight for c in node.children]
+        s = sum(known)
+        node.shares = [w / s for w in known] if s > SMALL and total > SMALL else [1.0 / n] * n
+
+    visit(structure, parent_proba)
+
+
+# -- C4.5 error-based pruning ------------------------------------------------------------------
+def _max_bag(node: Node) -> int:
+    """Index of the heaviest branch; ties go to the last one, as in J48's Distribution.maxBag."""
+    best, index = 0.0, -1
+    for i, child in enumerate(node.children):
+        if child.weight - best > -SMALL:
+            best, index = child.weight, i
+    return max(index, 0)
+
+
+def prune_c45(
+    root: Node,
+    data: Dataset | None = None,
+    cf: float = 0.25,
+    subtree_raising: bool = True,
+    *,
+    collapse_first: bool = True,
+) -> PruneStats:
+    """Prune ``root`` in place as J48 does (``-C cf``; ``-S`` is ``subtree_raising=False``).
+
+    First :func:`collapse`, then bottom up: a node becomes a leaf when its estimated errors
+    as a leaf (observed plus :func:`add_errs`) are at most those of its subtree, and of its
+    largest branch, plus 0.1; otherwise, with subtree raising, the node is replaced by its
+    largest branch when that branch, receiving all of the node's rows, is estimated to err
+    no more than the subtree (plus 0.1). Raising needs ``data``: the raised branch's counts
+    are recounted in the engine (:func:`route_counts`).
+    """
+    stats = PruneStats("c4.5", leaves_before=_count_leaves(root))
+    if collapse_first:
+        stats.collapsed = collapse(root)
+    router = None
+    if subtree_raising and not root.is_leaf:
+        if data is None:
+            raise ValueError("subtree raising recounts rows in the engine: pass the dataset")
+        router = _Router.open(data)
+    try:
+        _prune_c45(root, [], cf, router, stats)
+    finally:
+        if router is not None:
+            stats.queries = router.queries
+            router.close()
+    stats.leaves_after = _count_leaves(root)
+    return stats
+
+
+def _prune_c45(
+    node: Node,
+    path: list[tuple[Node, int]],
+    cf: float,
+    router: _Router | None,
+    stats: PruneStats,
+) -> None:
+    if node.is_leaf:
+        return
+    for i, child in enumerate(node.children):
+        _prune_c45(child, [*path, (node, i)], cf, router, stats)
+
+    largest = _max_bag(node)
+    errors_leaf = estimated_errors(node.counts, cf)
+    raised: dict[int, list[float]] | None = None
+    if router is None:
+        errors_largest = math.inf
+    else:
+        branch = node.children[largest]
+        if branch.is_leaf:  # the branch as a leaf holding all of the node's rows
+            errors_largest = errors_leaf
+        else:
+            raised = route_counts(router, path, branch)
+            errors_largest = sum(
+                estimated_errors(raised.get(id(leaf), [0.0] * len(node.counts)), cf)
+                for leaf in branch.leaves()
+            )
+    errors_tree = _subtree_estimate(node, cf)
+
+    if errors_leaf - (errors_tree + 0.1) < SMALL and errors_leaf - (errors_largest + 0.1) < SMALL:
+        _leaf(node)
+        stats.pruned += 1
+        return
+    if errors_largest - (errors_tree + 0.1) < SMALL:
+        assert raised is not None
+        branch = node.children[largest]
+        parent_proba = path[-1][0].proba if path else node.proba
+        counts = dict(raised)
+        counts[id(branch)] = list(node.counts)  # the branch now holds all of the node's rows
+        _apply_counts(branch, counts, parent_proba)
+        node.split = branch.split
+        node.children = branch.children
+        node.shares = branch.shares
+        node.unknown_branch = branch.unknown_branch
+        node.counts = branch.counts
+        node.proba = branch.proba
+        stats.raised += 1
+        _prune_c45(node, path, cf, router, stats)
+
+
+# -- pessimistic pruning (Quinlan 1987) --------------------------------------------------------
+def pessimistic_decision(leaf_errors: float, subtree_errors: float, n: float) -> bool:
+    """Quinlan's pessimistic test: prune when the leaf's corrected errors (observed + 0.5) are
+    within one standard error of the subtree's corrected errors (observed + 0.5 per leaf)."""
+    se = math.sqrt(subtree_errors * (n - subtree_errors) / n) if 0 < subtree_errors < n else 0.0
+    return leaf_errors + 0.5 <= subtree_errors + se + 1e-12
+
+
+def prune_pessimistic(root: Node) -> PruneStats:
+    """Pessimistic error pruning (Quinlan 1987), top down: a subtree with leaves L and N
+    training cases is replaced by a leaf when ``e(node) + 1/2 <= E + SE(E)``, with
+    ``E = sum over L of (e(l) + 1/2)`` and ``SE(E) = sqrt(E (N - E) / N)``. A pruned subtree's
+    descendants are not examined. Needs no data: the counts are all it reads.
+    """
+    stats = PruneStats("pessimistic", leaves_before=_count_leaves(root))
+
+    def visit(node: Node) -> None:
+        if node.is_leaf:
+            return
+        leaves = list(node.leaves())
+        corrected = sum(_incorrect(leaf.counts) + 0.5 for leaf in leaves)
+        if pessimistic_decision(_incorrect(node.counts), corrected, node.weight):
+            _leaf(node)
+            stats.pruned += 1
+            return
+        for child in node.children:
+            visit(child)
+
+    visit(root)
+    stats.leaves_after = _count_leaves(root)
+    return stats
+
+
+# -- reduced-error pruning ---------------------------------------------------------------------
+def prune_reduced_error(root: Node, data: Dataset, validation: Any) -> PruneStats:
+    """Reduced-error pruning (Quinlan 1987) with a validation source.
+
+    One statement routes the validation rows through the tree (unknown values spread by the
+    tree's stored shares) and returns their class weights at every node. Then, bottom up, a
+    subtree becomes a leaf when the leaf (predicting the node's training class) misclassifies
+    no more validation weight than the pruned subtree does. Training counts are unchanged.
+    """
+    stats = PruneStats("reduced-error", leaves_before=_count_leaves(root))
+    router = _Router.open(data, validation)
+    try:
+        counts = route_counts(router, [], root, recompute_shares=False)
+    finally:
+        stats.queries = router.queries
+        router.close()
+    k = len(root.counts)
+
+    def wrong(node: Node) -> float:
+        c = counts.get(id(node), [0.0] * k)
+        return float(sum(c)) - c[node.label]
+
+    def visit(node: Node) -> float:
+        """Validation errors of the (pruned) subtree at ``node``."""
+        if node.is_leaf:
+            return wrong(node)
+        subtree = sum(visit(child) for child in node.children)
+        as_leaf = wrong(node)
+        if as_leaf <= subtree + 1e-9:
+            _leaf(node)
+            stats.pruned += 1
+            return as_leaf
+        return subtree
+
+    visit(root)
+    stats.leaves_after = _count_leaves(root)
+    return stats
+
+
+# -- one entry point ---------------------------------------------------------------------------
+def prune(
+    root: Node,
+    data: Dataset | None = None,
+    method: str | None = "c4.5",
+    *,
+    cf: float = 0.25,
+    subtree_raising: bool = True,
+    validation: Any = None,
+) -> PruneStats:
+    """Prune with ``method``: ``"c4.5"`` (J48's default), ``"pessimistic"``,
+    ``"reduced-error"`` (needs ``validation``), or None (J48 -U: only :func:`collapse`)."""
+    if method is None:
+        stats = PruneStats("none", leaves_before=_count_leaves(root))
+        stats.collapsed = collapse(root)
+        stats.leaves_after = _count_leaves(root)
+        return stats
+    if method == "c4.5":
+        return prune_c45(root, data, cf, subtree_raising)
+    if method == "pessimistic":
+        return prune_pessimistic(root)
+    if method == "reduced-error":
+        if data is None or validation is None:
+            raise ValueError("reduced-error pruning needs the dataset and a validation source")
+        return prune_reduced_error(root, data, validation)
+    raise ValueError(f"pruning must be one of {METHODS} or None, not {method!r}")
+
+
+def iter_nodes(root: Node) -> Iterator[Node]:
+    return root.walk()
