@@ -296,41 +296,46 @@ FROM (
             a.w_all,
             CASE
               WHEN (
-                s.l0 + s.l1
-              ) > (
-                CASE
-                  WHEN (
-                    0.1 * a.w_known
-                  ) / 2.0 <= 2.0
-                  THEN 2.0
-                  WHEN (
-                    0.1 * a.w_known
-                  ) / 2.0 > 25.0
-                  THEN 25.0
-                  ELSE (
-                    0.1 * a.w_known
-                  ) / 2.0
-                END - 1e-06
+                (
+                  s.l0 + s.l1
+                ) > (
+                  CASE
+                    WHEN (
+                      0.1 * a.w_known
+                    ) / 2.0 <= 2.0
+                    THEN 2.0
+                    WHEN (
+                      0.1 * a.w_known
+                    ) / 2.0 > 25.0
+                    THEN 25.0
+                    ELSE (
+                      0.1 * a.w_known
+                    ) / 2.0
+                  END - 1e-06
+                )
+                AND (
+                  a.w_known - (
+                    s.l0 + s.l1
+                  )
+                ) > (
+                  CASE
+                    WHEN (
+                      0.1 * a.w_known
+                    ) / 2.0 <= 2.0
+                    THEN 2.0
+                    WHEN (
+                      0.1 * a.w_known
+                    ) / 2.0 > 25.0
+                    THEN 25.0
+                    ELSE (
+                      0.1 * a.w_known
+                    ) / 2.0
+                  END - 1e-06
+                )
               )
               AND (
-                a.w_known - (
-                  s.l0 + s.l1
-                )
-              ) > (
-                CASE
-                  WHEN (
-                    0.1 * a.w_known
-                  ) / 2.0 <= 2.0
-                  THEN 2.0
-                  WHEN (
-                    0.1 * a.w_known
-                  ) / 2.0 > 25.0
-                  THEN 25.0
-                  ELSE (
-                    0.1 * a.w_known
-                  ) / 2.0
-                END - 1e-06
-              )
+                s.v + 1e-05
+              ) < s.next_value
               THEN 1
               ELSE 0
             END AS is_valid
