@@ -13,6 +13,7 @@ from .dataset import describe
 from .engines import get_engine
 from .grower import GrowOptions, Progress, grow, print_progress, score_options
 from .model import Model, features_info
+from .pruning import prune
 
 DEFAULT_MIN_CASES = {"c4.5": 2.0, "id3": 1.0}
 
@@ -32,6 +33,10 @@ def train(
     min_samples_split: float = 0.0,
     min_gain: float = 0.0,
     missing: str = "fractional",
+    pruning: str | None = "default",
+    cf: float = 0.25,
+    subtree_raising: bool = True,
+    validation: Any = None,
     progress: bool | Progress = False,
 ) -> Model:
     """Train a classification tree where the data lives.
@@ -58,6 +63,12 @@ def train(
         Pre-pruning: deepest test level, least weight to split a node, least gain of a split.
     missing : {"fractional", "majority", "drop"}, default="fractional"
         Unknown values: C4.5's fractional cases, the branch with most weight, or ignored.
+    pruning : {"c4.5", "pessimistic", "reduced-error"} or None, default: "c4.5" for C4.5
+        and None for ID3
+        Post-pruning: J48's error-based pruning (confidence ``cf``, with subtree raising
+        unless ``subtree_raising=False``), Quinlan's pessimistic pruning, or reduced-error
+        pruning against the ``validation`` source. None only collapses subtrees that do not
+        reduce training error (J48 ``-U``) for C4.5, and nothing for ID3.
     progress : bool or callable
         Report each level (nodes, splits, queries, seconds); True prints to standard error.
 
@@ -88,6 +99,14 @@ def train(
         )
         callback = print_progress if progress is True else (progress or None)
         root, grow_stats = grow(data, options, callback)
+        if pruning == "default":
+            pruning = "c4.5" if algorithm == "c4.5" else None
+        prune_stats = None
+        if algorithm == "c4.5" or pruning is not None:
+            prune_stats = prune(
+                root, data, pruning, cf=cf, subtree_raising=subtree_raising,
+                validation=validation,
+            )
     finally:
         engine.cleanup()
     stats = {
@@ -96,6 +115,7 @@ def train(
         "rows_null_target": data.n_null_target,
         "training_weight": sum(data.class_weights),
         **grow_stats.to_dict(),
+        "pruning": vars(prune_stats) if prune_stats is not None else None,
         "seconds": round(time.perf_counter() - started, 6),
     }
     return Model(
@@ -103,7 +123,8 @@ def train(
         classes=list(data.classes),
         target=target,
         features=features_info(data.features),
-        options={k: v for k, v in vars(options).items()} | {"weight": weight},
+        options=vars(options) | {"weight": weight, "pruning": pruning, "cf": cf,
+                                 "subtree_raising": subtree_raising},
         stats=stats,
     )
 

@@ -83,36 +83,23 @@ class Model:
         return [f.name for f in self.features]
 
     # -- text --------------------------------------------------------------------------------
-    def text(self) -> str:
-        """The tree, one test per line, leaves with ``(weight/errors)`` as J48 prints them."""
-        lines: list[str] = []
+    def text(self, decimals: int | None = 6) -> str:
+        """The tree as J48 prints it: one test per line, leaves with ``(weight/errors)``."""
+        from .export import text
 
-        def leaf_text(node: Node) -> str:
-            label = format_value(self.classes[node.label])
-            weight, errors = node.weight, node.errors
-            if errors > 1e-9:
-                return f"{label} ({weight:.1f}/{errors:.1f})"
-            return f"{label} ({weight:.1f})"
+        return text(self, decimals=decimals)
 
-        def visit(node: Node, indent: int) -> None:
-            assert node.split is not None
-            for i, child in enumerate(node.children):
-                head = "|   " * indent + node.split.describe(i)
-                if child.is_leaf:
-                    lines.append(f"{head}: {leaf_text(child)}")
-                else:
-                    lines.append(head)
-                    visit(child, indent + 1)
+    def rules(self, decimals: int | None = 6) -> str:
+        """One ``IF ... THEN class`` line per leaf, with coverage and confidence."""
+        from .export import rules
 
-        if self.root.is_leaf:
-            lines.append(f": {leaf_text(self.root)}")
-        else:
-            visit(self.root, 0)
-        lines.append("")
-        lines.append(f"Number of Leaves  : \t{self.n_leaves}")
-        lines.append("")
-        lines.append(f"Size of the tree : \t{self.n_nodes}")
-        return "\n".join(lines)
+        return rules(self, decimals=decimals)
+
+    def graphviz(self, decimals: int | None = 6) -> str:
+        """The tree as Graphviz DOT text."""
+        from .export import graphviz
+
+        return graphviz(self, decimals=decimals)
 
     def __repr__(self) -> str:
         return (

@@ -118,7 +118,7 @@ Size of the tree : \t8"""
 @pytest.mark.parametrize("algorithm", ["id3", "c4.5"])
 def test_golf_is_the_classic_tree(algorithm):
     model = sqltree.train(str(GOLF), target="play", algorithm=algorithm)
-    assert model.text() == CLASSIC
+    assert model.text() == CLASSIC + "\n"
     assert (model.n_leaves, model.n_nodes, model.depth) == (5, 8, 2)
     assert model.classes == ["no", "yes"]
     assert model.root.split.feature == "outlook"
