@@ -28,14 +28,8 @@ PROBA_TIE = 1e-9
 
 
 def dnum(x: float) -> exp.Expression:
-    """A float literal that engines type as DOUBLE (DuckDB and Spark read plain ``0.25`` as a
-    DECIMAL, whose products soon overflow its scale)."""
-    text = repr(float(x))
-    if "e" not in text and "inf" not in text and "nan" not in text:
-        text += "e0"
-    if text.startswith("-"):
-        return exp.Neg(this=exp.Literal.number(text[1:]))
-    return exp.Literal.number(text)
+    """A float literal typed DOUBLE by every engine (see ``queries.num``)."""
+    return num(float(x))
 
 
 def column(name: str, table: str | None = None) -> exp.Column:
@@ -58,7 +52,7 @@ def branch_condition(split: Split, branch: int, table: str | None = None) -> exp
     c = column(split.feature, table)
     if split.kind == CONTINUOUS:
         assert split.threshold is not None
-        t = num(float(split.threshold))
+        t = num(float(split.threshold), double=False)
         return exp.LTE(this=c, expression=t) if branch == 0 else exp.GT(this=c, expression=t)
     assert split.groups is not None
     group = split.groups[branch]

@@ -39,7 +39,12 @@ def col(name: str, table: str | None = None) -> exp.Column:
     return exp.column(name, table=table)
 
 
-def num(x: float | int) -> exp.Expression:
+def num(x: float | int, *, double: bool = True) -> exp.Expression:
+    """A numeric literal, exact (``repr``) for floats.
+
+    Floats get an exponent (``0.25e0``) unless ``double=False``: DuckDB and Spark read a plain
+    ``0.25`` as a DECIMAL, whose products soon overflow its scale, and ``e0`` makes it DOUBLE.
+    """
     if isinstance(x, bool):
         raise TypeError("booleans are not numbers here")
     if isinstance(x, int):
@@ -47,6 +52,8 @@ def num(x: float | int) -> exp.Expression:
     if math.isinf(x) or math.isnan(x):
         raise ValueError(f"{x} cannot be written as a SQL literal")
     text = repr(float(x))
+    if double and "e" not in text:
+        text += "e0"
     if text.startswith("-"):
         return exp.Neg(this=exp.Literal.number(text[1:]))
     return exp.Literal.number(text)

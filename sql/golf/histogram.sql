@@ -3,8 +3,8 @@ SELECT
   node,
   CAST(-1 AS INT) AS attr,
   CAST(NULL AS DOUBLE) AS v,
-  SUM(CASE WHEN y = 0 THEN w ELSE 0.0 END) AS c0,
-  SUM(CASE WHEN y = 1 THEN w ELSE 0.0 END) AS c1
+  SUM(CASE WHEN y = 0 THEN w ELSE 0.0e0 END) AS c0,
+  SUM(CASE WHEN y = 1 THEN w ELSE 0.0e0 END) AS c1
 FROM level
 GROUP BY
   node
@@ -13,8 +13,8 @@ SELECT
   node,
   CAST(0 AS INT) AS attr,
   f0 AS v,
-  SUM(CASE WHEN y = 0 THEN w ELSE 0.0 END) AS c0,
-  SUM(CASE WHEN y = 1 THEN w ELSE 0.0 END) AS c1
+  SUM(CASE WHEN y = 0 THEN w ELSE 0.0e0 END) AS c0,
+  SUM(CASE WHEN y = 1 THEN w ELSE 0.0e0 END) AS c1
 FROM level
 GROUP BY
   node,
@@ -24,8 +24,8 @@ SELECT
   node,
   CAST(1 AS INT) AS attr,
   f1 AS v,
-  SUM(CASE WHEN y = 0 THEN w ELSE 0.0 END) AS c0,
-  SUM(CASE WHEN y = 1 THEN w ELSE 0.0 END) AS c1
+  SUM(CASE WHEN y = 0 THEN w ELSE 0.0e0 END) AS c0,
+  SUM(CASE WHEN y = 1 THEN w ELSE 0.0e0 END) AS c1
 FROM level
 GROUP BY
   node,
@@ -35,8 +35,8 @@ SELECT
   node,
   CAST(2 AS INT) AS attr,
   f2 AS v,
-  SUM(CASE WHEN y = 0 THEN w ELSE 0.0 END) AS c0,
-  SUM(CASE WHEN y = 1 THEN w ELSE 0.0 END) AS c1
+  SUM(CASE WHEN y = 0 THEN w ELSE 0.0e0 END) AS c0,
+  SUM(CASE WHEN y = 1 THEN w ELSE 0.0e0 END) AS c1
 FROM level
 GROUP BY
   node,
@@ -46,8 +46,8 @@ SELECT
   node,
   CAST(3 AS INT) AS attr,
   f3 AS v,
-  SUM(CASE WHEN y = 0 THEN w ELSE 0.0 END) AS c0,
-  SUM(CASE WHEN y = 1 THEN w ELSE 0.0 END) AS c1
+  SUM(CASE WHEN y = 0 THEN w ELSE 0.0e0 END) AS c0,
+  SUM(CASE WHEN y = 1 THEN w ELSE 0.0e0 END) AS c1
 FROM level
 GROUP BY
   node,

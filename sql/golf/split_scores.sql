@@ -22,7 +22,7 @@ FROM (
     CASE
       WHEN NOT threshold IS NULL AND candidates > 0
       THEN gain - (
-        LN(candidates) / 0.6931471805599453 / w_all
+        LN(candidates) / 0.6931471805599453e0 / w_all
       )
       ELSE gain
     END AS mdl_gain,
@@ -38,32 +38,32 @@ FROM (
       CAST(NULL AS DOUBLE) AS threshold,
       CAST(NULL AS DOUBLE) AS next_value,
       CASE
-        WHEN a.w_all * 0.6931471805599453 > 0
+        WHEN a.w_all * 0.6931471805599453e0 > 0
         THEN (
           (
             CASE WHEN a.w_known > 0 THEN (
               a.w_known * LN(a.w_known)
-            ) ELSE 0.0 END - CASE WHEN a.k0 > 0 THEN (
+            ) ELSE 0.0e0 END - CASE WHEN a.k0 > 0 THEN (
               a.k0 * LN(a.k0)
-            ) ELSE 0.0 END - CASE WHEN a.k1 > 0 THEN (
+            ) ELSE 0.0e0 END - CASE WHEN a.k1 > 0 THEN (
               a.k1 * LN(a.k1)
-            ) ELSE 0.0 END
+            ) ELSE 0.0e0 END
           ) - a.bags_ent
         ) / (
-          a.w_all * 0.6931471805599453
+          a.w_all * 0.6931471805599453e0
         )
         ELSE NULL
       END AS gain,
       CASE
-        WHEN a.w_all * 0.6931471805599453 > 0
+        WHEN a.w_all * 0.6931471805599453e0 > 0
         THEN (
           CASE WHEN a.w_all > 0 THEN (
             a.w_all * LN(a.w_all)
-          ) ELSE 0.0 END - a.bags_xlogx - CASE WHEN a.w_unknown > 0 THEN (
+          ) ELSE 0.0e0 END - a.bags_xlogx - CASE WHEN a.w_unknown > 0 THEN (
             a.w_unknown * LN(a.w_unknown)
-          ) ELSE 0.0 END
+          ) ELSE 0.0e0 END
         ) / (
-          a.w_all * 0.6931471805599453
+          a.w_all * 0.6931471805599453e0
         )
         ELSE NULL
       END AS split_info,
@@ -80,12 +80,12 @@ FROM (
         )) AS w_all,
         SUM(CASE WHEN NOT v IS NULL THEN (
           c0 + c1
-        ) ELSE 0.0 END) AS w_known,
+        ) ELSE 0.0e0 END) AS w_known,
         SUM(CASE WHEN v IS NULL THEN (
           c0 + c1
-        ) ELSE 0.0 END) AS w_unknown,
-        SUM(CASE WHEN NOT v IS NULL THEN c0 ELSE 0.0 END) AS k0,
-        SUM(CASE WHEN NOT v IS NULL THEN c1 ELSE 0.0 END) AS k1,
+        ) ELSE 0.0e0 END) AS w_unknown,
+        SUM(CASE WHEN NOT v IS NULL THEN c0 ELSE 0.0e0 END) AS k0,
+        SUM(CASE WHEN NOT v IS NULL THEN c1 ELSE 0.0e0 END) AS k1,
         SUM(
           CASE
             WHEN NOT v IS NULL
@@ -101,14 +101,14 @@ FROM (
                     c0 + c1
                   ))
                 )
-                ELSE 0.0
+                ELSE 0.0e0
               END - CASE WHEN c0 > 0 THEN (
                 c0 * LN(c0)
-              ) ELSE 0.0 END - CASE WHEN c1 > 0 THEN (
+              ) ELSE 0.0e0 END - CASE WHEN c1 > 0 THEN (
                 c1 * LN(c1)
-              ) ELSE 0.0 END
+              ) ELSE 0.0e0 END
             )
-            ELSE 0.0
+            ELSE 0.0e0
           END
         ) AS bags_ent,
         SUM(
@@ -125,14 +125,14 @@ FROM (
                   c0 + c1
                 ))
               )
-              ELSE 0.0
+              ELSE 0.0e0
             END
-            ELSE 0.0
+            ELSE 0.0e0
           END
         ) AS bags_xlogx,
         SUM(CASE WHEN NOT v IS NULL AND (
           c0 + c1
-        ) > 1.999999 THEN 1 ELSE 0 END) AS big_branches,
+        ) > 1.999999e0 THEN 1 ELSE 0 END) AS big_branches,
         COUNT(v) AS n_values
       FROM hist
       WHERE
@@ -171,16 +171,16 @@ FROM (
             s.v AS threshold,
             s.next_value,
             CASE
-              WHEN a.w_all * 0.6931471805599453 > 0
+              WHEN a.w_all * 0.6931471805599453e0 > 0
               THEN (
                 (
                   CASE WHEN a.w_known > 0 THEN (
                     a.w_known * LN(a.w_known)
-                  ) ELSE 0.0 END - CASE WHEN a.k0 > 0 THEN (
+                  ) ELSE 0.0e0 END - CASE WHEN a.k0 > 0 THEN (
                     a.k0 * LN(a.k0)
-                  ) ELSE 0.0 END - CASE WHEN a.k1 > 0 THEN (
+                  ) ELSE 0.0e0 END - CASE WHEN a.k1 > 0 THEN (
                     a.k1 * LN(a.k1)
-                  ) ELSE 0.0 END
+                  ) ELSE 0.0e0 END
                 ) - (
                   CASE
                     WHEN (
@@ -193,12 +193,12 @@ FROM (
                         s.l0 + s.l1
                       ))
                     )
-                    ELSE 0.0
+                    ELSE 0.0e0
                   END - CASE WHEN s.l0 > 0 THEN (
                     s.l0 * LN(s.l0)
-                  ) ELSE 0.0 END - CASE WHEN s.l1 > 0 THEN (
+                  ) ELSE 0.0e0 END - CASE WHEN s.l1 > 0 THEN (
                     s.l1 * LN(s.l1)
-                  ) ELSE 0.0 END
+                  ) ELSE 0.0e0 END
                 ) - (
                   CASE
                     WHEN (
@@ -217,7 +217,7 @@ FROM (
                         )
                       ))
                     )
-                    ELSE 0.0
+                    ELSE 0.0e0
                   END - CASE
                     WHEN (
                       a.k0 - s.l0
@@ -229,7 +229,7 @@ FROM (
                         a.k0 - s.l0
                       ))
                     )
-                    ELSE 0.0
+                    ELSE 0.0e0
                   END - CASE
                     WHEN (
                       a.k1 - s.l1
@@ -241,20 +241,20 @@ FROM (
                         a.k1 - s.l1
                       ))
                     )
-                    ELSE 0.0
+                    ELSE 0.0e0
                   END
                 )
               ) / (
-                a.w_all * 0.6931471805599453
+                a.w_all * 0.6931471805599453e0
               )
               ELSE NULL
             END AS gain,
             CASE
-              WHEN a.w_all * 0.6931471805599453 > 0
+              WHEN a.w_all * 0.6931471805599453e0 > 0
               THEN (
                 CASE WHEN a.w_all > 0 THEN (
                   a.w_all * LN(a.w_all)
-                ) ELSE 0.0 END - CASE
+                ) ELSE 0.0e0 END - CASE
                   WHEN (
                     s.l0 + s.l1
                   ) > 0
@@ -265,7 +265,7 @@ FROM (
                       s.l0 + s.l1
                     ))
                   )
-                  ELSE 0.0
+                  ELSE 0.0e0
                 END - CASE
                   WHEN (
                     a.w_known - (
@@ -283,12 +283,12 @@ FROM (
                       )
                     ))
                   )
-                  ELSE 0.0
+                  ELSE 0.0e0
                 END - CASE WHEN a.w_unknown > 0 THEN (
                   a.w_unknown * LN(a.w_unknown)
-                ) ELSE 0.0 END
+                ) ELSE 0.0e0 END
               ) / (
-                a.w_all * 0.6931471805599453
+                a.w_all * 0.6931471805599453e0
               )
               ELSE NULL
             END AS split_info,
@@ -301,16 +301,16 @@ FROM (
                 ) > (
                   CASE
                     WHEN (
-                      0.1 * a.w_known
-                    ) / 2.0 <= 2.0
-                    THEN 2.0
+                      0.1e0 * a.w_known
+                    ) / 2.0e0 <= 2.0e0
+                    THEN 2.0e0
                     WHEN (
-                      0.1 * a.w_known
-                    ) / 2.0 > 25.0
-                    THEN 25.0
+                      0.1e0 * a.w_known
+                    ) / 2.0e0 > 25.0e0
+                    THEN 25.0e0
                     ELSE (
-                      0.1 * a.w_known
-                    ) / 2.0
+                      0.1e0 * a.w_known
+                    ) / 2.0e0
                   END - 1e-06
                 )
                 AND (
@@ -320,16 +320,16 @@ FROM (
                 ) > (
                   CASE
                     WHEN (
-                      0.1 * a.w_known
-                    ) / 2.0 <= 2.0
-                    THEN 2.0
+                      0.1e0 * a.w_known
+                    ) / 2.0e0 <= 2.0e0
+                    THEN 2.0e0
                     WHEN (
-                      0.1 * a.w_known
-                    ) / 2.0 > 25.0
-                    THEN 25.0
+                      0.1e0 * a.w_known
+                    ) / 2.0e0 > 25.0e0
+                    THEN 25.0e0
                     ELSE (
-                      0.1 * a.w_known
-                    ) / 2.0
+                      0.1e0 * a.w_known
+                    ) / 2.0e0
                   END - 1e-06
                 )
               )
@@ -368,12 +368,12 @@ FROM (
               )) AS w_all,
               SUM(CASE WHEN NOT v IS NULL THEN (
                 c0 + c1
-              ) ELSE 0.0 END) AS w_known,
+              ) ELSE 0.0e0 END) AS w_known,
               SUM(CASE WHEN v IS NULL THEN (
                 c0 + c1
-              ) ELSE 0.0 END) AS w_unknown,
-              SUM(CASE WHEN NOT v IS NULL THEN c0 ELSE 0.0 END) AS k0,
-              SUM(CASE WHEN NOT v IS NULL THEN c1 ELSE 0.0 END) AS k1,
+              ) ELSE 0.0e0 END) AS w_unknown,
+              SUM(CASE WHEN NOT v IS NULL THEN c0 ELSE 0.0e0 END) AS k0,
+              SUM(CASE WHEN NOT v IS NULL THEN c1 ELSE 0.0e0 END) AS k1,
               SUM(
                 CASE
                   WHEN NOT v IS NULL
@@ -389,14 +389,14 @@ FROM (
                           c0 + c1
                         ))
                       )
-                      ELSE 0.0
+                      ELSE 0.0e0
                     END - CASE WHEN c0 > 0 THEN (
                       c0 * LN(c0)
-                    ) ELSE 0.0 END - CASE WHEN c1 > 0 THEN (
+                    ) ELSE 0.0e0 END - CASE WHEN c1 > 0 THEN (
                       c1 * LN(c1)
-                    ) ELSE 0.0 END
+                    ) ELSE 0.0e0 END
                   )
-                  ELSE 0.0
+                  ELSE 0.0e0
                 END
               ) AS bags_ent,
               SUM(
@@ -413,14 +413,14 @@ FROM (
                         c0 + c1
                       ))
                     )
-                    ELSE 0.0
+                    ELSE 0.0e0
                   END
-                  ELSE 0.0
+                  ELSE 0.0e0
                 END
               ) AS bags_xlogx,
               SUM(CASE WHEN NOT v IS NULL AND (
                 c0 + c1
-              ) > 1.999999 THEN 1 ELSE 0 END) AS big_branches,
+              ) > 1.999999e0 THEN 1 ELSE 0 END) AS big_branches,
               COUNT(v) AS n_values
             FROM hist
             WHERE

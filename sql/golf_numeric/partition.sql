@@ -12,12 +12,12 @@ FROM (
     *,
     CASE
       WHEN v IS NULL
-      THEN -1.0
+      THEN -1.0e0
       WHEN thr IS NULL
       THEN v
       WHEN v <= thr
-      THEN 0.0
-      ELSE 1.0
+      THEN 0.0e0
+      ELSE 1.0e0
     END AS key
   FROM (
     SELECT
@@ -48,7 +48,7 @@ FROM (
         CAST(thr AS DOUBLE) AS thr
       FROM (VALUES
         (0, 1, NULL),
-        (3, 2, 75.0)) AS n_raw(node, attr, thr)
+        (3, 2, 75.0e0)) AS n_raw(node, attr, thr)
     ) AS n
       ON l.node = n.node
   ) AS k
@@ -60,15 +60,15 @@ JOIN (
     CAST(child AS BIGINT) AS child,
     CAST(factor AS DOUBLE) AS factor
   FROM (VALUES
-    (0, 0, 1, 1.0),
-    (0, 1, 2, 1.0),
-    (0, 2, 3, 1.0),
-    (0, -1, 1, 0.25),
-    (0, -1, 2, 0.5),
-    (0, -1, 3, 0.25),
-    (3, 0, 4, 1.0),
-    (3, 1, 5, 1.0),
-    (3, -1, 4, 0.4),
-    (3, -1, 5, 0.6)) AS r_raw(node, key, child, factor)
+    (0, 0, 1, 1.0e0),
+    (0, 1, 2, 1.0e0),
+    (0, 2, 3, 1.0e0),
+    (0, -1, 1, 0.25e0),
+    (0, -1, 2, 0.5e0),
+    (0, -1, 3, 0.25e0),
+    (3, 0, 4, 1.0e0),
+    (3, 1, 5, 1.0e0),
+    (3, -1, 4, 0.4e0),
+    (3, -1, 5, 0.6e0)) AS r_raw(node, key, child, factor)
 ) AS r
   ON x.node = r.node AND x.key = r.key;
