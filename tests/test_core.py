@@ -269,3 +269,21 @@ def test_many_nulls_scoring_sql_equals_python():
         want = model.predict_proba_row({k: (None if pd.isna(v) else v) for k, v in rows[i].items()})
         got = scored.loc[i, model.proba_columns()].tolist()
         assert got == pytest.approx(want, abs=1e-12)
+
+
+def test_scoring_a_table_in_place():
+    con = duckdb.connect()
+    con.execute(
+        "CREATE TABLE golf AS SELECT * FROM read_csv(?, auto_type_candidates="
+        "['BIGINT','DOUBLE','VARCHAR'])", [str(GOLF)],
+    )
+    model = sqltree.train("golf", target="play", connection=con)
+    con.execute(model.to_sql("duckdb", table="golf", view="scored_golf"))
+    from_view = con.execute("SELECT play, prediction FROM scored_golf").fetchall()
+    assert all(play == prediction for play, prediction in from_view) and len(from_view) == 14
+    assert model.predict("golf", connection=con, into="golf_scored") is None
+    assert con.execute("SELECT count(*) FROM golf_scored WHERE play = prediction").fetchone() == (
+        14,
+    )
+    with pytest.raises(sqltree.DataError, match="prediction"):
+        model.predict("golf_scored", connection=con)
