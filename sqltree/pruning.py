@@ -150,6 +150,15 @@ class _Router:
         self.data.engine.drop(self.rows)
 
 
+def _case(*whens: tuple[exp.Expression, exp.Expression], default: exp.Expression) -> exp.Case:
+    """CASE built in place: sqlglot's builders copy the whole expression on every call, which
+    is quadratic for CASEs with one WHEN per node."""
+    c = exp.Case()
+    for cond, value in whens:
+        c.when(cond, value, copy=False)
+    return c.else_(default, copy=False)
+
+
 def _feature_column(data: Dataset, name: str) -> tuple[exp.Column, Any]:
     f = data.feature(name)
     return q.col(f.column), f
@@ -162,7 +171,7 @@ def _branch_conditions(data: Dataset, node: Node) -> tuple[exp.Expression, list[
     column, feature = _feature_column(data, split.feature)
     if split.kind == CONTINUOUS:
         assert split.threshold is not None
-        t = q.num(float(split.threshold))
+        t = q.as_double(q.num(float(split.threshold)))
         return column.is_(exp.null()), [
             exp.LTE(this=column.copy(), expression=t),
             exp.GT(this=column.copy(), expression=t.copy()),
@@ -191,8 +200,8 @@ def _path_weight(data: Dataset, path: Sequence[tuple[Node, int]]) -> exp.Express
     weight: exp.Expression = q.col("w")
     for ancestor, branch in path:
         unknown, branches = _branch_conditions(data, ancestor)
-        factor = q.case(
-            (unknown, q.num(float(ancestor.shares[branch]))),
+        factor = _case(
+            (unknown, q.as_double(q.num(float(ancestor.shares[branch])))),
             (branches[branch], q.num(1.0)),
             default=q.num(0.0),
         )
@@ -243,7 +252,6 @@ def route_counts(
         )
         .from_(router.rows.copy())
     )
-    query = exp.select("*").from_("r0")  # replaced below; keeps sqlglot's With handling simple
     ctes: list[tuple[str, exp.Expression]] = [
         ("r0", exp.select("*").from_(start.subquery("s")).where(
             exp.GT(this=q.col("w"), expression=q.num(0.0))
@@ -258,24 +266,31 @@ def route_counts(
         kids_rows: list[tuple[int, int, float, float]] = []
         for local, node in internal:
             unknown, branches = _branch_conditions(data, node)
-            inner = exp.Case().when(unknown, q.num(-1))
+            inner = exp.Case().when(unknown, q.num(-1), copy=False)
             for branch, cond in enumerate(branches):
-                inner = inner.when(cond, q.num(local_of[id(node.children[branch])]))
-            inner = inner.else_(q.num(-1))
-            child_case = child_case.when(exp.EQ(this=q.col("node"), expression=q.num(local)), inner)
+                inner.when(cond, q.num(local_of[id(node.children[branch])]), copy=False)
+            inner.else_(q.num(-1), copy=False)
+            child_case.when(
+                exp.EQ(this=q.col("node"), expression=q.num(local)), inner, copy=False
+            )
             n_branches = len(node.children)
             for branch, child in enumerate(node.children):
                 share = float(node.shares[branch]) if node.shares else 1.0 / n_branches
                 kids_rows.append((local, local_of[id(child)], 1.0 / n_branches, share))
-        child_case = child_case.else_(q.num(-1))
+        child_case.else_(q.num(-1), copy=False)
         keyed = f"k{depth}"
         ctes.append(
             (
                 keyed,
-                exp.select("node", "w", "y", *[f.copy() for f in features],
-                           exp.alias_(child_case, "child"))
-                .from_(row_tables[-1])
-                .where(exp.In(this=q.col("node"), expressions=[q.num(i) for i, _ in internal])),
+                exp.select(
+                    "node", "w", "y", *[f.copy() for f in features],
+                    exp.alias_(child_case, "child", copy=False), copy=False,
+                )
+                .from_(row_tables[-1], copy=False)
+                .where(
+                    exp.In(this=q.col("node"), expressions=[q.num(i) for i, _ in internal]),
+                    copy=False,
+                ),
             )
         )
         kids = q.values_table(
@@ -294,7 +309,7 @@ def route_counts(
                 .from_(known.subquery("kk"))
                 .group_by("node")
             )
-            share = q.case(
+            share = _case(
                 (
                     exp.GT(this=exp.func("COALESCE", q.col("tw", "t"), q.num(0.0)),
                            expression=q.num(0.0)),
@@ -362,8 +377,8 @@ def route_counts(
         exp.alias_(
             exp.func(
                 "SUM",
-                q.case((exp.EQ(this=q.col("y"), expression=q.num(i)), q.col("w")),
-                       default=q.num(0.0)),
+                _case((exp.EQ(this=q.col("y"), expression=q.num(i)), q.col("w")),
+                      default=q.num(0.0)),
             ),
             f"c{i}",
         )
@@ -371,7 +386,7 @@ def route_counts(
     ]
     query = exp.select("node", *sums).from_(every.subquery("a")).group_by("node")
     for name, body in ctes:
-        query = query.with_(name, as_=body)
+        query.with_(name, as_=body, copy=False)
     rows = data.engine.execute(query)
     router.queries += 1
     return {id(ids[int(r[0])]): [float(x or 0.0) for x in r[1:]] for r in rows}
