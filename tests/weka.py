@@ -19,11 +19,15 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
+from sqltree.dataset import Dataset, describe
+from sqltree.engines.base import Engine
 
 WEKA_JAR = os.environ.get("WEKA_JAR", "/usr/share/java/weka.jar")
 EXAMPLES = Path(os.environ.get("WEKA_EXAMPLES", "/usr/share/doc/weka/examples"))
@@ -164,20 +168,37 @@ def _java(args: list[str]) -> str:
     return done.stdout
 
 
-def run_j48(arff: str | os.PathLike[str], options: list[str] = ()) -> J48Result:  # type: ignore[assignment]
-    """Run J48 with ``options`` (e.g. ``["-U"]``) on ``arff``: tree, accuracies, predictions."""
+def run_j48(
+    arff: str | os.PathLike[str],
+    options: Sequence[str] = (),
+    *,
+    predictions: bool = True,
+    cv_predictions: bool = False,
+) -> J48Result:
+    """Run J48 with ``options`` (e.g. ``["-U"]``) on ``arff``.
+
+    One run prints the tree and the training and 10-fold cross-validation accuracy (add
+    ``-no-cv`` to skip the latter); ``predictions`` adds a run that scores the training set
+    (class indexes and distributions), ``cv_predictions`` one that lists the predictions made
+    under cross-validation, fold by fold.
+    """
     path = os.fspath(arff)
     report = _java([*options, "-t", path])
     tree_text, leaves, size = parse_tree_report(report)
     train = _correct(report, "=== Error on training data ===")
     cv = _correct(report, "=== Stratified cross-validation ===")
-    preds = _java([*options, "-t", path, "-T", path, "-p", "0", "-distribution"])
-    labels, dists = _parse_predictions(preds, "=== Predictions on test data ===")
-    cv_preds = _java([*options, "-t", path, "-p", "0"])
-    cv_labels, _ = _parse_predictions(cv_preds, "=== Predictions under cross-validation ===")
-    return J48Result(
-        tree_text, leaves, size, train[0], train[1], cv[0], cv[1], labels, dists, cv_labels
-    )
+    result = J48Result(tree_text, leaves, size, train[0], train[1], cv[0], cv[1])
+    if predictions:
+        out = _java([*options, "-t", path, "-T", path, "-p", "0", "-distribution"])
+        result.predictions, result.distributions = _parse_predictions(
+            out, "=== Predictions on test data ==="
+        )
+    if cv_predictions:
+        out = _java([*options, "-t", path, "-p", "0"])
+        result.cv_predictions, _ = _parse_predictions(
+            out, "=== Predictions under cross-validation ==="
+        )
+    return result
 
 
 def parse_tree_report(report: str) -> tuple[str, int, int]:
@@ -194,6 +215,8 @@ def parse_tree_report(report: str) -> tuple[str, int, int]:
 
 
 def _correct(report: str, section: str) -> tuple[float, float]:
+    if section not in report:
+        return math.nan, math.nan
     part = report.split(section, 1)[1]
     correct = re.search(r"Correctly Classified Instances\s+([\d.]+)", part)
     total = re.search(r"Total Number of Instances\s+([\d.]+)", part)
@@ -308,3 +331,21 @@ def weka_folds(classes: list[Any], folds: int = 10, seed: int = 1) -> list[list[
         first = fold * (n // folds) + offset
         out.append(dealt[first : first + size])
     return out
+
+
+# -- sqltree on a subset of rows, with the whole data set's domains ----------------------------
+def describe_like_weka(
+    frame: pd.DataFrame, target: str, engine: Engine, whole: pd.DataFrame
+) -> Dataset:
+    """Describe ``frame`` (e.g. a cross-validation training fold) with the nominal domains and
+    classes of ``whole``: Weka keeps the ARFF header's domains in every fold, so a value that a
+    fold lacks still gets its (empty) branch, and a fold lacking a class still has it."""
+    data = describe(frame, engine, target)
+    for f in data.features:
+        if f.kind == "nominal":
+            f.values = sorted({v for v in whole[f.name] if isinstance(v, str)})
+    classes = sorted({v for v in whole[target] if isinstance(v, str)})
+    weights = dict(zip(data.classes, data.class_weights, strict=True))
+    data.classes = classes
+    data.class_weights = [weights.get(c, 0.0) for c in classes]
+    return data

@@ -1,0 +1,314 @@
+"""Pruning: C4.5's error estimate, collapse, error-based pruning with subtree raising (counts
+recounted in SQL), pessimistic pruning (seed 002's table) and reduced-error pruning."""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from sqltree.dataset import describe
+from sqltree.engines.duckdb import DuckDBEngine
+from sqltree.grower import GrowOptions, grow
+from sqltree.pruning import (
+    _Router,
+    add_errs,
+    collapse,
+    estimated_errors,
+    pessimistic_decision,
+    prune,
+    prune_c45,
+    prune_pessimistic,
+    prune_reduced_error,
+    route_counts,
+)
+from sqltree.tree import Node, Split
+from tests.helpers import GOLF, GOLF_NUMERIC, read_csv
+from tests.weka import example, read_arff
+
+Z75 = 0.6744897501960817  # the 75% quantile of the standard normal
+
+
+def leaf(counts: list[float]) -> Node:
+    total = sum(counts)
+    return Node(counts=list(counts), proba=[c / total if total else 0.0 for c in counts])
+
+
+def nominal(feature: str, values: list[str], children: list[Node]) -> Node:
+    counts = [sum(c.counts[i] for c in children) for i in range(len(children[0].counts))]
+    node = leaf(counts)
+    node.split = Split(feature, "nominal", groups=[[v] for v in values])
+    node.children = children
+    node.shares = [c.weight / node.weight for c in children]
+    return node
+
+
+# -- the error estimate ------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("n", "u"),
+    # Quinlan, C4.5 (1993), p. 41: U_25%(0, N) for the leaves of the voting example.
+    [(6, 0.206), (9, 0.143), (1, 0.750)],
+)
+def test_add_errs_without_errors_is_the_exact_binomial_limit(n: int, u: float) -> None:
+    assert add_errs(n, 0) == pytest.approx(n * (1 - 0.25 ** (1 / n)))
+    assert add_errs(n, 0) / n == pytest.approx(u, abs=5e-4)
+
+
+def test_add_errs_follows_j48_stats() -> None:
+    # Normal approximation with continuity correction, as J48's Stats.addErrs.
+    n, e = 16.0, 3.0
+    f = (e + 0.5) / n
+    r = (f + Z75**2 / (2 * n) + Z75 * math.sqrt(f / n - f * f / n + Z75**2 / (4 * n * n))) / (
+        1 + Z75**2 / n
+    )
+    assert add_errs(n, e) == pytest.approx(r * n - e, rel=1e-12)
+    # Between 0 and 1 error: linear interpolation between the two.
+    assert add_errs(10, 0.25) == pytest.approx(
+        add_errs(10, 0) + 0.25 * (add_errs(10, 1) - add_errs(10, 0))
+    )
+    # Near the top the estimate is capped at all cases wrong.
+    assert add_errs(4, 3.6) == pytest.approx(0.4)
+    assert add_errs(10, 0, cf=0.6) == 0.0  # J48 leaves the estimate alone for CF > 0.5
+    assert estimated_errors([0.0, 0.0]) == 0.0
+    assert estimated_errors([13.0, 3.0]) == pytest.approx(3 + add_errs(16, 3))
+
+
+# -- collapse and pruning on stored counts -----------------------------------------------------
+def test_collapse_removes_subtrees_that_fix_no_training_error() -> None:
+    useless = nominal("b", ["p", "q"], [leaf([3.0, 1.0]), leaf([3.0, 1.0])])
+    useful = nominal("c", ["p", "q"], [leaf([4.0, 0.0]), leaf([0.0, 4.0])])
+    root = nominal("a", ["x", "y"], [useless, useful])
+    assert collapse(root) == 1
+    assert root.children[0].is_leaf and not root.children[1].is_leaf
+
+
+def test_quinlan_voting_example_is_pruned() -> None:
+    """C4.5 (1993), section 4.2: three pure leaves of 6, 9 and 1 cases under a node of 16 with
+    one error; the subtree's estimate exceeds the leaf's, so the subtree goes."""
+    sub = nominal(
+        "education spending", ["n", "y", "u"],
+        [leaf([6.0, 0.0]), leaf([9.0, 0.0]), leaf([0.0, 1.0])],
+    )
+    subtree = sum(estimated_errors(c.counts) for c in sub.children)
+    assert subtree == pytest.approx(6 * 0.206 + 9 * 0.143 + 0.750, abs=0.01)
+    assert estimated_errors(sub.counts) < subtree
+    stats = prune_c45(sub, None, subtree_raising=False)
+    assert sub.is_leaf and sub.counts == [15.0, 1.0] and stats.pruned == 1
+
+
+def test_raising_needs_the_data() -> None:
+    root = nominal("a", ["x", "y"], [leaf([4.0, 0.0]), leaf([0.0, 4.0])])
+    with pytest.raises(ValueError, match="dataset"):
+        prune_c45(root)
+    with pytest.raises(ValueError, match="pruning must be one of"):
+        prune(root, None, "optimal")
+
+
+# -- counts stay exact: a Python reference of C4.5's fractional routing ------------------------
+def reference_counts(root: Node, rows: list[dict[str, Any]], target: str, classes: list
+                     ) -> dict[int, list[float]]:
+    """Route every row from the root; at each test, unknown values go down every branch with the
+    share of the known weight that reached the test (as J48 keeps its distributions)."""
+    out: dict[int, list[float]] = {}
+
+    def visit(node: Node, weighted: list[tuple[dict[str, Any], float]]) -> None:
+        counts = [0.0] * len(classes)
+        for row, w in weighted:
+            counts[classes.index(row[target])] += w
+        out[id(node)] = counts
+        if node.is_leaf:
+            return
+        assert node.split is not None
+        parts: list[list[tuple[dict[str, Any], float]]] = [[] for _ in node.children]
+        unknown = []
+        for row, w in weighted:
+            b = node.split.branch_of(row.get(node.split.feature))
+            (unknown.append((row, w)) if b is None else parts[b].append((row, w)))
+        known = [sum(w for _, w in p) for p in parts]
+        total = sum(known)
+        shares = [k / total if total > 0 else 1 / len(parts) for k in known]
+        for i, share in enumerate(shares):
+            visit(node.children[i], parts[i] + [(r, w * share) for r, w in unknown if share > 0])
+
+    visit(root, [(r, 1.0) for r in rows])
+    return out
+
+
+def assert_counts_exact(root: Node, frame: pd.DataFrame, target: str, classes: list) -> None:
+    expected = reference_counts(root, frame.to_dict("records"), target, classes)
+    for node in root.walk():
+        assert node.counts == pytest.approx(expected[id(node)], abs=1e-9)
+        if not node.is_leaf and node.weight > 0:
+            assert node.shares == pytest.approx(
+                [c.weight / node.weight for c in node.children], abs=1e-9
+            )
+
+
+@pytest.fixture(scope="module")
+def labor() -> tuple[pd.DataFrame, str]:
+    arff = read_arff(example("labor"))  # 57 rows, unknown values in 16 of 17 columns
+    return arff.frame, arff.target
+
+
+def test_subtree_raising_recounts_in_sql(labor: tuple[pd.DataFrame, str]) -> None:
+    frame, target = labor
+    engine = DuckDBEngine()
+    data = describe(frame, engine, target)
+    root, _ = grow(data, GrowOptions())
+    assert_counts_exact(root, frame, target, data.classes)  # the grower's counts, too
+    before = engine.stats.queries
+    stats = prune_c45(root, data)
+    assert stats.raised == 1  # J48 raises one subtree on labor as well (test_j48)
+    assert engine.stats.queries - before == stats.queries + 1  # + the encoded rows, once
+    assert_counts_exact(root, frame, target, data.classes)
+    engine.cleanup()
+
+
+def test_route_counts_matches_the_reference(labor: tuple[pd.DataFrame, str]) -> None:
+    """Hypothetical raising everywhere: each internal node's data sent through each internal
+    child, against the Python reference on the same rows."""
+    frame, target = labor
+    engine = DuckDBEngine()
+    data = describe(frame, engine, target)
+    root, _ = grow(data, GrowOptions())
+    rows = frame.to_dict("records")
+    at_node = {}
+
+    def collect(node: Node, weighted: list, path: list) -> None:
+        at_node[id(node)] = (weighted, path)
+        if node.is_leaf:
+            return
+        for i, child in enumerate(node.children):
+            keep = []
+            for row, w in weighted:
+                b = node.split.branch_of(row.get(node.split.feature))
+                if b is None:
+                    keep.append((row, w * node.shares[i]))
+                elif b == i:
+                    keep.append((row, w))
+            collect(child, keep, [*path, (node, i)])
+
+    collect(root, [(r, 1.0) for r in rows], [])
+    router = _Router.open(data)
+    checked = 0
+    for node in root.walk():
+        for child in node.children:
+            if child.is_leaf:
+                continue
+            weighted, path = at_node[id(node)]
+            got = route_counts(router, path, child)
+            # the reference: the node's weighted rows as the root of the child's subtree
+            expected = _reference_weighted(child, weighted, target, data.classes)
+            for n in child.walk():
+                assert got.get(id(n), [0.0] * 2) == pytest.approx(expected[id(n)], abs=1e-9)
+            checked += 1
+    router.close()
+    engine.cleanup()
+    assert checked >= 3
+
+
+def _reference_weighted(root: Node, weighted: list, target: str, classes: list) -> dict:
+    rows = [dict(r, __w=w) for r, w in weighted]
+    out: dict[int, list[float]] = {}
+
+    def visit(node: Node, items: list[tuple[dict[str, Any], float]]) -> None:
+        counts = [0.0] * len(classes)
+        for row, w in items:
+            counts[classes.index(row[target])] += w
+        out[id(node)] = counts
+        if node.is_leaf:
+            return
+        parts: list[list] = [[] for _ in node.children]
+        unknown = []
+        for row, w in items:
+            b = node.split.branch_of(row.get(node.split.feature))
+            (unknown.append((row, w)) if b is None else parts[b].append((row, w)))
+        known = [sum(w for _, w in p) for p in parts]
+        total = sum(known)
+        for i in range(len(parts)):
+            share = known[i] / total if total > 0 else 1 / len(parts)
+            visit(node.children[i], parts[i] + [(r, w * share) for r, w in unknown if share > 0])
+
+    visit(root, [(r, r["__w"]) for r in rows])
+    return out
+
+
+# -- pessimistic pruning: seed 002's table -----------------------------------------------------
+@pytest.mark.parametrize(
+    ("node", "subtree", "se", "leaf_estimate", "pruned"),
+    [
+        ("T1", 8, 2.68, 25.5, False),
+        ("T2", 5, 2.14, 10.5, False),
+        ("T3", 3, 1.60, 5.5, False),
+        ("T4", 4, 1.92, 4.5, True),
+        ("T5", 1, 0.95, 4.5, False),
+    ],
+)
+def test_pessimistic_rule_on_seed_table(
+    node: str, subtree: float, se: float, leaf_estimate: float, pruned: bool
+) -> None:
+    assert (leaf_estimate <= subtree + se) is pruned
+    # the same decision from counts: N chosen so that sqrt(E (N - E) / N) is the table's SE
+    n = subtree**2 / (subtree - se**2) if subtree > se**2 else 80.0
+    assert pessimistic_decision(leaf_estimate - 0.5, subtree, n) is pruned
+
+
+def test_pessimistic_pruning_t4_and_t5() -> None:
+    """T4: 51 cases (47 A, 4 B), two leaves with 1 and 2 errors: E = 3 + 2 x 0.5 = 4,
+    SE = sqrt(4 x 47 / 51) = 1.92, leaf 4 + 0.5 = 4.5 <= 5.92: pruned. T5: 10 cases (6 A,
+    4 B) split into pure leaves: E = 1, SE = 0.95, leaf 4.5 > 1.95: kept."""
+    t4 = nominal("p", ["u", "v"], [leaf([45.0, 1.0]), leaf([2.0, 3.0])])
+    t5 = nominal("q", ["u", "v"], [leaf([6.0, 0.0]), leaf([0.0, 4.0])])
+    root = nominal("r", ["s", "t"], [t4, t5])
+    assert root.counts == [53.0, 8.0]
+    stats = prune_pessimistic(root)
+    assert t4.is_leaf and not t5.is_leaf and not root.is_leaf
+    assert stats.pruned == 1 and stats.leaves_after == 3
+
+
+# -- reduced-error pruning ---------------------------------------------------------------------
+def _golf_tree() -> tuple[Any, Node, DuckDBEngine]:
+    engine = DuckDBEngine()
+    data = describe(read_csv(GOLF), engine, "play")
+    root, _ = grow(data, GrowOptions())
+    return data, root, engine
+
+
+def test_reduced_error_keeps_a_tree_the_validation_rows_confirm() -> None:
+    data, root, engine = _golf_tree()
+    before = copy.deepcopy(root)
+    stats = prune_reduced_error(root, data, read_csv(GOLF))
+    assert stats.queries == 1 and stats.pruned == 0
+    assert root.to_dict() == before.to_dict()
+    engine.cleanup()
+
+
+def test_reduced_error_prunes_what_the_validation_rows_contradict() -> None:
+    data, root, engine = _golf_tree()
+    validation = read_csv(GOLF)
+    validation["play"] = "yes"  # every validation row says yes: no test earns its keep
+    stats = prune(root, data, "reduced-error", validation=validation)
+    assert root.is_leaf and root.counts == [5.0, 9.0]  # training counts are kept
+    assert stats.leaves_after == 1
+    engine.cleanup()
+
+
+def test_reduced_error_routes_unknown_values_by_shares() -> None:
+    engine = DuckDBEngine()
+    frame = read_csv(GOLF_NUMERIC)
+    data = describe(frame, engine, "play")
+    root, _ = grow(data, GrowOptions())
+    validation = frame.copy()
+    validation["humidity"] = None  # every validation row is unknown at the humidity test
+    router = _Router.open(data, validation)
+    counts = route_counts(router, [], root, recompute_shares=False)
+    router.close()
+    assert sum(counts[id(root)]) == pytest.approx(len(frame))
+    for node in root.walk():  # weight is conserved down every test
+        if not node.is_leaf:
+            below = sum(sum(counts.get(id(c), [0.0])) for c in node.children)
+            assert below == pytest.approx(sum(counts.get(id(node), [0.0])))
+    engine.cleanup()
