@@ -99,7 +99,7 @@ def text(
     decimals: int | None = 6,
     summary: bool = True,
 ) -> str:
-    """The tree printed as Weka's J48 prints it.
+    r"""The tree printed as Weka's J48 prints it.
 
     One line per branch, ``|   `` per level of depth, a leaf's class with its training
     weight and, when some of it is misclassified, that weight: ``yes (3.0/1.0)``, both rounded
@@ -111,14 +111,11 @@ def text(
     >>> leaf = lambda c: Node(counts=c, proba=[x / sum(c) for x in c])
     >>> root = Node([9.0, 5.0], [9 / 14, 5 / 14], Split("humidity", "continuous", 75.0),
     ...             [leaf([4.0, 0.0]), leaf([5.0, 5.0])])
-    >>> print(text(root, ["yes", "no"]))
+    >>> print(text(root, ["yes", "no"], summary=False))
     humidity <= 75: yes (4.0)
     humidity > 75: yes (10.0/5.0)
-    <BLANKLINE>
-    Number of Leaves  : 	2
-    <BLANKLINE>
-    Size of the tree : 	3
-    <BLANKLINE>
+    >>> text(root, ["yes", "no"]).splitlines()[-3:]
+    ['Number of Leaves  : \t2', '', 'Size of the tree : \t3']
     """
     root, labels = _resolve(model_or_root, classes)
     lines: list[str] = []
