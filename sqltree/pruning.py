@@ -130,24 +130,38 @@ def collapse(root: Node) -> int:
 
 
 # -- routing rows through a (sub)tree in SQL ---------------------------------------------------
-@dataclass
 class _Router:
-    """Where the training (or validation) rows are, encoded as in the grower's level tables."""
+    """Where the training (or validation) rows are, encoded as in the grower's level tables.
 
-    data: Dataset
-    rows: exp.Table
-    queries: int = 0
+    ``materialize``: store the encoded rows in a temporary table on first use (pruning may
+    route them many times), or read them inline from the source (a single statement).
+    """
+
+    def __init__(self, data: Dataset, materialize: bool = True) -> None:
+        self.data = data
+        self.materialize = materialize
+        self.queries = 0
+        self._table: exp.Table | None = None
 
     @classmethod
-    def open(cls, data: Dataset, source: Any = None) -> _Router:
+    def open(cls, data: Dataset, source: Any = None, materialize: bool = True) -> _Router:
         if source is not None:
             relation = resolve_relation(source, data.engine)
             data = dataclasses.replace(data, relation=relation)
-        rows = data.engine.materialize("prune_rows", q.build_level0(data))
-        return cls(data, rows)
+        return cls(data, materialize)
+
+    @property
+    def rows(self) -> exp.Expression:
+        if not self.materialize:
+            return q.build_level0(self.data).subquery("encoded")
+        if self._table is None:
+            self._table = self.data.engine.materialize("prune_rows", q.build_level0(self.data))
+        return self._table
 
     def close(self) -> None:
-        self.data.engine.drop(self.rows)
+        if self._table is not None:
+            self.data.engine.drop(self._table)
+            self._table = None
 
 
 def _case(*whens: tuple[exp.Expression, exp.Expression], default: exp.Expression) -> exp.Case:
@@ -553,7 +567,7 @@ def prune_reduced_error(root: Node, data: Dataset, validation: Any) -> PruneStat
     no more validation weight than the pruned subtree does. Training counts are unchanged.
     """
     stats = PruneStats("reduced-error", leaves_before=_count_leaves(root))
-    router = _Router.open(data, validation)
+    router = _Router.open(data, validation, materialize=False)
     try:
         counts = route_counts(router, [], root, recompute_shares=False)
     finally:
