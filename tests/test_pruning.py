@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import pandas as pd
@@ -148,32 +149,33 @@ def assert_counts_exact(root: Node, frame: pd.DataFrame, target: str, classes: l
 
 
 @pytest.fixture(scope="module")
-def labor() -> tuple[pd.DataFrame, str]:
-    arff = read_arff(example("labor"))  # 57 rows, unknown values in 16 of 17 columns
-    return arff.frame, arff.target
-
-
-def test_subtree_raising_recounts_in_sql(labor: tuple[pd.DataFrame, str]) -> None:
-    frame, target = labor
+def labor() -> Iterator[tuple[pd.DataFrame, str, Any, Node]]:
+    """Labor (57 rows, unknown values in 16 of 17 columns), grown once: frame, target, the
+    dataset on a live engine, and the unpruned root (tests prune a copy)."""
+    arff = read_arff(example("labor"))
     engine = DuckDBEngine()
-    data = describe(frame, engine, target)
+    data = describe(arff.frame, engine, arff.target)
     root, _ = grow(data, GrowOptions())
+    yield arff.frame, arff.target, data, root
+    engine.cleanup()
+
+
+def test_subtree_raising_recounts_in_sql(labor: tuple[pd.DataFrame, str, Any, Node]) -> None:
+    frame, target, data, grown = labor
+    engine = data.engine
+    root = copy.deepcopy(grown)
     assert_counts_exact(root, frame, target, data.classes)  # the grower's counts, too
     before = engine.stats.queries
     stats = prune_c45(root, data)
     assert stats.raised == 1  # J48 raises one subtree on labor as well (test_j48)
     assert engine.stats.queries - before == stats.queries + 1  # + the encoded rows, once
     assert_counts_exact(root, frame, target, data.classes)
-    engine.cleanup()
 
 
-def test_route_counts_matches_the_reference(labor: tuple[pd.DataFrame, str]) -> None:
+def test_route_counts_matches_the_reference(labor: tuple[pd.DataFrame, str, Any, Node]) -> None:
     """Hypothetical raising everywhere: each internal node's data sent through each internal
     child, against the Python reference on the same rows."""
-    frame, target = labor
-    engine = DuckDBEngine()
-    data = describe(frame, engine, target)
-    root, _ = grow(data, GrowOptions())
+    frame, target, data, root = labor
     rows = frame.to_dict("records")
     at_node = {}
 
@@ -206,7 +208,6 @@ def test_route_counts_matches_the_reference(labor: tuple[pd.DataFrame, str]) -> 
                 assert got.get(id(n), [0.0] * 2) == pytest.approx(expected[id(n)], abs=1e-9)
             checked += 1
     router.close()
-    engine.cleanup()
     assert checked >= 3
 
 
