@@ -28,6 +28,7 @@ from .tree import CONTINUOUS, Node, normalise
 __all__ = [
     "PruneStats",
     "add_errs",
+    "build_route_counts",
     "collapse",
     "estimated_errors",
     "prune",
@@ -230,6 +231,24 @@ def route_counts(
     *,
     recompute_shares: bool = True,
 ) -> dict[int, list[float]]:
+    """Class weights at every node of ``structure`` when the rows at the end of ``path`` enter
+    it (see :func:`build_route_counts`), keyed by ``id()`` of each node that weight reached."""
+    query, ids = build_route_counts(
+        router.data, router.rows, path, structure, recompute_shares=recompute_shares
+    )
+    rows = router.data.engine.execute(query)
+    router.queries += 1
+    return {id(ids[int(r[0])]): [float(x or 0.0) for x in r[1:]] for r in rows}
+
+
+def build_route_counts(
+    data: Dataset,
+    source: exp.Expression,
+    path: Sequence[tuple[Node, int]],
+    structure: Node,
+    *,
+    recompute_shares: bool = True,
+) -> tuple[exp.Select, dict[int, Node]]:
     """Class weights at every node of ``structure`` when the rows at the end of ``path`` enter it.
 
     ``path`` lists (ancestor, branch) from the root to the place where ``structure`` is (or
@@ -239,9 +258,9 @@ def route_counts(
     C4.5 does when it raises a subtree), or the shares stored in the tree (scoring rows that
     trained nothing, such as validation rows). One SQL statement, one CTE chain per depth.
 
-    Returns counts keyed by ``id()`` of each node of ``structure`` that any weight reached.
+    ``source`` holds the encoded rows (``queries.build_level0``). Returns the query, whose
+    rows are (local node id, class weights...), and the nodes by local id.
     """
-    data = router.data
     k = len(data.classes)
     ids: dict[int, Node] = {}
     levels: list[list[tuple[int, Node]]] = []
@@ -264,7 +283,7 @@ def route_counts(
             q.col("y"),
             *features,
         )
-        .from_(router.rows.copy())
+        .from_(source.copy())
     )
     ctes: list[tuple[str, exp.Expression]] = [
         ("r0", exp.select("*").from_(start.subquery("s")).where(
@@ -401,9 +420,7 @@ def route_counts(
     query = exp.select("node", *sums).from_(every.subquery("a")).group_by("node")
     for name, body in ctes:
         query.with_(name, as_=body, copy=False)
-    rows = data.engine.execute(query)
-    router.queries += 1
-    return {id(ids[int(r[0])]): [float(x or 0.0) for x in r[1:]] for r in rows}
+    return query, ids
 
 
 def _apply_counts(structure: Node, counts: dict[int, list[float]], parent_proba: list[float]

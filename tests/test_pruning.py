@@ -17,6 +17,7 @@ from sqltree.grower import GrowOptions, grow
 from sqltree.pruning import (
     _Router,
     add_errs,
+    build_route_counts,
     collapse,
     estimated_errors,
     pessimistic_decision,
@@ -315,3 +316,29 @@ def test_reduced_error_routes_unknown_values_by_shares() -> None:
             below = sum(sum(counts.get(id(c), [0.0])) for c in node.children)
             assert below == pytest.approx(sum(counts.get(id(node), [0.0])))
     engine.cleanup()
+
+
+@pytest.mark.parametrize(
+    "dialect", ["duckdb", "postgres", "spark", "snowflake", "bigquery", "tsql"]
+)
+def test_recount_sql_renders_for_every_dialect(
+    labor: tuple[pd.DataFrame, str, Any, Node], dialect: str
+) -> None:
+    """The raising recount is plain SQL: CTEs, CASE, a VALUES table, UNION ALL, GROUP BY (the
+    training engines and the warehouses; SQLite lacks VALUES column aliases, as for growth)."""
+    from sqlglot import exp
+    from sqlglot.errors import ErrorLevel
+
+    from sqltree import queries
+
+    _, _, data, root = labor
+    internal = next(c for c in root.children if not c.is_leaf)
+    for recompute in (True, False):
+        query, ids = build_route_counts(
+            data, exp.to_table("encoded_rows"), [(root, root.children.index(internal))],
+            internal, recompute_shares=recompute,
+        )
+        sql = query.sql(dialect=dialect, unsupported_level=ErrorLevel.RAISE)
+        assert "WITH" in sql and len(ids) == sum(1 for _ in internal.walk())
+    level0 = queries.build_level0(data).sql(dialect=dialect, unsupported_level=ErrorLevel.RAISE)
+    assert level0
