@@ -44,7 +44,7 @@ from sqlglot import exp
 from . import queries as q
 from .dataset import Dataset, Feature
 from .grower import GrowOptions, Pending, Plan, Strategy
-from .queries import case, col, num, paren
+from .queries import col, num, paren
 from .tree import CONTINUOUS, NOMINAL, Node, Split
 
 CRITERIA = ("gini", "entropy", "log_loss")
@@ -66,9 +66,24 @@ INFINITE_THRESHOLD = 1.7976931348623157e308
 no infinite literal and every finite value is at most this."""
 
 SCORE_COLUMNS = (
-    "node", "attr", "kind", "o", "cut", "threshold", "next_value", "side",
-    "n_left", "w_left", "n_right", "w_right", "n_unknown", "impurity_left", "impurity_right",
-    "gain", "impurity_after", "n_near",
+    "node",
+    "attr",
+    "kind",
+    "o",
+    "cut",
+    "threshold",
+    "next_value",
+    "side",
+    "n_left",
+    "w_left",
+    "n_right",
+    "w_right",
+    "n_unknown",
+    "impurity_left",
+    "impurity_right",
+    "gain",
+    "impurity_after",
+    "n_near",
 )
 
 # candidate kinds
@@ -97,6 +112,14 @@ def impurity(counts: Sequence[float], criterion: str = "gini") -> float:
     return out
 
 
+def case(*whens: tuple[exp.Expression, exp.Expression], default: exp.Expression) -> exp.Case:
+    """``CASE WHEN ... END`` built in place (the parts are fresh, copying them is waste)."""
+    c = exp.Case()
+    for cond, value in whens:
+        c = c.when(cond, value, copy=False)
+    return c.else_(default, copy=False)
+
+
 # -- SQL builders ------------------------------------------------------------------------------
 def build_cart_level0(data: Dataset, class_weight: Sequence[float] | None) -> exp.Expression:
     """The root level, each row's weight multiplied by its class weight when there are any."""
@@ -104,16 +127,18 @@ def build_cart_level0(data: Dataset, class_weight: Sequence[float] | None) -> ex
     if class_weight is None:
         return base
     factor = case(
-        *[(exp.EQ(this=col("y"), expression=num(i)), num(float(cw)))
-          for i, cw in enumerate(class_weight)],
+        *[
+            (exp.EQ(this=col("y"), expression=num(i)), num(float(cw)))
+            for i, cw in enumerate(class_weight)
+        ],
         default=num(1.0),
     )
     return exp.select(
         col("node"),
-        exp.alias_(col("w") * factor, "w"),
+        exp.alias_(col("w") * factor, "w", copy=False),
         col("y"),
         *[col(f.column) for f in data.features],
-    ).from_(base.subquery("b"), copy=False)
+    ).from_(base.subquery("b", copy=False), copy=False)
 
 
 def build_cart_histogram(
@@ -133,7 +158,9 @@ def build_cart_histogram(
         *[col(f.column) for f in features],
         *[
             exp.alias_(
-                case((exp.EQ(this=col("y"), expression=num(i)), col("w")), default=num(0.0)), c
+                case((exp.EQ(this=col("y"), expression=num(i)), col("w")), default=num(0.0)),
+                c,
+                copy=False,
             )
             for i, c in enumerate(classes)
         ],
@@ -141,15 +168,15 @@ def build_cart_histogram(
 
     def sums() -> list[exp.Expression]:
         return [
-            exp.alias_(exp.cast(exp.func("COUNT", exp.Star()), "BIGINT"), "n"),
-            *[exp.alias_(exp.func("SUM", col(c)), c) for c in classes],
+            exp.alias_(exp.cast(exp.func("COUNT", exp.Star()), "BIGINT"), "n", copy=False),
+            *[exp.alias_(exp.func("SUM", col(c)), c, copy=False) for c in classes],
         ]
 
     parts: list[exp.Select] = [
         exp.select(
             col("node"),
-            exp.alias_(exp.cast(num(-1), "INT"), "attr"),
-            exp.alias_(exp.cast(exp.null(), "DOUBLE"), "v"),
+            exp.alias_(exp.cast(num(-1), "INT"), "attr", copy=False),
+            exp.alias_(exp.cast(exp.null(), "DOUBLE"), "v", copy=False),
             *sums(),
         )
         .from_("oh", copy=False)
@@ -159,16 +186,18 @@ def build_cart_histogram(
         parts.append(
             exp.select(
                 col("node"),
-                exp.alias_(exp.cast(num(f.index), "INT"), "attr"),
-                exp.alias_(col(f.column), "v"),
+                exp.alias_(exp.cast(num(f.index), "INT"), "attr", copy=False),
+                exp.alias_(col(f.column), "v", copy=False),
                 *sums(),
             )
             .from_("oh", copy=False)
             .group_by(col("node"), col(f.column), copy=False)
         )
     body = parts[0] if len(parts) == 1 else exp.union(*parts, distinct=False, copy=False)
-    return exp.select("*").from_(body.subquery("hp", copy=False), copy=False).with_(
-        "oh", as_=onehot, copy=False
+    return (
+        exp.select("*")
+        .from_(body.subquery("hp", copy=False), copy=False)
+        .with_("oh", as_=onehot, copy=False)
     )
 
 
@@ -195,8 +224,10 @@ def build_impurity(
             p = paren(c.copy() / weight.copy())
             terms.append(
                 case(
-                    (exp.GT(this=c.copy(), expression=num(0)),
-                     paren(p * paren(exp.func("LN", p.copy()) / num(math.log(2.0))))),
+                    (
+                        exp.GT(this=c.copy(), expression=num(0)),
+                        paren(p * paren(exp.func("LN", p.copy()) / num(math.log(2.0)))),
+                    ),
                     default=num(0.0),
                 )
             )
@@ -219,31 +250,39 @@ def _bits_table(alias: str, max_values: int) -> exp.Expression:
     return q.values_table(alias, ["mask", "r", "span"], rows, ["BIGINT", "INT", "INT"])
 
 
-def _ranked_values(
-    hist: exp.Table, nominal: Sequence[int], n_classes: int
-) -> exp.Select:
+def _ranked_values(hist: exp.Table, nominal: Sequence[int], n_classes: int) -> exp.Select:
     """Known values of nominal features with their rank (by code) and count per (node, attr)."""
     classes = q.class_columns(n_classes)
     part = [col("node"), col("attr")]
     return (
         exp.select(
-            col("node"), col("attr"), col("v"), col("n"), *[col(c) for c in classes],
-            exp.alias_(q.total(classes), "wv"),
-            exp.alias_(q.window(exp.func("ROW_NUMBER"), part, [col("v")]) - num(1), "rank_v"),
-            exp.alias_(q.window(exp.func("COUNT", exp.Star()), part), "m"),
+            col("node"),
+            col("attr"),
+            col("v"),
+            col("n"),
+            *[col(c) for c in classes],
+            exp.alias_(q.total(classes), "wv", copy=False),
+            exp.alias_(
+                q.window(exp.func("ROW_NUMBER"), part, [col("v")]) - num(1), "rank_v", copy=False
+            ),
+            exp.alias_(q.window(exp.func("COUNT", exp.Star()), part), "m", copy=False),
         )
         .from_(hist.copy(), copy=False)
         .where(
             exp.and_(
                 col("v").is_(exp.null()).not_(),
                 exp.In(this=col("attr"), expressions=[num(i) for i in nominal]),
-            )
-        , copy=False)
+            ),
+            copy=False,
+        )
     )
 
 
 def _ordered_values(
-    hist: exp.Table, nominal: Sequence[int], n_classes: int, orders: Sequence[int],
+    hist: exp.Table,
+    nominal: Sequence[int],
+    n_classes: int,
+    orders: Sequence[int],
     exhaustive: bool,
 ) -> exp.Select:
     """Nominal values per ordering ``o``: by proportion of class ``o``, ties by value code.
@@ -252,33 +291,45 @@ def _ordered_values(
     those with more than ``EXACT_SUBSETS_MAX`` values otherwise.
     """
     classes = q.class_columns(n_classes)
-    ranked = _ranked_values(hist, nominal, n_classes).subquery("rv")
+    ranked = _ranked_values(hist, nominal, n_classes).subquery("rv", copy=False)
     prop = case(
         *[
-            (exp.EQ(this=col("o", "ot"), expression=num(i)),
-             q.safe_div(col(c, "rv"), col("wv", "rv")))
+            (
+                exp.EQ(this=col("o", "ot"), expression=num(i)),
+                q.safe_div(col(c, "rv"), col("wv", "rv")),
+            )
             for i, c in enumerate(classes)
         ],
         default=num(0.0),
     )
-    with_order = exp.select(
-        "rv.*", col("o", "ot"), exp.alias_(exp.func("COALESCE", prop, num(0.0)), "p"),
-    ).from_(ranked, copy=False).join(_ints_table("ot", "o", orders), join_type="cross", copy=False)
+    with_order = (
+        exp.select(
+            "rv.*",
+            col("o", "ot"),
+            exp.alias_(exp.func("COALESCE", prop, num(0.0)), "p", copy=False),
+        )
+        .from_(ranked, copy=False)
+        .join(_ints_table("ot", "o", orders), join_type="cross", copy=False)
+    )
     if n_classes > 2 or exhaustive:
         with_order = with_order.where(
-            exp.GT(this=col("m", "rv"), expression=num(EXACT_SUBSETS_MAX))
-        , copy=False)
+            exp.GT(this=col("m", "rv"), expression=num(EXACT_SUBSETS_MAX)), copy=False
+        )
     part = [col("node"), col("attr"), col("o")]
     order = [col("p"), col("v")]
     return exp.select(
         "*",
-        exp.alias_(q.window(exp.func("ROW_NUMBER"), part, order), "rank_o"),
-        exp.alias_(q.window(exp.func("SUM", col("n")), part, order, running=True), "ln"),
+        exp.alias_(q.window(exp.func("ROW_NUMBER"), part, order), "rank_o", copy=False),
+        exp.alias_(
+            q.window(exp.func("SUM", col("n")), part, order, running=True), "ln", copy=False
+        ),
         *[
-            exp.alias_(q.window(exp.func("SUM", col(c)), part, order, running=True), f"l{i}")
+            exp.alias_(
+                q.window(exp.func("SUM", col(c)), part, order, running=True), f"l{i}", copy=False
+            )
             for i, c in enumerate(classes)
         ],
-    ).from_(with_order.subquery("wo"), copy=False)
+    ).from_(with_order.subquery("wo", copy=False), copy=False)
 
 
 def build_cart_scores(
@@ -313,9 +364,10 @@ def build_cart_scores(
     # Per (node, feature): known rows and weight, and the node totals (unknown included).
     agg = (
         exp.select(
-            col("node"), col("attr"),
-            exp.alias_(known_sum(col("n")), "kn"),
-            *[exp.alias_(known_sum(col(c)), f"k{i}") for i, c in enumerate(classes)],
+            col("node"),
+            col("attr"),
+            exp.alias_(known_sum(col("n")), "kn", copy=False),
+            *[exp.alias_(known_sum(col(c)), f"k{i}", copy=False) for i, c in enumerate(classes)],
         )
         .from_(hist.copy(), copy=False)
         .where(exp.GTE(this=col("attr"), expression=num(0)), copy=False)
@@ -323,113 +375,177 @@ def build_cart_scores(
     )
     totals = (
         exp.select(
-            col("node"), exp.alias_(col("n"), "tn"),
-            *[exp.alias_(col(c), f"t{i}") for i, c in enumerate(classes)],
+            col("node"),
+            exp.alias_(col("n"), "tn", copy=False),
+            *[exp.alias_(col(c), f"t{i}", copy=False) for i, c in enumerate(classes)],
         )
         .from_(hist.copy(), copy=False)
         .where(exp.EQ(this=col("attr"), expression=num(-1)), copy=False)
     )
-    stats = exp.select(
-        "ag.*", col("tn", "tt"), *[col(f"t{i}", "tt") for i in range(k)],
-    ).from_(agg.subquery("ag"), copy=False).join(
-        totals.subquery("tt"), on=exp.EQ(this=col("node", "ag"), expression=col("node", "tt"))
-    , copy=False)
+    stats = (
+        exp.select(
+            "ag.*",
+            col("tn", "tt"),
+            *[col(f"t{i}", "tt") for i in range(k)],
+        )
+        .from_(agg.subquery("ag", copy=False), copy=False)
+        .join(
+            totals.subquery("tt", copy=False),
+            on=exp.EQ(this=col("node", "ag"), expression=col("node", "tt")),
+            copy=False,
+        )
+    )
 
     def cand(
-        kind: int, o: exp.Expression, cut: exp.Expression, threshold: exp.Expression,
-        next_value: exp.Expression, ln: exp.Expression, ls: Sequence[exp.Expression],
+        kind: int,
+        o: exp.Expression,
+        cut: exp.Expression,
+        threshold: exp.Expression,
+        next_value: exp.Expression,
+        ln: exp.Expression,
+        ls: Sequence[exp.Expression],
     ) -> list[exp.Expression]:
         return [
-            col("node"), col("attr"),
-            exp.alias_(exp.cast(num(kind), "INT"), "kind"),
-            exp.alias_(exp.cast(o, "INT"), "o"),
-            exp.alias_(exp.cast(cut, "BIGINT"), "cut"),
-            exp.alias_(exp.cast(threshold, "DOUBLE"), "threshold"),
-            exp.alias_(exp.cast(next_value, "DOUBLE"), "next_value"),
-            exp.alias_(exp.cast(ln, "DOUBLE"), "ln"),
-            *[exp.alias_(exp.cast(l_, "DOUBLE"), f"l{i}") for i, l_ in enumerate(ls)],
+            col("node"),
+            col("attr"),
+            exp.alias_(exp.cast(num(kind), "INT"), "kind", copy=False),
+            exp.alias_(exp.cast(o, "INT"), "o", copy=False),
+            exp.alias_(exp.cast(cut, "BIGINT"), "cut", copy=False),
+            exp.alias_(exp.cast(threshold, "DOUBLE"), "threshold", copy=False),
+            exp.alias_(exp.cast(next_value, "DOUBLE"), "next_value", copy=False),
+            exp.alias_(exp.cast(ln, "DOUBLE"), "ln", copy=False),
+            *[exp.alias_(exp.cast(l_, "DOUBLE"), f"l{i}", copy=False) for i, l_ in enumerate(ls)],
         ]
 
     parts: list[exp.Select] = []
     if continuous:
         part = [col("node"), col("attr")]
-        scan = exp.select(
-            col("node"), col("attr"), col("v"),
-            exp.alias_(q.window(exp.func("LEAD", col("v")), part, [col("v")]), "nv"),
-            exp.alias_(q.window(exp.func("SUM", col("n")), part, [col("v")], running=True), "ln"),
-            *[
-                exp.alias_(q.window(exp.func("SUM", col(c)), part, [col("v")], running=True),
-                           f"l{i}")
-                for i, c in enumerate(classes)
-            ],
-        ).from_(hist.copy(), copy=False).where(
-            exp.and_(
-                is_known.copy(),
-                exp.In(this=col("attr"), expressions=[num(i) for i in continuous]),
+        scan = (
+            exp.select(
+                col("node"),
+                col("attr"),
+                col("v"),
+                exp.alias_(
+                    q.window(exp.func("LEAD", col("v")), part, [col("v")]), "nv", copy=False
+                ),
+                exp.alias_(
+                    q.window(exp.func("SUM", col("n")), part, [col("v")], running=True),
+                    "ln",
+                    copy=False,
+                ),
+                *[
+                    exp.alias_(
+                        q.window(exp.func("SUM", col(c)), part, [col("v")], running=True),
+                        f"l{i}",
+                        copy=False,
+                    )
+                    for i, c in enumerate(classes)
+                ],
             )
-        , copy=False)
+            .from_(hist.copy(), copy=False)
+            .where(
+                exp.and_(
+                    is_known.copy(),
+                    exp.In(this=col("attr"), expressions=[num(i) for i in continuous]),
+                ),
+                copy=False,
+            )
+        )
         parts.append(
             exp.select(
-                *cand(_CONTINUOUS, num(-1), num(0), col("v"), col("nv"), col("ln"),
-                      [col(f"l{i}") for i in range(k)])
+                *cand(
+                    _CONTINUOUS,
+                    num(-1),
+                    num(0),
+                    col("v"),
+                    col("nv"),
+                    col("ln"),
+                    [col(f"l{i}") for i in range(k)],
+                )
             )
-            .from_(scan.subquery("cs"), copy=False)
+            .from_(scan.subquery("cs", copy=False), copy=False)
             .where(
                 exp.and_(
                     col("nv").is_(exp.null()).not_(),
                     exp.GT(this=col("nv"), expression=col("v") + num(FEATURE_THRESHOLD)),
-                )
-            , copy=False)
+                ),
+                copy=False,
+            )
         )
     if nominal:
         orders = [1] if k == 2 else list(range(k))
         ordered = _ordered_values(hist, nominal, k, orders, exhaustive)
         parts.append(
             exp.select(
-                *cand(_ORDERED, col("o"), col("rank_o"), exp.null(), exp.null(), col("ln"),
-                      [col(f"l{i}") for i in range(k)])
+                *cand(
+                    _ORDERED,
+                    col("o"),
+                    col("rank_o"),
+                    exp.null(),
+                    exp.null(),
+                    col("ln"),
+                    [col(f"l{i}") for i in range(k)],
+                )
             )
-            .from_(ordered.subquery("ov"), copy=False)
+            .from_(ordered.subquery("ov", copy=False), copy=False)
             .where(exp.LT(this=col("rank_o"), expression=col("m")), copy=False)
         )
         if k > 2 or exhaustive:
-            ranked = _ranked_values(hist, nominal, k).subquery("rv")
+            ranked = _ranked_values(hist, nominal, k).subquery("rv", copy=False)
             subsets = (
                 exp.select(
-                    col("node", "rv"), col("attr", "rv"), col("mask", "bt"),
-                    exp.alias_(exp.func("SUM", col("n", "rv")), "ln"),
-                    *[exp.alias_(exp.func("SUM", col(c, "rv")), f"l{i}")
-                      for i, c in enumerate(classes)],
+                    col("node", "rv"),
+                    col("attr", "rv"),
+                    col("mask", "bt"),
+                    exp.alias_(exp.func("SUM", col("n", "rv")), "ln", copy=False),
+                    *[
+                        exp.alias_(exp.func("SUM", col(c, "rv")), f"l{i}", copy=False)
+                        for i, c in enumerate(classes)
+                    ],
                 )
                 .from_(ranked, copy=False)
                 .join(
                     _bits_table("bt", EXACT_SUBSETS_MAX),
                     on=exp.EQ(this=col("r", "bt"), expression=col("rank_v", "rv")),
-                 copy=False)
+                    copy=False,
+                )
                 .where(
                     exp.and_(
                         exp.LTE(this=col("m", "rv"), expression=num(EXACT_SUBSETS_MAX)),
                         exp.LTE(this=col("span", "bt"), expression=col("m", "rv") - num(1)),
-                    )
-                , copy=False)
+                    ),
+                    copy=False,
+                )
                 .group_by(col("node", "rv"), col("attr", "rv"), col("mask", "bt"), copy=False)
             )
             parts.append(
                 exp.select(
-                    *cand(_SUBSET, num(-1), col("mask"), exp.null(), exp.null(), col("ln"),
-                          [col(f"l{i}") for i in range(k)])
-                ).from_(subsets.subquery("sb"), copy=False)
+                    *cand(
+                        _SUBSET,
+                        num(-1),
+                        col("mask"),
+                        exp.null(),
+                        exp.null(),
+                        col("ln"),
+                        [col(f"l{i}") for i in range(k)],
+                    )
+                ).from_(subsets.subquery("sb", copy=False), copy=False)
             )
     # All known rows left, unknown rows right (only where some are unknown).
     parts.append(
         exp.select(
-            *cand(_KNOWN_LEFT, num(-1), num(0), exp.null(), exp.null(), col("kn"),
-                  [col(f"k{i}") for i in range(k)])
+            *cand(
+                _KNOWN_LEFT,
+                num(-1),
+                num(0),
+                exp.null(),
+                exp.null(),
+                col("kn"),
+                [col(f"k{i}") for i in range(k)],
+            )
         )
-        .from_(agg.copy().subquery("kl"), copy=False)
-        .where(
-            exp.In(this=col("attr"), expressions=[num(f.index) for f in features])
-        , copy=False)
+        .from_(agg.copy().subquery("kl", copy=False), copy=False)
+        .where(exp.In(this=col("attr"), expressions=[num(f.index) for f in features]), copy=False)
     )
     union: exp.Expression = (
         parts[0] if len(parts) == 1 else exp.union(*parts, distinct=False, copy=False)
@@ -439,27 +555,40 @@ def build_cart_scores(
     c_, s_ = "c", "st"
     unknown_n = paren(col("tn", s_) - col("kn", s_))
     side = col("side", "sd")
-    left = [paren(col(f"l{i}", c_) + side * paren(col(f"t{i}", s_) - col(f"k{i}", s_)))
-            for i in range(k)]
+    left = [
+        paren(col(f"l{i}", c_) + side * paren(col(f"t{i}", s_) - col(f"k{i}", s_)))
+        for i in range(k)
+    ]
     expanded = (
         exp.select(
-            col("node", c_), col("attr", c_), col("kind", c_), col("o", c_), col("cut", c_),
-            col("threshold", c_), col("next_value", c_), side,
-            exp.alias_(col("ln", c_) + side.copy() * unknown_n, "n_left"),
-            exp.alias_(col("tn", s_) - col("ln", c_) - side.copy() * unknown_n.copy(), "n_right"),
-            exp.alias_(unknown_n.copy(), "n_unknown"),
-            *[exp.alias_(left[i], f"a{i}") for i in range(k)],
-            *[exp.alias_(col(f"t{i}", s_) - left[i].copy(), f"b{i}") for i in range(k)],
-            *[exp.alias_(col(f"t{i}", s_), f"t{i}") for i in range(k)],
+            col("node", c_),
+            col("attr", c_),
+            col("kind", c_),
+            col("o", c_),
+            col("cut", c_),
+            col("threshold", c_),
+            col("next_value", c_),
+            side,
+            exp.alias_(col("ln", c_) + side.copy() * unknown_n, "n_left", copy=False),
+            exp.alias_(
+                col("tn", s_) - col("ln", c_) - side.copy() * unknown_n.copy(),
+                "n_right",
+                copy=False,
+            ),
+            exp.alias_(unknown_n.copy(), "n_unknown", copy=False),
+            *[exp.alias_(left[i], f"a{i}", copy=False) for i in range(k)],
+            *[exp.alias_(col(f"t{i}", s_) - left[i].copy(), f"b{i}", copy=False) for i in range(k)],
+            *[exp.alias_(col(f"t{i}", s_), f"t{i}", copy=False) for i in range(k)],
         )
-        .from_(union.subquery(c_), copy=False)
+        .from_(union.subquery(c_, copy=False), copy=False)
         .join(
-            stats.subquery(s_),
+            stats.subquery(s_, copy=False),
             on=exp.and_(
                 exp.EQ(this=col("node", c_), expression=col("node", s_)),
                 exp.EQ(this=col("attr", c_), expression=col("attr", s_)),
             ),
-         copy=False)
+            copy=False,
+        )
         .join(_ints_table("sd", "side", [0, 1]), join_type="cross", copy=False)
         .where(
             exp.and_(
@@ -475,8 +604,9 @@ def build_cart_scores(
                     exp.NEQ(this=col("kind", c_), expression=num(_KNOWN_LEFT)),
                     exp.GT(this=unknown_n.copy(), expression=num(0)),
                 ),
-            )
-        , copy=False)
+            ),
+            copy=False,
+        )
     )
     a = [col(f"a{i}") for i in range(k)]
     b = [col(f"b{i}") for i in range(k)]
@@ -485,61 +615,108 @@ def build_cart_scores(
     imp_l = build_impurity(a, wl, criterion)
     imp_r = build_impurity(b, wr, criterion)
     imp_t = build_impurity(t, wt, criterion)
-    scored = exp.select(
-        "node", "attr", "kind", "o", "cut", "threshold", "next_value", "side",
-        "n_left", exp.alias_(wl, "w_left"), "n_right", exp.alias_(wr.copy(), "w_right"),
-        "n_unknown", exp.alias_(imp_l, "impurity_left"), exp.alias_(imp_r, "impurity_right"),
-        exp.alias_(imp_t, "impurity_node"), exp.alias_(wt, "w_node"),
-    ).from_(expanded.subquery("e"), copy=False).where(
-        exp.and_(
-            exp.GTE(this=col("n_left"), expression=num(min_samples_leaf)),
-            exp.GTE(this=col("n_right"), expression=num(min_samples_leaf)),
-            exp.GT(this=wl.copy(), expression=num(0)),
-            exp.GT(this=wr.copy(), expression=num(0)),
-            exp.GTE(this=wl.copy(), expression=num(float(min_weight_leaf))),
-            exp.GTE(this=wr.copy(), expression=num(float(min_weight_leaf))),
+    scored = (
+        exp.select(
+            "node",
+            "attr",
+            "kind",
+            "o",
+            "cut",
+            "threshold",
+            "next_value",
+            "side",
+            "n_left",
+            exp.alias_(wl, "w_left", copy=False),
+            "n_right",
+            exp.alias_(wr.copy(), "w_right", copy=False),
+            "n_unknown",
+            exp.alias_(imp_l, "impurity_left", copy=False),
+            exp.alias_(imp_r, "impurity_right", copy=False),
+            exp.alias_(imp_t, "impurity_node", copy=False),
+            exp.alias_(wt, "w_node", copy=False),
         )
-    , copy=False)
+        .from_(expanded.subquery("e", copy=False), copy=False)
+        .where(
+            exp.and_(
+                exp.GTE(this=col("n_left"), expression=num(min_samples_leaf)),
+                exp.GTE(this=col("n_right"), expression=num(min_samples_leaf)),
+                exp.GT(this=wl.copy(), expression=num(0)),
+                exp.GT(this=wr.copy(), expression=num(0)),
+                exp.GTE(this=wl.copy(), expression=num(float(min_weight_leaf))),
+                exp.GTE(this=wr.copy(), expression=num(float(min_weight_leaf))),
+            ),
+            copy=False,
+        )
+    )
     gain = (
         col("impurity_node")
         - paren(col("w_right") / col("w_node")) * col("impurity_right")
         - paren(col("w_left") / col("w_node")) * col("impurity_left")
     )
-    after = (
-        paren(col("w_right") / col("w_node")) * col("impurity_right")
-        + paren(col("w_left") / col("w_node")) * col("impurity_left")
-    )
+    after = paren(col("w_right") / col("w_node")) * col("impurity_right") + paren(
+        col("w_left") / col("w_node")
+    ) * col("impurity_left")
     with_gain = exp.select(
-        "node", "attr", "kind", "o", "cut", "threshold", "next_value", "side",
-        "n_left", "w_left", "n_right", "w_right", "n_unknown", "impurity_left", "impurity_right",
-        exp.alias_(gain, "gain"), exp.alias_(after, "impurity_after"),
-    ).from_(scored.subquery("g"), copy=False)
+        "node",
+        "attr",
+        "kind",
+        "o",
+        "cut",
+        "threshold",
+        "next_value",
+        "side",
+        "n_left",
+        "w_left",
+        "n_right",
+        "w_right",
+        "n_unknown",
+        "impurity_left",
+        "impurity_right",
+        exp.alias_(gain, "gain", copy=False),
+        exp.alias_(after, "impurity_after", copy=False),
+    ).from_(scored.subquery("g", copy=False), copy=False)
     part = [col("node"), col("attr")]
     columns = [c for c in SCORE_COLUMNS if c != "n_near"]
     if all_candidates:
-        return exp.select(*columns, exp.alias_(exp.cast(num(1), "BIGINT"), "n_near")).from_(
-            with_gain.subquery("w")
-        , copy=False).order_by(col("node"), col("attr"), col("side"), col("kind"), col("threshold"),
-                   col("o"), col("cut"), copy=False)
+        return (
+            exp.select(*columns, exp.alias_(exp.cast(num(1), "BIGINT"), "n_near", copy=False))
+            .from_(with_gain.subquery("w", copy=False), copy=False)
+            .order_by(
+                col("node"),
+                col("attr"),
+                col("side"),
+                col("kind"),
+                col("threshold"),
+                col("o"),
+                col("cut"),
+                copy=False,
+            )
+        )
     best = exp.select(
-        "*", exp.alias_(q.window(exp.func("MAX", col("gain")), part), "best_gain")
-    ).from_(with_gain.subquery("w"), copy=False)
-    near = exp.select(
-        "*",
-        exp.alias_(q.window(exp.func("COUNT", exp.Star()), part), "n_near"),
-        exp.alias_(
-            q.window(
-                exp.func("ROW_NUMBER"), part,
-                [col("side"), col("kind"), col("threshold"), col("o"), col("cut")],
+        "*", exp.alias_(q.window(exp.func("MAX", col("gain")), part), "best_gain", copy=False)
+    ).from_(with_gain.subquery("w", copy=False), copy=False)
+    near = (
+        exp.select(
+            "*",
+            exp.alias_(q.window(exp.func("COUNT", exp.Star()), part), "n_near", copy=False),
+            exp.alias_(
+                q.window(
+                    exp.func("ROW_NUMBER"),
+                    part,
+                    [col("side"), col("kind"), col("threshold"), col("o"), col("cut")],
+                ),
+                "rank_in_ties",
+                copy=False,
             ),
-            "rank_in_ties",
-        ),
-    ).from_(best.subquery("b"), copy=False).where(
-        exp.GTE(this=col("gain"), expression=col("best_gain") - num(TIE_TOLERANCE))
-    , copy=False)
+        )
+        .from_(best.subquery("b", copy=False), copy=False)
+        .where(
+            exp.GTE(this=col("gain"), expression=col("best_gain") - num(TIE_TOLERANCE)), copy=False
+        )
+    )
     return (
-        exp.select(*columns, exp.alias_(exp.cast(col("n_near"), "BIGINT"), "n_near"))
-        .from_(near.subquery("nr"), copy=False)
+        exp.select(*columns, exp.alias_(exp.cast(col("n_near"), "BIGINT"), "n_near", copy=False))
+        .from_(near.subquery("nr", copy=False), copy=False)
         .where(exp.EQ(this=col("rank_in_ties"), expression=num(1)), copy=False)
         .order_by(col("node"), col("attr"), copy=False)
     )
@@ -557,16 +734,23 @@ def build_nominal_ranks(
     chosen = q.values_table("ch", ["node", "attr"], list(pairs), ["BIGINT", "INT"])
     inner = _ordered_unrestricted(hist, nominal, n_classes, orders)
     return (
-        exp.select(col("node", "x"), col("attr", "x"), col("v", "x"), col("rank_v", "x"),
-                   col("o", "x"), col("rank_o", "x"))
-        .from_(inner.subquery("x"), copy=False)
+        exp.select(
+            col("node", "x"),
+            col("attr", "x"),
+            col("v", "x"),
+            col("rank_v", "x"),
+            col("o", "x"),
+            col("rank_o", "x"),
+        )
+        .from_(inner.subquery("x", copy=False), copy=False)
         .join(
             chosen,
             on=exp.and_(
                 exp.EQ(this=col("node", "x"), expression=col("node", "ch")),
                 exp.EQ(this=col("attr", "x"), expression=col("attr", "ch")),
             ),
-         copy=False)
+            copy=False,
+        )
     )
 
 
@@ -574,22 +758,33 @@ def _ordered_unrestricted(
     hist: exp.Table, nominal: Sequence[int], n_classes: int, orders: Sequence[int]
 ) -> exp.Select:
     classes = q.class_columns(n_classes)
-    ranked = _ranked_values(hist, nominal, n_classes).subquery("rv")
+    ranked = _ranked_values(hist, nominal, n_classes).subquery("rv", copy=False)
     prop = case(
         *[
-            (exp.EQ(this=col("o", "ot"), expression=num(i)),
-             q.safe_div(col(c, "rv"), col("wv", "rv")))
+            (
+                exp.EQ(this=col("o", "ot"), expression=num(i)),
+                q.safe_div(col(c, "rv"), col("wv", "rv")),
+            )
             for i, c in enumerate(classes)
         ],
         default=num(0.0),
     )
-    with_order = exp.select(
-        "rv.*", col("o", "ot"), exp.alias_(exp.func("COALESCE", prop, num(0.0)), "p"),
-    ).from_(ranked, copy=False).join(_ints_table("ot", "o", orders), join_type="cross", copy=False)
+    with_order = (
+        exp.select(
+            "rv.*",
+            col("o", "ot"),
+            exp.alias_(exp.func("COALESCE", prop, num(0.0)), "p", copy=False),
+        )
+        .from_(ranked, copy=False)
+        .join(_ints_table("ot", "o", orders), join_type="cross", copy=False)
+    )
     part = [col("node"), col("attr"), col("o")]
     return exp.select(
-        "*", exp.alias_(q.window(exp.func("ROW_NUMBER"), part, [col("p"), col("v")]), "rank_o"),
-    ).from_(with_order.subquery("wo"), copy=False)
+        "*",
+        exp.alias_(
+            q.window(exp.func("ROW_NUMBER"), part, [col("p"), col("v")]), "rank_o", copy=False
+        ),
+    ).from_(with_order.subquery("wo", copy=False), copy=False)
 
 
 # -- the strategy ------------------------------------------------------------------------------
@@ -680,8 +875,9 @@ class CARTStrategy(Strategy):
         if self.resolved is None:  # the root level: resolve fractions against the data size
             n_root = sum(self.info[i].n_samples for i in out)
             self.root_weight = sum(sum(c) for c in out.values())
-            self.resolved = resolve_options(self.options, n_root, self.root_weight,
-                                            self._class_weight, self.criterion)
+            self.resolved = resolve_options(
+                self.options, n_root, self.root_weight, self._class_weight, self.criterion
+            )
         return out
 
     def may_split(self, p: Pending) -> bool:
@@ -701,8 +897,12 @@ class CARTStrategy(Strategy):
         r = self.resolved
         assert r is not None
         return build_cart_scores(
-            hist, features, self.n_classes, criterion=self.criterion,
-            min_samples_leaf=r.min_samples_leaf, min_weight_leaf=r.min_weight_leaf,
+            hist,
+            features,
+            self.n_classes,
+            criterion=self.criterion,
+            min_samples_leaf=r.min_samples_leaf,
+            min_weight_leaf=r.min_weight_leaf,
         )
 
     def choose(self, rows: list[dict[str, Any]], p: Pending) -> CARTChoice | None:
@@ -726,9 +926,7 @@ class CARTStrategy(Strategy):
         features = {f.index: f for f in self.data.features}
         return CARTChoice(features[int(row["attr"])], row, improvement, info.tied)
 
-    def select(
-        self, choices: dict[int, Any], frontier: dict[int, Pending]
-    ) -> dict[int, Any]:
+    def select(self, choices: dict[int, Any], frontier: dict[int, Pending]) -> dict[int, Any]:
         """Best-first growth: carry out only the splits a best-first builder may still make.
 
         scikit-learn pops nodes by improvement, so a node is split before another when the
@@ -746,9 +944,7 @@ class CARTStrategy(Strategy):
         if r.max_leaf_nodes is None:
             return choices
         budget = r.max_leaf_nodes - 1
-        self._keyed.extend(
-            (-self.info[n].key, frontier[n].depth, n) for n in choices
-        )
+        self._keyed.extend((-self.info[n].key, frontier[n].depth, n) for n in choices)
         ranked = sorted(self._keyed)
         keep_set = {n for _, _, n in ranked[:budget]}
         self._keyed = [e for e in self._keyed if e[2] in keep_set]
@@ -816,9 +1012,7 @@ class CARTStrategy(Strategy):
                     left = {int(v) for v, _, oo, ro in values if oo == o and ro <= cut}
                 right = [c for c in codes if c not in left]
                 keys = [sorted(left), right]
-                split = Split(
-                    f.name, NOMINAL, groups=[[f.values[c] for c in g] for g in keys]
-                )
+                split = Split(f.name, NOMINAL, groups=[[f.values[c] for c in g] for g in keys])
                 test = None
             w_left, w_right = float(row["w_left"]), float(row["w_right"])
             plans[node_id] = Plan(

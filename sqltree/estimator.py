@@ -158,8 +158,17 @@ def to_arrays(
             left_codes[i] = codes
             threshold[i] = math.nan
     return TreeArrays(
-        left, right, feature, threshold, value, imp, n_samples, weighted, missing_left,
-        left_codes, tied,
+        left,
+        right,
+        feature,
+        threshold,
+        value,
+        imp,
+        n_samples,
+        weighted,
+        missing_left,
+        left_codes,
+        tied,
     )
 
 
@@ -258,9 +267,9 @@ class DecisionTreeClassifier(_Mixin, _Base):  # type: ignore[misc,valid-type]
         out = [str(c) for c in (self.nominal or [])]
         for c in frame.columns:
             kind = frame[c].dtype.kind
-            if kind in "OSUb" or str(frame[c].dtype) in ("category", "string", "str"):
-                if c not in out:
-                    out.append(c)
+            textual = kind in "OSUb" or str(frame[c].dtype) in ("category", "string", "str")
+            if textual and c not in out:
+                out.append(c)
         return out
 
     def fit(self, X: Any, y: Any, sample_weight: Any = None) -> DecisionTreeClassifier:
@@ -293,7 +302,12 @@ class DecisionTreeClassifier(_Mixin, _Base):  # type: ignore[misc,valid-type]
         engine = DuckDBEngine()
         try:
             data = describe(
-                frame, engine, _TARGET, features=features, nominal=nominal, weight=weight,
+                frame,
+                engine,
+                _TARGET,
+                features=features,
+                nominal=nominal,
+                weight=weight,
                 continuous=[c for c in features if c not in nominal],
             )
             if len(data.classes) != self.n_classes_:
@@ -322,7 +336,11 @@ class DecisionTreeClassifier(_Mixin, _Base):  # type: ignore[misc,valid-type]
         self._criterion = strategy.criterion
         self._domains = {f.name: list(f.values) for f in data.features if f.values}
         self.tree_ = to_arrays(
-            root, self._nodes, list(self._columns), strategy.info, strategy.criterion,
+            root,
+            self._nodes,
+            list(self._columns),
+            strategy.info,
+            strategy.criterion,
             self._domains,
         )
         return self
@@ -440,9 +458,9 @@ def _names(clf: DecisionTreeClassifier, feature_names: Any) -> list[str]:
     return [str(c) for c in clf._columns]
 
 
-def _condition(clf: DecisionTreeClassifier, names: list[str], i: int, decimals: int) -> tuple[
-    str, str
-]:
+def _condition(
+    clf: DecisionTreeClassifier, names: list[str], i: int, decimals: int
+) -> tuple[str, str]:
     t = clf.tree_
     name = names[t.feature[i]]
     if i in t.left_codes:
@@ -513,8 +531,9 @@ def export_text(
 def _subtree_depth(t: TreeArrays, i: int) -> int:
     if t.children_left[i] == TREE_LEAF:
         return 0
-    return 1 + max(_subtree_depth(t, int(t.children_left[i])),
-                   _subtree_depth(t, int(t.children_right[i])))
+    return 1 + max(
+        _subtree_depth(t, int(t.children_left[i])), _subtree_depth(t, int(t.children_right[i]))
+    )
 
 
 def export_graphviz(
@@ -530,8 +549,11 @@ def export_graphviz(
     names = _names(decision_tree, feature_names)
     classes = list(class_names) if class_names is not None else list(decision_tree.classes_)
     crit = decision_tree._criterion
-    lines = ["digraph Tree {", 'node [shape=box, fontname="helvetica"] ;',
-             'edge [fontname="helvetica"] ;']
+    lines = [
+        "digraph Tree {",
+        'node [shape=box, fontname="helvetica"] ;',
+        'edge [fontname="helvetica"] ;',
+    ]
     for i in range(t.node_count):
         parts = []
         if t.children_left[i] != TREE_LEAF:
