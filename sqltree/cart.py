@@ -128,7 +128,7 @@ def build_cart_level0(data: Dataset, class_weight: Sequence[float] | None) -> ex
         return base
     factor = case(
         *[
-            (exp.EQ(this=col("y"), expression=num(i)), num(float(cw)))
+            (exp.EQ(this=col("y"), expression=num(i)), q.as_double(num(float(cw))))
             for i, cw in enumerate(class_weight)
         ],
         default=num(1.0),
