@@ -1270,3 +1270,89 @@ def _criterion(name: str) -> str:
     if name not in CRITERIA:
         raise ValueError(f"criterion must be one of {CRITERIA}, not {name!r}")
     return "gini" if name == "gini" else "entropy"
+
+
+# -- inspection --------------------------------------------------------------------------------
+def split_scores(
+    data: Dataset,
+    *,
+    criterion: str = "gini",
+    exhaustive: bool = False,
+    class_weight: Any = None,
+) -> list[dict[str, Any]]:
+    """Every valid binary split of the whole data set, scored in SQL.
+
+    One dict per candidate: ``feature``, ``threshold`` (continuous) or ``left``/``right``
+    value lists (nominal), ``unknown_left``, ``n_left``/``n_right``, ``w_left``/``w_right``,
+    ``impurity_after`` (the weighted impurity of the two children) and ``gain``.
+    ``exhaustive`` lists every two-way partition of nominal features with at most
+    ``EXACT_SUBSETS_MAX`` values, not only those the ordered scan visits.
+
+    Examples
+    --------
+    >>> from sqltree.engines.duckdb import DuckDBEngine
+    >>> from sqltree.dataset import describe
+    >>> import pandas as pd
+    >>> frame = pd.DataFrame({"x": ["a", "b", "c", "a"], "y": [0, 1, 1, 0]})
+    >>> rows = split_scores(describe(frame, DuckDBEngine(), "y"))
+    >>> [(r["left"], r["right"], r["impurity_after"]) for r in rows]
+    [(['a'], ['b', 'c'], 0.0), (['a', 'b'], ['c'], 0.3333333333333333)]
+    """
+    engine = data.engine
+    k = len(data.classes)
+    crit = _criterion(criterion)
+    level = engine.materialize("level", build_cart_level0(data, _class_weights(data, class_weight)))
+    hist = engine.materialize("hist", build_cart_histogram(level, data.features, k))
+    try:
+        rows = [
+            dict(zip(SCORE_COLUMNS, r, strict=True))
+            for r in engine.execute(
+                build_cart_scores(
+                    hist,
+                    data.features,
+                    k,
+                    criterion=crit,
+                    all_candidates=True,
+                    exhaustive=exhaustive,
+                )
+            )
+        ]
+        nominal = [(0, f.index) for f in data.features if f.kind == NOMINAL]
+        orders = [1] if k == 2 else list(range(k))
+        ranks: dict[int, list[tuple[int, int, int, int]]] = {}
+        if nominal:
+            for _, attr, v, rank_v, o, rank_o in engine.execute(
+                build_nominal_ranks(hist, nominal, k, orders)
+            ):
+                ranks.setdefault(int(attr), []).append((int(v), int(rank_v), int(o), int(rank_o)))
+    finally:
+        engine.drop(hist)
+        engine.drop(level)
+    features = {f.index: f for f in data.features}
+    out = []
+    for row in rows:
+        f = features[int(row["attr"])]
+        item: dict[str, Any] = {"feature": f.name}
+        kind = int(row["kind"])
+        if f.kind == CONTINUOUS:
+            item["threshold"] = (
+                math.inf
+                if kind == _KNOWN_LEFT
+                else midpoint(float(row["threshold"]), float(row["next_value"]))
+            )
+        else:
+            values = ranks.get(f.index, [])
+            codes = sorted({v for v, _, _, _ in values})
+            if kind == _KNOWN_LEFT:
+                left = set(codes)
+            elif kind == _SUBSET:
+                left = {v for v, rv, _, _ in values if int(row["cut"]) >> rv & 1}
+            else:
+                left = {v for v, _, o, ro in values if o == int(row["o"]) and ro <= int(row["cut"])}
+            item["left"] = [f.values[c] for c in codes if c in left]
+            item["right"] = [f.values[c] for c in codes if c not in left]
+        item["unknown_left"] = int(row["side"]) == 1
+        for key in ("n_left", "n_right", "w_left", "w_right", "impurity_after", "gain"):
+            item[key] = float(row[key])
+        out.append(item)
+    return out
