@@ -202,9 +202,10 @@ def build_cart_histogram(
 
 
 def _sum(terms: Sequence[exp.Expression]) -> exp.Expression:
+    # Built without the operator overloads, which copy the growing left operand every time.
     out = terms[0]
     for t in terms[1:]:
-        out = out + t
+        out = exp.Add(this=out, expression=t)
     return paren(out)
 
 
@@ -611,10 +612,14 @@ def build_cart_scores(
     a = [col(f"a{i}") for i in range(k)]
     b = [col(f"b{i}") for i in range(k)]
     t = [col(f"t{i}") for i in range(k)]
-    wl, wr, wt = _sum(a), _sum(b), _sum(t)
-    imp_l = build_impurity(a, wl, criterion)
-    imp_r = build_impurity(b, wr, criterion)
-    imp_t = build_impurity(t, wt, criterion)
+    # The three weights get names first, so the impurity expressions refer to columns.
+    weighed = exp.select(
+        "*",
+        exp.alias_(_sum(a), "w_left", copy=False),
+        exp.alias_(_sum(b), "w_right", copy=False),
+        exp.alias_(_sum(t), "w_node", copy=False),
+    ).from_(expanded.subquery("e", copy=False), copy=False)
+    wl, wr, wt = col("w_left"), col("w_right"), col("w_node")
     scored = (
         exp.select(
             "node",
@@ -626,16 +631,16 @@ def build_cart_scores(
             "next_value",
             "side",
             "n_left",
-            exp.alias_(wl, "w_left", copy=False),
+            "w_left",
             "n_right",
-            exp.alias_(wr.copy(), "w_right", copy=False),
+            "w_right",
             "n_unknown",
-            exp.alias_(imp_l, "impurity_left", copy=False),
-            exp.alias_(imp_r, "impurity_right", copy=False),
-            exp.alias_(imp_t, "impurity_node", copy=False),
-            exp.alias_(wt, "w_node", copy=False),
+            exp.alias_(build_impurity(a, wl, criterion), "impurity_left", copy=False),
+            exp.alias_(build_impurity(b, wr, criterion), "impurity_right", copy=False),
+            exp.alias_(build_impurity(t, wt, criterion), "impurity_node", copy=False),
+            "w_node",
         )
-        .from_(expanded.subquery("e", copy=False), copy=False)
+        .from_(weighed.subquery("ew", copy=False), copy=False)
         .where(
             exp.and_(
                 exp.GTE(this=col("n_left"), expression=num(min_samples_leaf)),
