@@ -65,7 +65,8 @@ def same_arrays(sk, st, atol: float = 1e-9) -> bool:
         if not np.array_equal(getattr(a, name), getattr(b, name)):
             return False
     both_inf = np.isinf(a.threshold) & np.isinf(b.threshold)
-    close = np.abs(np.where(both_inf, 0, a.threshold - b.threshold)) <= atol
+    with np.errstate(invalid="ignore"):
+        close = np.abs(np.where(both_inf, 0.0, a.threshold - b.threshold)) <= atol
     return bool(
         close.all()
         and np.allclose(a.impurity, b.impurity, atol=atol)
