@@ -29,8 +29,10 @@ def compare_trees(sk, st, atol: float = 1e-9) -> str:
             not leaf_a
             and not leaf_b
             and a.feature[i] == b.feature[j]
-            and abs(a.threshold[i] - b.threshold[j]) <= atol
-            or (np.isinf(a.threshold[i]) and np.isinf(b.threshold[j]))
+            and (
+                abs(a.threshold[i] - b.threshold[j]) <= atol
+                or (np.isinf(a.threshold[i]) and np.isinf(b.threshold[j]))
+            )
         )
         if leaf_a and leaf_b:
             return None

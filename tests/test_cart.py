@@ -101,7 +101,7 @@ def split(name: str):
 
 @pytest.mark.parametrize(("name", "params"), CASES, ids=[f"{n}-{p}" for n, p in CASES])
 def test_same_tree_as_sklearn(name, params):
-    X_train, X_test, y_train, y_test = split(name)
+    X_train, X_test, y_train, _ = split(name)
     ours = DecisionTreeClassifier(**params).fit(X_train, y_train)
     verdict, seed = sklearn_match(
         lambda s: SKTree(random_state=s, **params), X_train, y_train, ours
