@@ -406,10 +406,12 @@ class DecisionTreeClassifier(_Mixin, _Base):  # type: ignore[misc,valid-type]
 
     def predict_proba(self, X: Any) -> np.ndarray:
         """Class proportions of the leaf each row reaches, columns in ``classes_`` order."""
+        self._check_fitted()
         return self.tree_.value[self.apply(X), 0, :]
 
     def predict(self, X: Any) -> np.ndarray:
         """The most probable class (ties to the first in ``classes_``)."""
+        self._check_fitted()
         return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
 
     def get_depth(self) -> int:

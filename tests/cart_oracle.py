@@ -30,8 +30,8 @@ def compare_trees(sk, st, atol: float = 1e-9) -> str:
             and not leaf_b
             and a.feature[i] == b.feature[j]
             and (
-                abs(a.threshold[i] - b.threshold[j]) <= atol
-                or (np.isinf(a.threshold[i]) and np.isinf(b.threshold[j]))
+                (np.isinf(a.threshold[i]) and np.isinf(b.threshold[j]))
+                or abs(a.threshold[i] - b.threshold[j]) <= atol
             )
         )
         if leaf_a and leaf_b:
