@@ -38,6 +38,7 @@ def train(
     subtree_raising: bool = True,
     validation: Any = None,
     progress: bool | Progress = False,
+    **cart_options: Any,
 ) -> Model:
     """Train a classification tree where the data lives.
 
@@ -71,6 +72,10 @@ def train(
         reduce training error (J48 ``-U``) for C4.5, and nothing for ID3.
     progress : bool or callable
         Report each level (nodes, splits, queries, seconds); True prints to standard error.
+    **cart_options
+        ``algorithm="cart"`` only, with scikit-learn's names and meanings: ``criterion``,
+        ``min_samples_leaf``, ``min_weight_fraction_leaf``, ``min_impurity_decrease``,
+        ``max_leaf_nodes``, ``class_weight``, ``ccp_alpha`` (see ``sqltree.cart``).
 
     Returns
     -------
@@ -96,6 +101,7 @@ def train(
             min_samples_split=min_samples_split,
             min_gain=min_gain,
             missing=missing,
+            **_cart_options(algorithm, cart_options),
         )
         callback = print_progress if progress is True else (progress or None)
         root, grow_stats = grow(data, options, callback)
@@ -127,6 +133,21 @@ def train(
                                  "subtree_raising": subtree_raising},
         stats=stats,
     )
+
+
+CART_OPTIONS = (
+    "criterion", "min_samples_leaf", "min_weight_fraction_leaf", "min_impurity_decrease",
+    "max_leaf_nodes", "class_weight", "ccp_alpha",
+)
+
+
+def _cart_options(algorithm: str, options: dict[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(options) - set(CART_OPTIONS))
+    if unknown:
+        raise TypeError(f"train() got unexpected keyword arguments {unknown}")
+    if options and algorithm != "cart":
+        raise TypeError(f"{sorted(options)} apply to algorithm='cart' only")
+    return options
 
 
 def split_scores(

@@ -13,17 +13,24 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqlglot import exp
+
 from . import queries as q
 from .dataset import Dataset, Feature
 from .tree import CONTINUOUS, NOMINAL, Node, Split, argmax, normalise
 
 ALGORITHMS = ("c4.5", "id3")
+"""Algorithms grown by ``C45Strategy``; ``"cart"`` is ``sqltree.cart.CARTStrategy``."""
 MISSING = ("fractional", "majority", "drop")
 
 
 @dataclass
 class GrowOptions:
-    """Options of growth (pre-pruning included); defaults follow J48 for C4.5."""
+    """Options of growth (pre-pruning included).
+
+    The first group applies to every algorithm (defaults follow J48 for C4.5); the second is
+    CART's, with scikit-learn's names and meanings (see ``sqltree.cart``).
+    """
 
     algorithm: str = "c4.5"
     min_cases: float = 2.0
@@ -31,6 +38,14 @@ class GrowOptions:
     min_samples_split: float = 0.0
     min_gain: float = 0.0
     missing: str = "fractional"
+    # CART only
+    criterion: str = "gini"
+    min_samples_leaf: float = 1
+    min_weight_fraction_leaf: float = 0.0
+    min_impurity_decrease: float = 0.0
+    max_leaf_nodes: int | None = None
+    class_weight: Any = None
+    ccp_alpha: float = 0.0
 
 
 @dataclass
@@ -60,11 +75,176 @@ class GrowStats:
 
 
 @dataclass
-class _Pending:
+class Pending:
+    """A frontier node waiting for its split: the node, its depth and what its path used."""
+
     node: Node
     depth: int
     used: frozenset[int]
     parent_proba: list[float]
+
+
+_Pending = Pending
+
+
+@dataclass
+class Plan:
+    """How a chosen split becomes branches and routes.
+
+    Attributes
+    ----------
+    split : Split
+    test_threshold : float, optional
+        The threshold the partition query compares with (None for a nominal test, whose key is
+        the value's code).
+    keys_of_branch : list of list of int
+        Partition keys that each branch receives (see ``queries.build_partition``).
+    shares : list of float
+        Fraction of the known weight per branch.
+    unknown_branch : int, optional
+        Branch that unknown values take; None spreads them over every branch by ``shares``.
+    route_unknown : bool
+        Whether training rows with an unknown value go on (False drops them).
+    consumes_feature : bool
+        Whether the feature may not be tested again below (ID3's nominal features).
+    """
+
+    split: Split
+    test_threshold: float | None
+    keys_of_branch: list[list[int]]
+    shares: list[float]
+    unknown_branch: int | None
+    route_unknown: bool = True
+    consumes_feature: bool = False
+
+
+class Strategy:
+    """What an algorithm decides; the level loop in ``grow`` does the rest.
+
+    Per level the grower materialises ``build_histogram``, reads node counts with
+    ``read_counts``, asks ``may_split`` per node, runs ``build_scores`` once for the level,
+    calls ``choose`` per node, lets ``select`` veto choices (best-first growth), turns choices
+    into branches with ``plan`` and moves the rows. ``finish`` post-processes the grown tree.
+    """
+
+    def __init__(self, data: Dataset, options: GrowOptions) -> None:
+        self.data = data
+        self.options = options
+        self.n_classes = len(data.classes)
+
+    @property
+    def max_depth(self) -> int | None:
+        return self.options.max_depth
+
+    def prior(self) -> list[float]:
+        k = self.n_classes
+        return normalise(list(self.data.class_weights), [1.0 / k] * k)
+
+    def build_level0(self) -> exp.Expression:
+        return q.build_level0(self.data)
+
+    def build_histogram(self, level: exp.Table, features: list[Feature]) -> exp.Expression:
+        return q.build_histogram(level, features, self.n_classes)
+
+    def read_counts(self, engine: Any, hist: exp.Table) -> dict[int, list[float]]:
+        return {
+            int(node_id): [float(c) for c in counts]
+            for node_id, *counts in engine.execute(q.build_node_counts(hist, self.n_classes))
+        }
+
+    def on_histogram(self, engine: Any, hist: exp.Table, depth: int) -> None:
+        """Called once per level after the histogram exists."""
+
+    def may_split(self, p: Pending) -> bool:
+        raise NotImplementedError
+
+    def build_scores(self, hist: exp.Table, features: list[Feature]) -> exp.Expression:
+        raise NotImplementedError
+
+    score_columns: tuple[str, ...] = ()
+
+    def choose(self, rows: list[dict[str, Any]], p: Pending) -> Any:
+        raise NotImplementedError
+
+    def select(self, choices: dict[int, Any], frontier: dict[int, Pending]) -> dict[int, Any]:
+        """Which chosen splits to carry out now (all of them, unless growth is best-first)."""
+        return choices
+
+    def plan(
+        self, engine: Any, hist: exp.Table, choices: dict[int, Any], frontier: dict[int, Pending]
+    ) -> dict[int, Plan]:
+        raise NotImplementedError
+
+    def on_child(self, parent: Pending, branch: int, child: Node) -> None:
+        """Called for every child made, before it joins the frontier."""
+
+    def finish(self, root: Node) -> Node:
+        """Post-process the grown tree (pruning, numbering); returns the root."""
+        return root
+
+    def close(self, engine: Any) -> None:
+        """Drop whatever the strategy materialised."""
+
+
+class C45Strategy(Strategy):
+    """ID3 and C4.5: gain or gain ratio, multiway nominal tests, fractional unknown values."""
+
+    score_columns: tuple[str, ...] = ()
+
+    def __init__(self, data: Dataset, options: GrowOptions) -> None:
+        super().__init__(data, options)
+        self.score_columns = SCORE_COLUMNS
+        self.values_table: exp.Table | None = None
+
+    def on_histogram(self, engine: Any, hist: exp.Table, depth: int) -> None:
+        if depth == 0 and any(f.kind == CONTINUOUS for f in self.data.features):
+            self.values_table = engine.materialize(
+                "values", q.build_distinct_values(hist, self.data.features)
+            )
+
+    def may_split(self, p: Pending) -> bool:
+        return _may_split(p, self.options)
+
+    def build_scores(self, hist: exp.Table, features: list[Feature]) -> exp.Expression:
+        return q.build_split_scores(hist, features, self.n_classes, score_options(self.options))
+
+    def choose(self, rows: list[dict[str, Any]], p: Pending) -> _Choice | None:
+        return choose_split(rows, self.data, self.options, p.used)
+
+    def plan(
+        self, engine: Any, hist: exp.Table, choices: dict[int, Any], frontier: dict[int, Pending]
+    ) -> dict[int, Plan]:
+        options = self.options
+        _resolve_thresholds(engine, self.values_table, choices)
+        weights = _branch_weights(engine, hist, choices, self.n_classes)
+        plans: dict[int, Plan] = {}
+        for node_id, choice in choices.items():
+            f = choice.feature
+            if f.kind == CONTINUOUS:
+                split = Split(f.name, CONTINUOUS, threshold=choice.threshold)
+                keys_of_branch = [[0], [1]]
+            else:
+                split = Split(f.name, NOMINAL, groups=[[v] for v in f.values])
+                keys_of_branch = [[i] for i in range(len(f.values))]
+            branch_w = [
+                sum(weights.get((node_id, key), 0.0) for key in keys) for keys in keys_of_branch
+            ]
+            known = sum(branch_w)
+            plans[node_id] = Plan(
+                split=split,
+                test_threshold=choice.threshold,
+                keys_of_branch=keys_of_branch,
+                shares=[w / known if known > 0 else 0.0 for w in branch_w],
+                unknown_branch=None if options.missing == "fractional" else argmax(branch_w),
+                route_unknown=options.missing != "drop",
+                consumes_feature=f.kind == NOMINAL,
+            )
+        return plans
+
+    def close(self, engine: Any) -> None:
+        if self.values_table is not None:
+            engine.drop(self.values_table)
+            self.values_table = None
 
 
 @dataclass
@@ -100,103 +280,104 @@ def score_options(options: GrowOptions, all_thresholds: bool = False) -> q.Score
     )
 
 
-def grow(
-    data: Dataset, options: GrowOptions, progress: Progress | None = None
-) -> tuple[Node, GrowStats]:
-    """Grow a tree on ``data`` and return its root and the query counts."""
+def make_strategy(data: Dataset, options: GrowOptions) -> Strategy:
+    """The strategy of ``options.algorithm``."""
+    if options.algorithm == "cart":
+        from .cart import CARTStrategy
+
+        return CARTStrategy(data, options)
     if options.algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {ALGORITHMS}, not {options.algorithm!r}")
     if options.missing not in MISSING:
         raise ValueError(f"missing must be one of {MISSING}, not {options.missing!r}")
+    return C45Strategy(data, options)
+
+
+def grow(
+    data: Dataset,
+    options: GrowOptions,
+    progress: Progress | None = None,
+    strategy: Strategy | None = None,
+) -> tuple[Node, GrowStats]:
+    """Grow a tree on ``data`` and return its root and the query counts."""
+    if strategy is None:
+        strategy = make_strategy(data, options)
     engine = data.engine
     k = len(data.classes)
     stats = GrowStats()
     start_all = time.perf_counter()
-    prior = normalise(list(data.class_weights), [1.0 / k] * k)
+    prior = strategy.prior()
 
     queries_before = engine.stats.queries
-    level = engine.materialize("level", q.build_level0(data))
+    level: exp.Table | None = engine.materialize("level", strategy.build_level0())
     stats.scans += 1
     root = Node(counts=[0.0] * k, proba=prior, node_id=0)
-    frontier: dict[int, _Pending] = {0: _Pending(root, 0, frozenset(), prior)}
+    frontier: dict[int, Pending] = {0: Pending(root, 0, frozenset(), prior)}
     next_id = 1
-    values_table = None
     depth = 0
     try:
         while frontier:
+            assert level is not None
             start = time.perf_counter()
             queries_at_start = engine.stats.queries
-            can_grow = options.max_depth is None or depth < options.max_depth
+            max_depth = strategy.max_depth
+            can_grow = max_depth is None or depth < max_depth
             hist_features = data.features if can_grow else []
-            hist = engine.materialize("hist", q.build_histogram(level, hist_features, k))
+            hist = engine.materialize("hist", strategy.build_histogram(level, hist_features))
             scans = 1
-            if depth == 0 and any(f.kind == CONTINUOUS for f in data.features):
-                values_table = engine.materialize(
-                    "values", q.build_distinct_values(hist, data.features)
-                )
-            for node_id, *counts in engine.execute(q.build_node_counts(hist, k)):
-                pending = frontier[int(node_id)]
-                pending.node.counts = [float(c) for c in counts]
-                pending.node.proba = normalise(pending.node.counts, pending.parent_proba)
+            strategy.on_histogram(engine, hist, depth)
+            for node_id, counts in strategy.read_counts(engine, hist).items():
+                pending = frontier[node_id]
+                pending.node.counts = counts
+                pending.node.proba = normalise(counts, pending.parent_proba)
 
-            splittable = [p for p in frontier.values() if can_grow and _may_split(p, options)]
-            choices: dict[int, _Choice] = {}
+            splittable = [p for p in frontier.values() if can_grow and strategy.may_split(p)]
+            choices: dict[int, Any] = {}
             if splittable and hist_features:
-                rows = engine.execute(
-                    q.build_split_scores(hist, hist_features, k, score_options(options))
-                )
+                rows = engine.execute(strategy.build_scores(hist, hist_features))
                 by_node: dict[int, list[dict[str, Any]]] = {}
                 for row in rows:
-                    by_node.setdefault(int(row[0]), []).append(dict(zip(SCORE_COLUMNS, row)))
-                for p in splittable:
-                    choice = choose_split(
-                        by_node.get(p.node.node_id, []), data, options, p.used
+                    by_node.setdefault(int(row[0]), []).append(
+                        dict(zip(strategy.score_columns, row, strict=True))
                     )
+                for p in splittable:
+                    choice = strategy.choose(by_node.get(p.node.node_id, []), p)
                     if choice is not None:
                         choices[p.node.node_id] = choice
+                choices = strategy.select(choices, frontier)
 
-            next_frontier: dict[int, _Pending] = {}
+            next_frontier: dict[int, Pending] = {}
             new_level = None
             if choices:
-                _resolve_thresholds(engine, values_table, choices)
-                weights = _branch_weights(engine, hist, choices, k)
+                plans = strategy.plan(engine, hist, choices, frontier)
+                features = {f.name: f for f in data.features}
                 tests: list[tuple[int, int, float | None]] = []
                 routes: list[tuple[int, int, int, float]] = []
-                for node_id, choice in sorted(choices.items()):
+                for node_id, plan in sorted(plans.items()):
                     pending = frontier[node_id]
                     node = pending.node
-                    f = choice.feature
-                    if f.kind == CONTINUOUS:
-                        split = Split(f.name, CONTINUOUS, threshold=choice.threshold)
-                        keys_of_branch = [[0], [1]]
-                    else:
-                        split = Split(f.name, NOMINAL, groups=[[v] for v in f.values])
-                        keys_of_branch = [[i] for i in range(len(f.values))]
-                    branch_w = [
-                        sum(weights.get((node_id, key), 0.0) for key in keys)
-                        for keys in keys_of_branch
-                    ]
-                    known = sum(branch_w)
-                    node.split = split
-                    node.shares = [w / known if known > 0 else 0.0 for w in branch_w]
-                    if options.missing != "fractional":
-                        node.unknown_branch = argmax(branch_w)
-                    tests.append((node_id, f.index, choice.threshold))
-                    used = pending.used | {f.index} if f.kind == NOMINAL else pending.used
-                    for branch, keys in enumerate(keys_of_branch):
+                    f = features[plan.split.feature]
+                    node.split = plan.split
+                    node.shares = plan.shares
+                    node.unknown_branch = plan.unknown_branch
+                    tests.append((node_id, f.index, plan.test_threshold))
+                    used = pending.used | {f.index} if plan.consumes_feature else pending.used
+                    for branch, keys in enumerate(plan.keys_of_branch):
                         child = Node(counts=[0.0] * k, proba=list(node.proba), node_id=next_id)
                         next_id += 1
                         node.children.append(child)
-                        next_frontier[child.node_id] = _Pending(
-                            child, depth + 1, used, node.proba
-                        )
+                        strategy.on_child(pending, branch, child)
+                        next_frontier[child.node_id] = Pending(child, depth + 1, used, node.proba)
                         for key in keys:
                             routes.append((node_id, key, child.node_id, 1.0))
-                        if options.missing == "fractional" and node.shares[branch] > 0:
-                            routes.append(
-                                (node_id, q.UNKNOWN_KEY, child.node_id, node.shares[branch])
-                            )
-                        elif options.missing == "majority" and branch == node.unknown_branch:
+                        if not plan.route_unknown:
+                            continue
+                        if plan.unknown_branch is None:
+                            if node.shares[branch] > 0:
+                                routes.append(
+                                    (node_id, q.UNKNOWN_KEY, child.node_id, node.shares[branch])
+                                )
+                        elif branch == plan.unknown_branch:
                             routes.append((node_id, q.UNKNOWN_KEY, child.node_id, 1.0))
                 new_level = engine.materialize(
                     "level", q.build_partition(level, data.features, tests, routes)
@@ -222,8 +403,8 @@ def grow(
     finally:
         if level is not None and frontier:
             engine.drop(level)
-        if values_table is not None:
-            engine.drop(values_table)
+        strategy.close(engine)
+    root = strategy.finish(root)
     stats.queries = engine.stats.queries - queries_before
     stats.seconds = time.perf_counter() - start_all
     return root, stats
