@@ -9,7 +9,6 @@ from sqlglot import exp
 
 from .base import Engine
 
-
 _CSV_TYPES = ("BIGINT", "DOUBLE", "VARCHAR")
 
 
@@ -47,7 +46,7 @@ class DuckDBEngine(Engine):
 
     def _run_columns(self, sql: str) -> list[tuple[str, str]]:
         rel = self.connection.sql(sql)
-        return [(name, str(dtype)) for name, dtype in zip(rel.columns, rel.types)]
+        return [(name, str(dtype)) for name, dtype in zip(rel.columns, rel.types, strict=True)]
 
     def _create_temp_table(self, name: str, query: exp.Expression) -> None:
         self.connection.execute(
