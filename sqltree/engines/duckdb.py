@@ -56,7 +56,7 @@ class DuckDBEngine(Engine):
 
     def _run_columns(self, sql: str) -> list[tuple[str, str]]:
         rel = self.connection.sql(sql)
-        return [(name, str(dtype)) for name, dtype in zip(rel.columns, rel.types)]
+        return [(name, str(dtype)) for name, dtype in zip(rel.columns, rel.types, strict=True)]
 
     def _create_temp_table(self, name: str, query: exp.Expression) -> None:
         self.connection.execute(

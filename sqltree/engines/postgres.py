@@ -1,0 +1,240 @@
+"""PostgreSQL through psycopg 3: training runs where warehouse tables already live.
+
+sqltree only reads the source and writes session-local ``TEMP`` tables, so a role with
+``SELECT`` on the source and the ``TEMP`` privilege on the database is enough.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from sqlglot import exp
+
+from ..errors import UnsupportedError
+from .base import Engine
+
+try:  # psycopg is an optional dependency (the "postgres" extra)
+    import psycopg
+    from psycopg.adapt import Loader
+except ImportError:  # pragma: no cover - exercised only without the extra
+    psycopg = None  # type: ignore[assignment]
+    Loader = object  # type: ignore[assignment,misc]
+
+
+class _FloatNumericLoader(Loader):  # type: ignore[misc,valid-type]
+    """Load ``numeric`` as float: PG's SUM(bigint) and AVG(int) are numeric, the rest is float."""
+
+    def load(self, data: Any) -> float:
+        return float(bytes(data))
+
+
+# Type categories of pg_type (``typcategory``) that sqltree can treat as a known type name
+# when sqlglot does not know the type itself (enums, domains over text, citext).
+_CATEGORY_TYPES = {"S": "TEXT", "E": "TEXT", "B": "BOOLEAN", "N": "DOUBLE PRECISION"}
+
+# psycopg's short names that sqlglot's Postgres dialect reads as something else or not at all.
+_TYPE_NAMES = {"bpchar": "char", "char": "char"}
+
+
+_NO_PSYCOPG = "PostgreSQL needs psycopg 3: pip install 'sqltree-learn[postgres]'"
+
+
+class PostgresEngine(Engine):
+    """Run queries on a psycopg 3 connection.
+
+    Parameters
+    ----------
+    connection : psycopg.Connection
+        An open connection. In autocommit mode each statement is its own transaction; otherwise
+        sqltree's statements run inside the connection's transaction, each guarded by a
+        savepoint so that a failed query leaves the transaction usable (and the caller's own
+        uncommitted work untouched).
+
+    Examples
+    --------
+    >>> engine = PostgresEngine.connect("postgresql://user@localhost/db")  # doctest: +SKIP
+    """
+
+    dialect: ClassVar[str] = "postgres"
+    MAX_CASE_DEPTH: ClassVar[int] = 1000
+    READS_FILES: ClassVar[bool] = False
+    """Whether ``relation_for_path`` can read local files (the server cannot see them)."""
+
+    def __init__(self, connection: Any, *, owns_connection: bool = False) -> None:
+        if psycopg is None:  # pragma: no cover
+            raise UnsupportedError(_NO_PSYCOPG)
+        super().__init__()
+        self.connection = connection
+        self.owns_connection = owns_connection
+        self._frames: list[str] = []
+
+    @classmethod
+    def connect(cls, url: str, **kwargs: Any) -> PostgresEngine:
+        """Open a connection (autocommit) from a libpq URL or key=value string and wrap it."""
+        if psycopg is None:  # pragma: no cover
+            raise UnsupportedError(_NO_PSYCOPG)
+        conn = psycopg.connect(url, autocommit=True, **kwargs)
+        return cls(conn, owns_connection=True)
+
+    # -- the contract ------------------------------------------------------------------------
+    def _cursor(self) -> Any:
+        cur = self.connection.cursor()
+        # Per cursor, so the caller's own connection keeps loading numeric as Decimal.
+        cur.adapters.register_loader("numeric", _FloatNumericLoader)
+        return cur
+
+    def _execute(self, sql: str, *, fetch: bool) -> list[tuple[Any, ...]]:
+        # ``transaction()`` is BEGIN/COMMIT in autocommit mode and a SAVEPOINT inside an open
+        # transaction: either way an error (or a KeyboardInterrupt, which psycopg turns into a
+        # query cancel) rolls back only this statement and leaves the connection usable for
+        # the cleanup that follows.
+        with self.connection.transaction(), self._cursor() as cur:
+            cur.execute(sql)
+            if fetch and cur.description is not None:
+                return [tuple(r) for r in cur.fetchall()]
+            return []
+
+    def _run(self, sql: str) -> list[tuple[Any, ...]]:
+        return self._execute(sql, fetch=True)
+
+    def _run_columns(self, sql: str) -> list[tuple[str, str]]:
+        with self.connection.transaction(), self._cursor() as cur:
+            cur.execute(sql)
+            description = list(cur.description or [])
+        out = []
+        unknown: dict[int, str] = {}
+        for column in description:
+            name = _TYPE_NAMES.get(column.type_display, column.type_display)
+            if column.type_display.startswith("bpchar("):
+                name = "char" + column.type_display[len("bpchar") :]
+            if not _parses(name):
+                unknown[column.type_code] = name
+            out.append((column.name, name))
+        if unknown:
+            categories = self._type_categories(list(unknown))
+            out = [
+                (n, _CATEGORY_TYPES.get(categories.get(c.type_code, ""), t))
+                if c.type_code in unknown
+                else (n, t)
+                for (n, t), c in zip(out, description, strict=True)
+            ]
+        return out
+
+    def _type_categories(self, oids: list[int]) -> dict[int, str]:
+        pg_type = exp.Table(this=exp.to_identifier("pg_type"), db=exp.to_identifier("pg_catalog"))
+        query = (
+            exp.select(exp.cast(exp.column("oid"), "BIGINT"), exp.column("typcategory"))
+            .from_(pg_type)
+            .where(exp.column("oid").isin(*[exp.Literal.number(o) for o in oids]))
+        )
+        return {int(oid): str(cat) for oid, cat in self._run(self.render(query))}
+
+    def _create_temp_table(self, name: str, query: exp.Expression) -> None:
+        table = exp.Table(this=exp.to_identifier(name, quoted=True))
+        create = exp.Create(
+            this=table,
+            kind="TABLE",
+            expression=query,
+            properties=exp.Properties(expressions=[exp.TemporaryProperty()]),
+        )
+        self._execute(self.render(create), fetch=False)
+        # Autovacuum never analyzes temp tables; without statistics the planner guesses row
+        # counts and can pick nested loops for the level joins.
+        self._execute(self.render(exp.Analyze(this=table.copy())), fetch=False)
+
+    def _drop_temp_table(self, name: str) -> None:
+        drop = exp.Drop(
+            tables=[exp.Table(this=exp.to_identifier(name, quoted=True))],
+            kind="TABLE",
+            exists=True,
+        )
+        self._execute(self.render(drop), fetch=False)
+
+    def relation_for_path(self, path: str) -> exp.Expression:
+        raise UnsupportedError(
+            f"PostgreSQL cannot read the local file {path!r}: load it into a table first "
+            "(e.g. COPY or \\copy), pass a pandas DataFrame, or train on DuckDB"
+        )
+
+    def relation_for_dataframe(self, frame: Any) -> exp.Expression:
+        """Copy a pandas DataFrame into a session-local temp table (NaN and NA become NULL)."""
+        name = self.temp_name("frame")
+        table = exp.Table(this=exp.to_identifier(name, quoted=True))
+        self._temp.append(name)
+        self.load_dataframe(frame, table, temporary=True)
+        return table
+
+    def load_dataframe(self, frame: Any, table: exp.Table, *, temporary: bool = False) -> None:
+        """Create ``table`` with the DataFrame's columns and COPY its rows into it.
+
+        Column types come from Arrow's reading of the frame: booleans, 64-bit integers,
+        doubles, and text for everything else.
+        """
+        import pyarrow as pa
+
+        data = pa.Table.from_pandas(frame, preserve_index=False)
+        columns = [
+            exp.ColumnDef(
+                this=exp.to_identifier(field.name, quoted=True),
+                kind=exp.DataType.build(_pg_type_of(field.type)),
+            )
+            for field in data.schema
+        ]
+        properties = [exp.TemporaryProperty()] if temporary else []
+        create = exp.Create(
+            this=exp.Schema(this=table.copy(), expressions=columns),
+            kind="TABLE",
+            properties=exp.Properties(expressions=properties) if properties else None,
+        )
+        copy = exp.Copy(
+            this=table.copy(),
+            kind=True,
+            files=[exp.to_identifier("STDIN")],
+            credentials=exp.Credentials(),
+        )
+        # Text columns of other Arrow types (dates, decimals) are written as their text.
+        stringify = [
+            _pg_type_of(f.type) == "TEXT"
+            and not (pa.types.is_string(f.type) or pa.types.is_large_string(f.type))
+            for f in data.schema
+        ]
+        with self.connection.transaction(), self.connection.cursor() as cur:
+            cur.execute(self.render(create))
+            with cur.copy(self.render(copy)) as out:
+                values = [c.to_pylist() for c in data.columns]
+                for row in zip(*values, strict=True):
+                    out.write_row(
+                        [
+                            str(v) if text and v is not None else v
+                            for v, text in zip(row, stringify, strict=True)
+                        ]
+                    )
+            cur.execute(self.render(exp.Analyze(this=table.copy())))
+
+    def close(self) -> None:
+        """Drop sqltree's temp tables and close the connection if this engine opened it."""
+        try:
+            self.cleanup()
+        finally:
+            if self.owns_connection:
+                self.connection.close()
+
+
+def _parses(type_text: str) -> bool:
+    try:
+        exp.DataType.build(type_text, dialect="postgres")
+    except Exception:
+        return False
+    return True
+
+
+def _pg_type_of(arrow_type: Any) -> str:
+    import pyarrow as pa
+
+    if pa.types.is_boolean(arrow_type):
+        return "BOOLEAN"
+    if pa.types.is_integer(arrow_type):
+        return "BIGINT"
+    if pa.types.is_floating(arrow_type):
+        return "DOUBLE"
+    return "TEXT"

@@ -1,0 +1,193 @@
+"""Apache Spark SQL through a SparkSession: training for data that does not fit one machine.
+
+Temporary tables are cached temp views: every level of the tree is read by several queries
+(histogram, partition), and an uncached view would recompute the whole chain of levels each
+time. Nothing here assumes local mode: files are read by the executors, and only aggregates
+come back to the driver.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, ClassVar
+
+from sqlglot import exp
+
+from .base import Engine, EngineStats
+
+# Types a CSV column keeps after Spark's inference; anything else (booleans from true/false,
+# dates, timestamps) is read back as text, as DuckDB's reader does, so that a file gives the
+# same features and the same values on every engine.
+_CSV_KEPT_TYPES = ("IntegerType", "LongType", "DoubleType")
+
+_JOB_GROUP = "spark.jobGroup.id"
+
+
+@dataclass
+class SparkStats(EngineStats):
+    """Engine counters plus the Spark jobs each query ran (None where Spark cannot tell)."""
+
+    job_groups: list[str] = field(default_factory=list)
+    tracker: Any = None
+
+    @property
+    def jobs(self) -> int | None:
+        """Spark jobs run by this engine's statements so far (None on Spark Connect)."""
+        counts = self.jobs_per_query()
+        return None if counts is None else sum(counts)
+
+    def jobs_per_query(self) -> list[int] | None:
+        """Jobs of each statement, in the order they ran."""
+        if self.tracker is None:
+            return None
+        return [len(self.tracker.getJobIdsForGroup(g)) for g in self.job_groups]
+
+
+class SparkEngine(Engine):
+    """Run queries on a SparkSession.
+
+    Parameters
+    ----------
+    spark : pyspark.sql.SparkSession
+        A classic or Spark Connect session. sqltree creates temp views named ``sqltree_*`` in
+        it and drops (and uncaches) them when training ends.
+
+    Notes
+    -----
+    ``stats.jobs`` counts the Spark jobs sqltree's statements ran (classic sessions only): each
+    statement runs under its own job group, read back from the status tracker.
+    """
+
+    dialect: ClassVar[str] = "spark"
+    MAX_CASE_DEPTH: ClassVar[int] = 100
+    CACHES_TEMP_TABLES: ClassVar[bool] = True
+
+    def __init__(self, spark: Any) -> None:
+        super().__init__()
+        self.spark = spark
+        self._views: list[str] = []
+        self._cached: dict[str, Any] = {}
+        self._group_ids = itertools.count()
+        try:
+            self._context = spark.sparkContext
+            tracker = self._context.statusTracker()
+        except Exception:  # Spark Connect has no SparkContext: no job counts
+            self._context = None
+            tracker = None
+        self.stats: SparkStats = SparkStats(tracker=tracker)
+
+    # -- the contract ------------------------------------------------------------------------
+    @contextmanager
+    def _job_group(self) -> Iterator[None]:
+        """Run the enclosed Spark actions under a job group of their own, to count their jobs."""
+        if self._context is None:
+            yield
+            return
+        group = f"{self._prefix}{next(self._group_ids)}"
+        previous = self._context.getLocalProperty(_JOB_GROUP)
+        self._context.setJobGroup(group, "sqltree", interruptOnCancel=True)
+        self.stats.job_groups.append(group)
+        try:
+            yield
+        finally:
+            self._context.setLocalProperty(_JOB_GROUP, previous)
+
+    def _run(self, sql: str) -> list[tuple[Any, ...]]:
+        with self._job_group():
+            rows = self.spark.sql(sql).collect()
+        return [tuple(_plain(v) for v in row) for row in rows]
+
+    def _run_columns(self, sql: str) -> list[tuple[str, str]]:
+        # Analysis only: reading a DataFrame's schema runs no job.
+        schema = self.spark.sql(sql).schema
+        return [(f.name, _type_text(f.dataType)) for f in schema.fields]
+
+    def _create_temp_table(self, name: str, query: exp.Expression) -> None:
+        # A view made from a DataFrame keeps its analysed plan, so it stays valid when the views
+        # it was made from are dropped (a SQL-made temp view re-resolves them by name). The rows
+        # are cached and counted at once: a level must be in memory before the previous level
+        # is unpersisted, or reading it would recompute every level before it.
+        frame = self.spark.sql(self.render(query)).persist()
+        with self._job_group():
+            frame.count()
+        frame.createOrReplaceTempView(name)
+        self._cached[name] = frame
+
+    def _drop_temp_table(self, name: str) -> None:
+        frame = self._cached.pop(name, None)
+        self.spark.catalog.dropTempView(name)
+        if frame is not None:
+            frame.unpersist()
+
+    def relation_for_path(self, path: str) -> exp.Expression:
+        """Register a Parquet, CSV (header, inferred numbers) or JSON file as a temp view."""
+        reader = self.spark.read
+        lower = path.lower()
+        if lower.endswith((".csv", ".csv.gz", ".tsv", ".txt")):
+            options = {"header": "true"}
+            if lower.endswith(".tsv"):
+                options["sep"] = "\t"
+            inferred = reader.options(inferSchema="true", **options).csv(path).schema
+            schema = _text_unless_numeric(inferred)
+            frame = self.spark.read.options(**options).schema(schema).csv(path)
+        elif lower.endswith((".json", ".jsonl", ".ndjson")):
+            frame = reader.json(path)
+        else:
+            frame = reader.parquet(path)
+        return self._register(frame, "file")
+
+    def relation_for_dataframe(self, frame: Any) -> exp.Expression:
+        """Register a pandas DataFrame (through Arrow: NaN and NA become NULL) as a temp view."""
+        import pyarrow as pa
+
+        table = pa.Table.from_pandas(frame, preserve_index=False)
+        return self._register(self.spark.createDataFrame(table), "frame")
+
+    def _register(self, frame: Any, hint: str) -> exp.Expression:
+        name = self.temp_name(hint)
+        frame.createOrReplaceTempView(name)
+        self._views.append(name)
+        return _table(name)
+
+    def cleanup(self) -> None:
+        try:
+            super().cleanup()
+        finally:
+            for name in list(self._views):
+                self.spark.catalog.dropTempView(name)
+                self._views.remove(name)
+
+
+def _table(name: str) -> exp.Table:
+    return exp.Table(this=exp.to_identifier(name, quoted=True))
+
+
+def _plain(value: Any) -> Any:
+    # Spark returns DECIMAL sums and averages as Decimal; the planner works in floats.
+    if isinstance(value, Decimal):
+        return float(value)
+    return value
+
+
+def _type_text(data_type: Any) -> str:
+    text = str(data_type.simpleString())
+    if text == "void":  # the type of a bare NULL column
+        return "NULL"
+    return text
+
+
+def _text_unless_numeric(schema: Any) -> Any:
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    return StructType(
+        [
+            f
+            if type(f.dataType).__name__ in _CSV_KEPT_TYPES
+            else StructField(f.name, StringType(), True)
+            for f in schema.fields
+        ]
+    )

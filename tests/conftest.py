@@ -1,0 +1,253 @@
+"""Shared fixtures: a throwaway PostgreSQL cluster, one local Spark session, and
+``engine_factory``, which loads a pandas DataFrame into DuckDB, PostgreSQL or Spark.
+
+An engine that cannot start is skipped locally and is an error when ``CI=true``, so that CI
+never passes by skipping. ``pytest -m "not spark and not postgres"`` runs the fast subset.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlglot import exp
+
+from sqltree.engines.base import Engine
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = REPO / "examples" / "data"
+IN_CI = os.environ.get("CI", "").lower() == "true"
+TEST_SCHEMA = "sqltree_test"
+
+
+def unavailable(reason: str) -> None:
+    """Skip, or fail under CI, when an engine cannot be started."""
+    if IN_CI:
+        pytest.fail(f"{reason} (CI=true: engines may not be skipped)", pytrace=False)
+    pytest.skip(reason)
+
+
+# -- PostgreSQL ------------------------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _pg_bin() -> str | None:
+    found = sorted(
+        glob.glob("/usr/lib/postgresql/*/bin/initdb"),
+        key=lambda p: [int(x) for x in Path(p).parent.parent.name.split(".") if x.isdigit()],
+    )
+    if found:
+        return str(Path(found[-1]).parent)
+    initdb = shutil.which("initdb")
+    return str(Path(initdb).parent) if initdb else None
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A libpq URL of a private cluster (initdb + pg_ctl), stopped when the session ends.
+
+    ``SQLTREE_POSTGRES_URL`` points the tests at an existing server instead.
+    """
+    if os.environ.get("SQLTREE_POSTGRES_URL"):
+        yield os.environ["SQLTREE_POSTGRES_URL"]
+        return
+    bindir = _pg_bin()
+    if bindir is None:
+        unavailable("PostgreSQL binaries (initdb, pg_ctl) not found")
+    # initdb and pg_ctl refuse to run as root.
+    as_root = os.geteuid() == 0
+    prefix = ["runuser", "-u", "postgres", "--"] if as_root else []
+    root = tempfile.mkdtemp(prefix="sqltree-pg-")
+    if as_root:
+        shutil.chown(root, "postgres", "postgres")
+    os.chmod(root, 0o700)
+    port = _free_port()
+    data = f"{root}/data"
+    options = (
+        f"-c listen_addresses=127.0.0.1 -p {port} -k {root} "
+        "-c fsync=off -c full_page_writes=off -c synchronous_commit=off"
+    )
+
+    def run(*args: str) -> None:
+        subprocess.run([*prefix, *args], check=True, capture_output=True, text=True)
+
+    try:
+        run(
+            f"{bindir}/initdb",
+            "-D",
+            data,
+            "-A",
+            "trust",
+            "-U",
+            "postgres",
+            "-E",
+            "UTF8",
+            "--locale=C.UTF-8",
+            "--no-sync",
+        )
+        run(f"{bindir}/pg_ctl", "-D", data, "-l", f"{root}/log", "-w", "-o", options, "start")
+    except (OSError, subprocess.CalledProcessError) as error:
+        detail = getattr(error, "stderr", "") or str(error)
+        shutil.rmtree(root, ignore_errors=True)
+        unavailable(f"could not start a throwaway PostgreSQL: {detail.strip()[-500:]}")
+    try:
+        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run(
+            [*prefix, f"{bindir}/pg_ctl", "-D", data, "-m", "immediate", "-w", "stop"],
+            capture_output=True,
+        )
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres_admin(postgres_url: str) -> Iterator[Any]:
+    """An autocommit superuser connection (test tables are made and dropped with it)."""
+    psycopg = pytest.importorskip("psycopg")
+    conn = psycopg.connect(postgres_url, autocommit=True)
+    yield conn
+    conn.close()
+
+
+# -- Spark -----------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local[2] SparkSession for the whole run."""
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        unavailable("pyspark is not installed")
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        unavailable("Spark needs Java: no java on PATH and no JAVA_HOME")
+    try:
+        session = (
+            SparkSession.builder.master("local[2]")
+            .appName("sqltree-tests")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.shuffle.partitions", "4")
+            .config("spark.driver.memory", "2g")
+            .getOrCreate()
+        )
+    except Exception as error:
+        unavailable(f"could not start Spark: {error}")
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+# -- one DataFrame on any engine -------------------------------------------------------------
+@dataclass
+class Loaded:
+    """What ``engine_factory`` made: the engine, the source to train on, and how to undo it."""
+
+    engine: Engine
+    source: exp.Table
+    undo: list[Callable[[], None]] = field(default_factory=list)
+
+
+class EngineFactory:
+    """Load pandas DataFrames into one engine; everything made is dropped after the test.
+
+    ``factory(frame, name="data")`` returns ``(engine, source)``: ``source`` is a table
+    reference (``exp.Table``) to pass to ``describe`` or ``train``. Each call makes a new
+    engine on a new connection, so one test can train on several tables.
+    """
+
+    def __init__(self, kind: str, request: pytest.FixtureRequest) -> None:
+        self.kind = kind
+        self._request = request
+        self._loaded: list[Loaded] = []
+
+    def __call__(self, frame: Any, name: str = "data") -> tuple[Engine, exp.Table]:
+        loaded = getattr(self, f"_load_{self.kind}")(frame, name)
+        self._loaded.append(loaded)
+        return loaded.engine, loaded.source
+
+    def _load_duckdb(self, frame: Any, name: str) -> Loaded:
+        import duckdb
+
+        from sqltree.engines.duckdb import DuckDBEngine
+
+        conn = duckdb.connect()
+        engine = DuckDBEngine(conn)
+        table = exp.Table(this=exp.to_identifier(name, quoted=True))
+        conn.register("sqltree_test_frame", frame)
+        conn.execute(
+            exp.Create(
+                this=table, kind="TABLE", expression=exp.select("*").from_("sqltree_test_frame")
+            ).sql("duckdb")
+        )
+        conn.unregister("sqltree_test_frame")
+        return Loaded(engine, table, [engine.cleanup, conn.close])
+
+    def _load_postgres(self, frame: Any, name: str) -> Loaded:
+        from sqltree.engines.postgres import PostgresEngine
+
+        admin = self._request.getfixturevalue("postgres_admin")
+        url = self._request.getfixturevalue("postgres_url")
+        # A unique schema per table keeps parallel and repeated loads of one name apart.
+        schema = f"{TEST_SCHEMA}_{uuid.uuid4().hex[:8]}"
+        schema_ref = exp.Table(db=exp.to_identifier(schema, quoted=True))
+        admin.execute(exp.Create(this=schema_ref, kind="SCHEMA").sql("postgres"))
+        table = exp.Table(
+            this=exp.to_identifier(name, quoted=True), db=exp.to_identifier(schema, quoted=True)
+        )
+        loader = PostgresEngine(admin)
+        loader.load_dataframe(frame, table)
+        engine = PostgresEngine.connect(url)
+
+        def drop_schema() -> None:
+            drop = exp.Drop(tables=[schema_ref.copy()], kind="SCHEMA", cascade=True, exists=True)
+            admin.execute(drop.sql("postgres"))
+
+        return Loaded(engine, table, [engine.close, drop_schema])
+
+    def _load_spark(self, frame: Any, name: str) -> Loaded:
+        import pyarrow as pa
+
+        from sqltree.engines.spark import SparkEngine
+
+        session = self._request.getfixturevalue("spark")
+        engine = SparkEngine(session)
+        view = f"{name}_{uuid.uuid4().hex[:8]}"
+        session.createDataFrame(
+            pa.Table.from_pandas(frame, preserve_index=False)
+        ).createOrReplaceTempView(view)
+        table = exp.Table(this=exp.to_identifier(view, quoted=True))
+        return Loaded(engine, table, [engine.cleanup, lambda: session.catalog.dropTempView(view)])
+
+    def close(self) -> None:
+        for loaded in reversed(self._loaded):
+            for undo in loaded.undo:
+                undo()
+        self._loaded.clear()
+
+
+ENGINES = [
+    pytest.param("duckdb", id="duckdb"),
+    pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
+    pytest.param("spark", id="spark", marks=[pytest.mark.spark, pytest.mark.slow]),
+]
+
+
+@pytest.fixture(params=ENGINES)
+def engine_factory(request: pytest.FixtureRequest) -> Iterator[EngineFactory]:
+    """Parametrized over duckdb, postgres and spark: ``factory(frame) -> (engine, source)``."""
+    factory = EngineFactory(request.param, request)
+    yield factory
+    factory.close()

@@ -1,0 +1,385 @@
+"""The same data gives the same tree on DuckDB, PostgreSQL and Spark.
+
+DuckDB (the reference) trains on each data set once; every engine of ``engine_factory``
+loads the same DataFrame and must grow the same tree, counts and thresholds within 1e-9.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import warnings
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from sqlglot import exp
+
+from sqltree.dataset import describe
+from sqltree.engines.base import Engine
+from sqltree.engines.duckdb import DuckDBEngine
+from sqltree.errors import UnsupportedError
+from sqltree.grower import GrowOptions, GrowStats, grow
+from sqltree.tree import Node
+
+from .conftest import DATA, EngineFactory
+
+TOLERANCE = 1e-9
+
+
+# -- data sets -------------------------------------------------------------------------------
+def golf() -> pd.DataFrame:
+    return pd.read_csv(DATA / "golf.csv")
+
+
+def golf_numeric() -> pd.DataFrame:
+    return pd.read_csv(DATA / "golf_numeric_humidity.csv")
+
+
+def iris() -> pd.DataFrame:
+    from sklearn.datasets import load_iris
+
+    bunch = load_iris(as_frame=True)
+    frame = bunch.frame.rename(columns={"target": "species"})
+    frame["species"] = [str(bunch.target_names[i]) for i in bunch.target]
+    return frame
+
+
+def with_nulls() -> pd.DataFrame:
+    """NULLs in continuous, nominal and boolean features and in the target."""
+    rng = np.random.default_rng(11)
+    n = 400
+    a = rng.normal(size=n).round(2)
+    b = rng.choice(["x", "y", "z", "B", "a"], size=n).astype(object)
+    c = (rng.random(n) < 0.4).astype(object)
+    d = rng.integers(0, 8, size=n).astype(float)
+    y = np.where(a + (b == "x") * 0.7 - (c == True) * 0.4 + rng.normal(0, 0.4, n) > 0.1,  # noqa: E712
+                 "yes", "no").astype(object)
+    a[rng.random(n) < 0.15] = np.nan
+    b[rng.random(n) < 0.1] = None
+    c[rng.random(n) < 0.1] = None
+    d[rng.random(n) < 0.2] = np.nan
+    y[rng.random(n) < 0.03] = None
+    return pd.DataFrame({"a": a, "b": b, "c": c, "d": d, "y": y})
+
+
+def mixed_100k() -> pd.DataFrame:
+    """100,000 rows: doubles, integers, text, booleans, NULLs in most columns, 3 classes."""
+    rng = np.random.default_rng(2026)
+    n = 100_000
+    x = rng.normal(size=n).round(3)
+    k = rng.integers(0, 60, size=n)
+    colour = rng.choice(["red", "green", "blue", "Black", "white", "ünï"], size=n).astype(object)
+    flag = rng.random(n) < 0.3
+    z = rng.exponential(size=n).round(2)
+    score = (
+        x + (colour == "red") * 1.1 - (k > 35) * 0.8 + flag * 0.5 - 0.3 * z
+        + rng.normal(0, 0.5, n)
+    )
+    label = np.where(score < -0.6, "low", np.where(score < 0.7, "mid", "high")).astype(object)
+    x[rng.random(n) < 0.05] = np.nan
+    z[rng.random(n) < 0.1] = np.nan
+    colour[rng.random(n) < 0.03] = None
+    flag_values = flag.astype(object)
+    flag_values[rng.random(n) < 0.02] = None
+    return pd.DataFrame(
+        {"x": x, "k": k, "colour": colour, "flag": flag_values, "z": z, "label": label}
+    )
+
+
+def odd_names() -> pd.DataFrame:
+    """Identifiers with spaces, quotes, unicode and SQL keywords; values that sort by case."""
+    rng = np.random.default_rng(5)
+    n = 60
+    group = rng.choice(["B", "a", "O'Brien", 'say "hi"', "ß", "_z"], size=n)
+    num = rng.integers(0, 20, size=n).astype(float)
+    target = np.where((group == "B") | (group == "ß") | (num > 14), "Yes", "no")
+    return pd.DataFrame(
+        {
+            "select": group,
+            'it\'s a "col"': num,
+            "Größe ü": rng.choice(["lo", "hi"], size=n),
+            "class": target,
+        }
+    )
+
+
+DATASETS: dict[str, tuple[Any, str, dict[str, Any]]] = {
+    "golf": (golf, "play", {}),
+    "golf_numeric_humidity": (golf_numeric, "play", {}),
+    "iris": (iris, "species", {}),
+    "nulls": (with_nulls, "y", {}),
+    "odd_names": (odd_names, "class", {}),
+    "mixed_100k": (mixed_100k, "label", {"max_depth": 4}),
+}
+
+
+@functools.cache
+def frame_of(name: str) -> pd.DataFrame:
+    return DATASETS[name][0]()
+
+
+# -- helpers -----------------------------------------------------------------------------------
+def train(
+    engine: Engine, source: Any, target: str, **options: Any
+) -> tuple[Node, GrowStats]:
+    """describe + grow, dropping every temporary object afterwards (as ``train`` does)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*NULL target")
+            data = describe(source, engine, target)
+        return grow(data, GrowOptions(algorithm="c4.5", **options))
+    finally:
+        engine.cleanup()
+
+
+@functools.cache
+def reference(name: str) -> dict[str, Any]:
+    """The tree DuckDB grows from the DataFrame itself (not a loaded copy)."""
+    _, target, options = DATASETS[name]
+    engine = DuckDBEngine()
+    root, _ = train(engine, frame_of(name), target, **options)
+    return root.to_dict()
+
+
+def assert_same_tree(got: Any, want: Any, path: str = "root") -> None:
+    """Equal structure and values; floats equal within ``TOLERANCE`` (relative or absolute)."""
+    if isinstance(want, dict):
+        assert isinstance(got, dict), path
+        assert sorted(got) == sorted(want), f"{path}: keys {sorted(got)} != {sorted(want)}"
+        for key in want:
+            assert_same_tree(got[key], want[key], f"{path}.{key}")
+    elif isinstance(want, list):
+        assert isinstance(got, list) and len(got) == len(want), f"{path}: {got} != {want}"
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            assert_same_tree(g, w, f"{path}[{i}]")
+    elif isinstance(want, float) and not isinstance(got, bool):
+        assert isinstance(got, (int, float)), f"{path}: {got!r} != {want!r}"
+        assert math.isclose(got, want, rel_tol=TOLERANCE, abs_tol=TOLERANCE), (
+            f"{path}: {got!r} != {want!r}"
+        )
+    else:
+        assert got == want and type(got) is type(want), f"{path}: {got!r} != {want!r}"
+
+
+# -- same tree everywhere ----------------------------------------------------------------------
+@pytest.mark.parametrize("name", [n for n in DATASETS if n != "mixed_100k"])
+def test_same_tree_on_every_engine(engine_factory: EngineFactory, name: str) -> None:
+    _, target, options = DATASETS[name]
+    engine, source = engine_factory(frame_of(name), name)
+    root, _ = train(engine, source, target, **options)
+    assert_same_tree(root.to_dict(), reference(name))
+
+
+@pytest.mark.slow
+def test_same_tree_on_100k_rows(engine_factory: EngineFactory) -> None:
+    frame = frame_of("mixed_100k")
+    assert len(frame) == 100_000
+    engine, source = engine_factory(frame, "mixed 100k")
+    root, stats = train(engine, source, "label", max_depth=4)
+    assert_same_tree(root.to_dict(), reference("mixed_100k"))
+    assert len(stats.levels) == 5
+    assert sum(1 for n in root.walk() if n.split is not None) >= 5
+
+
+def test_odd_identifiers_survive(engine_factory: EngineFactory) -> None:
+    engine, source = engine_factory(frame_of("odd_names"), 'my "table"; drop it')
+    root, _ = train(engine, source, "class")
+    features = {n.split.feature for n in root.walk() if n.split is not None}
+    assert features <= {"select", 'it\'s a "col"', "Größe ü"}
+    assert "select" in features
+    # Nominal values are ordered by code point on every engine, whatever the collation.
+    select_split = next(n.split for n in root.walk() if n.split and n.split.feature == "select")
+    assert select_split.groups == [["B"], ["O'Brien"], ["_z"], ["a"], ['say "hi"'], ["ß"]]
+
+
+# -- temporary objects -------------------------------------------------------------------------
+def temp_objects(engine: Engine) -> list[str]:
+    """Names of the temporary tables or views sqltree left in the engine's session."""
+    kind = type(engine).__name__
+    if kind == "DuckDBEngine":
+        rows = engine._run("SELECT table_name FROM duckdb_tables() WHERE temporary")
+        rows += engine._run("SELECT view_name FROM duckdb_views() WHERE temporary")
+        return [r[0] for r in rows if r[0].startswith("sqltree_")]
+    if kind == "PostgresEngine":
+        rows = engine._run(
+            "SELECT relname FROM pg_class WHERE relpersistence = 't' AND relname LIKE 'sqltree%'"
+        )
+        return [r[0] for r in rows]
+    spark = engine.spark  # type: ignore[attr-defined]
+    views = [t.name for t in spark.catalog.listTables() if t.name.startswith("sqltree_")]
+    cached = [name for name in engine._cached]  # type: ignore[attr-defined]
+    return views + cached
+
+
+def test_temp_objects_dropped_after_training(engine_factory: EngineFactory) -> None:
+    engine, source = engine_factory(frame_of("golf_numeric_humidity"), "golf")
+    train(engine, source, "play")
+    assert temp_objects(engine) == []
+    assert engine._temp == []
+
+
+class Boom(Exception):
+    pass
+
+
+@pytest.mark.parametrize("failure", [Boom, KeyboardInterrupt])
+def test_temp_objects_dropped_after_error(
+    engine_factory: EngineFactory, monkeypatch: pytest.MonkeyPatch, failure: type[BaseException]
+) -> None:
+    engine, source = engine_factory(frame_of("golf_numeric_humidity"), "golf")
+    data = describe(source, engine, "play")
+    calls = {"n": 0}
+    real = engine.execute
+
+    def failing(query: exp.Expression) -> list[tuple[Any, ...]]:
+        calls["n"] += 1
+        if calls["n"] == 4:  # in the middle of the second level
+            raise failure("stop")
+        return real(query)
+
+    monkeypatch.setattr(engine, "execute", failing)
+    with pytest.raises(failure):
+        try:
+            grow(data, GrowOptions())
+        finally:
+            engine.cleanup()
+    assert engine._temp == []
+    assert temp_objects(engine) == []
+
+
+# -- engine specifics --------------------------------------------------------------------------
+@pytest.mark.postgres
+def test_postgres_cannot_read_files(postgres_url: str) -> None:
+    from sqltree.engines.postgres import PostgresEngine
+
+    engine = PostgresEngine.connect(postgres_url)
+    try:
+        with pytest.raises(UnsupportedError, match="cannot read the local file"):
+            describe(str(DATA / "golf.csv"), engine, "play")
+    finally:
+        engine.close()
+
+
+@pytest.mark.postgres
+def test_postgres_read_only_role(postgres_admin: Any, postgres_url: str) -> None:
+    """SELECT on the source and TEMP on the database are all a training role needs."""
+    import psycopg
+
+    from sqltree.engines.postgres import PostgresEngine
+
+    admin = PostgresEngine(postgres_admin)
+    source = exp.Table(
+        this=exp.to_identifier("golf", quoted=True), db=exp.to_identifier("ro_data", quoted=True)
+    )
+    statements = [
+        "DROP SCHEMA IF EXISTS ro_data CASCADE",
+        "DROP ROLE IF EXISTS sqltree_reader",
+        "CREATE SCHEMA ro_data",
+        "CREATE ROLE sqltree_reader LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE",
+        "REVOKE ALL ON DATABASE postgres FROM PUBLIC",
+        "GRANT CONNECT, TEMPORARY ON DATABASE postgres TO sqltree_reader",
+        "REVOKE CREATE ON SCHEMA public FROM PUBLIC",
+    ]
+    for sql in statements:
+        postgres_admin.execute(sql)
+    admin.load_dataframe(golf_numeric(), source)
+    for sql in [
+        "GRANT USAGE ON SCHEMA ro_data TO sqltree_reader",
+        "GRANT SELECT ON ro_data.golf TO sqltree_reader",
+    ]:
+        postgres_admin.execute(sql)
+    count_user_relations = (
+        "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE c.relpersistence <> 't' AND n.nspname NOT LIKE 'pg\\_%' "
+        "AND n.nspname <> 'information_schema'"
+    )
+    before = postgres_admin.execute(count_user_relations).fetchone()
+    conninfo = psycopg.conninfo.conninfo_to_dict(postgres_url)
+    conninfo["user"] = "sqltree_reader"
+    engine = PostgresEngine.connect(psycopg.conninfo.make_conninfo(**conninfo))
+    try:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            engine.connection.execute("CREATE TABLE public.nope (x int)")
+        root, _ = train(engine, source, "play")
+        assert_same_tree(root.to_dict(), reference("golf_numeric_humidity"))
+        assert temp_objects(engine) == []
+        assert postgres_admin.execute(count_user_relations).fetchone() == before
+    finally:
+        engine.close()
+        for sql in [
+            "DROP SCHEMA ro_data CASCADE",
+            "REVOKE ALL ON DATABASE postgres FROM sqltree_reader",
+            "DROP ROLE sqltree_reader",
+            "GRANT CONNECT, TEMPORARY ON DATABASE postgres TO PUBLIC",
+        ]:
+            postgres_admin.execute(sql)
+
+
+@pytest.mark.postgres
+def test_postgres_inside_callers_transaction(postgres_url: str) -> None:
+    """On a non-autocommit connection a failed query leaves the caller's transaction usable."""
+    import psycopg
+
+    from sqltree.engines.postgres import PostgresEngine
+
+    conn = psycopg.connect(postgres_url)  # autocommit off: sqltree runs inside a transaction
+    try:
+        conn.execute("CREATE TEMP TABLE callers_work (x int)")
+        conn.execute("INSERT INTO callers_work VALUES (1)")
+        engine = PostgresEngine(conn)
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            engine._run("SELECT * FROM no_such_table")
+        root, _ = train(engine, golf_numeric(), "play")
+        assert_same_tree(root.to_dict(), reference("golf_numeric_humidity"))
+        assert conn.execute("SELECT x FROM callers_work").fetchall() == [(1,)]
+        assert temp_objects(engine) == []
+    finally:
+        conn.close()
+
+
+@pytest.mark.postgres
+def test_postgres_rows_are_python_numbers(postgres_url: str) -> None:
+    from sqltree.engines.postgres import PostgresEngine
+
+    engine = PostgresEngine.connect(postgres_url)
+    try:
+        query = exp.select(
+            exp.func("SUM", exp.cast(exp.Literal.number(3), "BIGINT")),
+            exp.func("AVG", exp.cast(exp.Literal.number(3), "INT")),
+            exp.Literal.number("1.5"),
+        )
+        (row,) = engine.execute(query)
+        assert row == (3, 3.0, 1.5)
+        assert [type(v) for v in row] == [float, float, float]
+        columns = engine.columns(exp.select(exp.cast(exp.Literal.string("a"), "CHAR(3)").as_("c")))
+        assert columns[0][1].is_type(exp.DataType.Type.CHAR)
+    finally:
+        engine.close()
+
+
+@pytest.mark.spark
+def test_spark_reads_csv_like_duckdb(spark: Any) -> None:
+    """Header, inferred numbers, and true/false kept as text, as DuckDB's reader does."""
+    from sqltree.engines.spark import SparkEngine
+
+    engine = SparkEngine(spark)
+    for name, target in [("golf.csv", "play"), ("golf_numeric_humidity.csv", "play")]:
+        path = str(DATA / name)
+        root, _ = train(engine, path, target)
+        want, _ = train(DuckDBEngine(), path, target)
+        assert_same_tree(root.to_dict(), want.to_dict())
+    assert temp_objects(engine) == []
+
+
+@pytest.mark.spark
+def test_spark_counts_jobs(spark: Any) -> None:
+    from sqltree.engines.spark import SparkEngine
+
+    engine = SparkEngine(spark)
+    source = engine.relation_for_dataframe(golf())
+    _, stats = train(engine, source, "play")
+    per_query = engine.stats.jobs_per_query()
+    assert per_query is not None and len(per_query) == engine.stats.queries
+    assert engine.stats.jobs and engine.stats.jobs >= len(stats.levels)
