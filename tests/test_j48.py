@@ -183,3 +183,17 @@ def test_weka_fold_order_matches_j48() -> None:
     order = [classes[i] for fold in weka_folds(classes) for i in fold]
     # The actual classes J48 -p 0 lists under cross-validation, in order.
     assert order == ["no", "yes"] * 4 + ["no"] + ["yes"] * 5
+
+
+@pytest.mark.parametrize("name", ["labor"])
+def test_train_api_gives_j48s_tree(cases: dict[str, Case], name: str) -> None:
+    """The public entry point, with its defaults, prints J48's default tree (labor exercises
+    unknown values and subtree raising)."""
+    import sqltree
+
+    case = cases[name]
+    model = sqltree.train(case.frame, target=case.target)
+    assert model.text() == export.text(case.pruned, case.classes)
+    assert export.text(model, summary=False) == case.j48.tree_text
+    unpruned = sqltree.train(case.frame, target=case.target, pruning=None)
+    assert export.text(unpruned, summary=False) == case.j48_unpruned.tree_text
