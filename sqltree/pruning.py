@@ -261,10 +261,27 @@ def build_route_counts(
     ``source`` holds the encoded rows (``queries.build_level0``). Returns the query, whose
     rows are (local node id, class weights...), and the nodes by local id.
     """
+    return build_route_counts_batch(
+        data, source, [(path, structure)], recompute_shares=recompute_shares
+    )
+
+
+def build_route_counts_batch(
+    data: Dataset,
+    source: exp.Expression,
+    entries: Sequence[tuple[Sequence[tuple[Node, int]], Node]],
+    *,
+    recompute_shares: bool = True,
+) -> tuple[exp.Select, dict[int, Node]]:
+    """:func:`build_route_counts` for several (path, structure) pairs in one statement.
+
+    The structures must be distinct subtrees (no node in two of them); every node gets its
+    own local id, so the per-depth routing serves all of them at once.
+    """
     k = len(data.classes)
     ids: dict[int, Node] = {}
     levels: list[list[tuple[int, Node]]] = []
-    frontier = [structure]
+    frontier = [structure for _, structure in entries]
     while frontier:
         level = []
         for node in frontier:
@@ -276,20 +293,23 @@ def build_route_counts(
     local_of = {id(n): i for i, n in ids.items()}
 
     features = [q.col(f.column) for f in data.features]
-    start = (
-        exp.select(
-            exp.alias_(exp.cast(q.num(0), "BIGINT"), "node"),
-            exp.alias_(_path_weight(data, path), "w"),
-            q.col("y"),
-            *features,
+    starts: list[exp.Select] = []
+    for path, structure in entries:
+        weight = _path_weight(data, path)
+        starts.append(
+            exp.select(
+                exp.alias_(exp.cast(q.num(local_of[id(structure)]), "BIGINT"), "node"),
+                exp.alias_(weight, "w"),
+                q.col("y"),
+                *[f.copy() for f in features],
+            )
+            .from_(source.copy())
+            .where(exp.GT(this=weight.copy(), expression=q.num(0.0)))
         )
-        .from_(source.copy())
-    )
-    ctes: list[tuple[str, exp.Expression]] = [
-        ("r0", exp.select("*").from_(start.subquery("s")).where(
-            exp.GT(this=q.col("w"), expression=q.num(0.0))
-        ))
-    ]
+    first: exp.Expression = starts[0]
+    for more in starts[1:]:
+        first = exp.union(first, more, distinct=False)
+    ctes: list[tuple[str, exp.Expression]] = [("r0", first)]
     row_tables = ["r0"]
     for depth, level in enumerate(levels):
         internal = [(i, n) for i, n in level if not n.is_leaf]
@@ -463,6 +483,7 @@ def prune_c45(
     subtree_raising: bool = True,
     *,
     collapse_first: bool = True,
+    batch: bool = True,
 ) -> PruneStats:
     """Prune ``root`` in place as J48 does (``-C cf``; ``-S`` is ``subtree_raising=False``).
 
@@ -470,8 +491,14 @@ def prune_c45(
     as a leaf (observed plus :func:`add_errs`) are at most those of its subtree, and of its
     largest branch, plus 0.1; otherwise, with subtree raising, the node is replaced by its
     largest branch when that branch, receiving all of the node's rows, is estimated to err
-    no more than the subtree (plus 0.1). Raising needs ``data``: the raised branch's counts
-    are recounted in the engine (:func:`route_counts`).
+    no more than the subtree (plus 0.1), and the node is pruned again. Raising needs
+    ``data``: the largest branch's counts under all of the node's rows are recounted in the
+    engine (:func:`route_counts`).
+
+    ``batch``: J48 visits nodes one at a time, but nodes whose subtrees are disjoint do not
+    affect each other, so all nodes whose children are final are decided together, with one
+    recount statement per round (about one per level of the tree instead of one per node).
+    The resulting tree is the same.
     """
     stats = PruneStats("c4.5", leaves_before=_count_leaves(root))
     if collapse_first:
@@ -482,7 +509,10 @@ def prune_c45(
             raise ValueError("subtree raising recounts rows in the engine: pass the dataset")
         router = _Router.open(data)
     try:
-        _prune_c45(root, [], cf, router, stats)
+        if router is not None and batch:
+            _prune_c45_rounds(root, cf, router, stats)
+        else:
+            _prune_c45(root, [], cf, router, stats)
     finally:
         if router is not None:
             stats.queries = router.queries
@@ -498,26 +528,44 @@ def _prune_c45(
     router: _Router | None,
     stats: PruneStats,
 ) -> None:
+    """J48's ``prune()``: the children first, then the node."""
     if node.is_leaf:
         return
     for i, child in enumerate(node.children):
         _prune_c45(child, [*path, (node, i)], cf, router, stats)
+    raised = None
+    branch = node.children[_max_bag(node)]
+    if router is not None and not branch.is_leaf:
+        raised = route_counts(router, path, branch)
+    _decide(node, path, cf, router, stats, raised)
 
+
+def _decide(
+    node: Node,
+    path: list[tuple[Node, int]],
+    cf: float,
+    router: _Router | None,
+    stats: PruneStats,
+    raised: dict[int, list[float]] | None,
+) -> None:
+    """Leaf, raised largest branch, or unchanged, for a node whose children are pruned.
+
+    ``raised`` holds the largest branch's recounted class weights when that branch is not a
+    leaf and raising is on.
+    """
     largest = _max_bag(node)
+    branch = node.children[largest]
     errors_leaf = estimated_errors(node.counts, cf)
-    raised: dict[int, list[float]] | None = None
     if router is None:
         errors_largest = math.inf
+    elif branch.is_leaf:  # the branch as a leaf holding all of the node's rows
+        errors_largest = errors_leaf
     else:
-        branch = node.children[largest]
-        if branch.is_leaf:  # the branch as a leaf holding all of the node's rows
-            errors_largest = errors_leaf
-        else:
-            raised = route_counts(router, path, branch)
-            errors_largest = sum(
-                estimated_errors(raised.get(id(leaf), [0.0] * len(node.counts)), cf)
-                for leaf in branch.leaves()
-            )
+        assert raised is not None
+        errors_largest = sum(
+            estimated_errors(raised.get(id(leaf), [0.0] * len(node.counts)), cf)
+            for leaf in branch.leaves()
+        )
     errors_tree = _subtree_estimate(node, cf)
 
     if errors_leaf - (errors_tree + 0.1) < SMALL and errors_leaf - (errors_largest + 0.1) < SMALL:
@@ -526,7 +574,6 @@ def _prune_c45(
         return
     if errors_largest - (errors_tree + 0.1) < SMALL:
         assert raised is not None
-        branch = node.children[largest]
         parent_proba = path[-1][0].proba if path else node.proba
         counts = dict(raised)
         counts[id(branch)] = list(node.counts)  # the branch now holds all of the node's rows
@@ -538,7 +585,48 @@ def _prune_c45(
         node.counts = branch.counts
         node.proba = branch.proba
         stats.raised += 1
-        _prune_c45(node, path, cf, router, stats)
+        _prune_c45(node, path, cf, router, stats)  # J48 prunes the raised subtree again
+
+
+def _prune_c45_rounds(root: Node, cf: float, router: _Router, stats: PruneStats) -> None:
+    """J48's bottom-up pruning, decided in rounds of nodes whose children are all final.
+
+    The nodes of a round head disjoint subtrees, and a decision changes only the subtree of
+    its node (a raise recounts it; its ancestors' counts and shares stay the same), so each
+    node sees exactly the tree J48's one-at-a-time visit shows it.
+    """
+    done: set[int] = set()
+
+    def ready(node: Node, path: list[tuple[Node, int]], out: list) -> bool:
+        """Collect undecided nodes whose children are final; True when ``node`` is final."""
+        if node.is_leaf or id(node) in done:
+            return True
+        final = True
+        for i, child in enumerate(node.children):
+            final = ready(child, [*path, (node, i)], out) and final
+        if final:
+            out.append((node, path))
+        return False
+
+    while not ready(root, [], round_ := []):
+        entries = [
+            (path, node.children[_max_bag(node)])
+            for node, path in round_
+            if not node.children[_max_bag(node)].is_leaf
+        ]
+        raised: dict[int, list[float]] = {}
+        if entries:
+            query, ids = build_route_counts_batch(router.data, router.rows, entries)
+            for row in router.data.engine.execute(query):
+                raised[id(ids[int(row[0])])] = [float(x or 0.0) for x in row[1:]]
+            router.queries += 1
+        for node, path in round_:
+            branch = node.children[_max_bag(node)]
+            own = None
+            if not branch.is_leaf:
+                own = {id(n): raised[id(n)] for n in branch.walk() if id(n) in raised}
+            _decide(node, path, cf, router, stats, own)
+            done.add(id(node))
 
 
 # -- pessimistic pruning (Quinlan 1987) --------------------------------------------------------

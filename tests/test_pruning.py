@@ -342,3 +342,14 @@ def test_recount_sql_renders_for_every_dialect(
         assert "WITH" in sql and len(ids) == sum(1 for _ in internal.walk())
     level0 = queries.build_level0(data).sql(dialect=dialect, unsupported_level=ErrorLevel.RAISE)
     assert level0
+
+
+def test_rounds_give_j48s_one_at_a_time_result(labor: tuple[pd.DataFrame, str, Any, Node]) -> None:
+    """Deciding nodes with disjoint subtrees together changes nothing but the statement count."""
+    _, _, data, grown = labor
+    one, rounds = copy.deepcopy(grown), copy.deepcopy(grown)
+    s1 = prune_c45(one, data, batch=False)
+    s2 = prune_c45(rounds, data)
+    assert one.to_dict() == rounds.to_dict()
+    assert (s1.raised, s1.pruned) == (s2.raised, s2.pruned)
+    assert s2.queries <= s1.queries
