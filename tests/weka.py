@@ -39,7 +39,8 @@ def have_weka() -> bool:
 
 
 def example(name: str) -> Path:
-    """An ARFF data set: shipped in tests/data, else from Weka's examples."""
+    """An ARFF data set: shipped in tests/data (copies of the examples of the Debian weka
+    package, with their citation headers), else from Weka's examples folder."""
     local = DATA / f"{name}.arff"
     return local if local.exists() else EXAMPLES / f"{name}.arff"
 
