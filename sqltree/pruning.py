@@ -215,8 +215,12 @@ def _path_weight(data: Dataset, path: Sequence[tuple[Node, int]]) -> exp.Express
     weight: exp.Expression = q.col("w")
     for ancestor, branch in path:
         unknown, branches = _branch_conditions(data, ancestor)
+        if ancestor.unknown_branch is not None:  # unknown values take one branch
+            share = 1.0 if branch == ancestor.unknown_branch else 0.0
+        else:
+            share = float(ancestor.shares[branch])
         factor = _case(
-            (unknown, q.as_double(q.num(float(ancestor.shares[branch])))),
+            (unknown, q.as_double(q.num(share))),
             (branches[branch], q.num(1.0)),
             default=q.num(0.0),
         )
@@ -319,7 +323,12 @@ def build_route_counts_batch(
         kids_rows: list[tuple[int, int, float, float]] = []
         for local, node in internal:
             unknown, branches = _branch_conditions(data, node)
-            inner = exp.Case().when(unknown, q.num(-1), copy=False)
+            # -1 marks a row to spread over the branches; a node with an unknown_branch sends
+            # unknown values down that branch whole instead.
+            to = -1 if node.unknown_branch is None else local_of[
+                id(node.children[node.unknown_branch])
+            ]
+            inner = exp.Case().when(unknown, q.num(to), copy=False)
             for branch, cond in enumerate(branches):
                 inner.when(cond, q.num(local_of[id(node.children[branch])]), copy=False)
             inner.else_(q.num(-1), copy=False)
@@ -459,6 +468,7 @@ def _apply_counts(structure: Node, counts: dict[int, list[float]], parent_proba:
         n = len(node.children)
         # A branch's share of a node's rows equals its share of the known weight (unknown
         # rows were spread in that proportion), or uniform when no known weight arrived.
+        # (Nodes with an unknown_branch route by it; their shares are then approximate.)
         known = [c.weight for c in node.children]
         s = sum(known)
         node.shares = [w / s for w in known] if s > SMALL and total > SMALL else [1.0 / n] * n

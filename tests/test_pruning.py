@@ -353,3 +353,24 @@ def test_rounds_give_j48s_one_at_a_time_result(labor: tuple[pd.DataFrame, str, A
     assert one.to_dict() == rounds.to_dict()
     assert (s1.raised, s1.pruned) == (s2.raised, s2.pruned)
     assert s2.queries <= s1.queries
+
+
+def test_unknown_branch_takes_unknown_rows_whole() -> None:
+    """Trees grown with missing="majority" (or CART's) send unknown values down one branch."""
+    frame = pd.DataFrame(
+        {"a": ["x", "x", "y", None, None, "y"], "c": ["p", "p", "q", "p", "q", "q"]}
+    )
+    engine = DuckDBEngine()
+    data = describe(frame, engine, "c")
+    root = nominal("a", ["x", "y"], [leaf([2.0, 0.0]), leaf([1.0, 3.0])])
+    root.unknown_branch = 1
+    router = _Router.open(data, frame, materialize=False)
+    counts = route_counts(router, [], root, recompute_shares=False)
+    assert counts[id(root.children[0])] == [2.0, 0.0]
+    assert counts[id(root.children[1])] == [1.0, 3.0]
+    below = nominal("a", ["x", "y"], [leaf([2.0, 0.0]), leaf([1.0, 3.0])])
+    below.unknown_branch = 0
+    counts = route_counts(router, [(root, 1)], below, recompute_shares=True)
+    assert counts[id(below)] == [1.0, 3.0]  # the rows at root's branch 1
+    assert counts[id(below.children[0])] == [1.0, 1.0]  # its unknown rows, whole
+    engine.cleanup()
