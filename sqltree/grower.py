@@ -277,6 +277,8 @@ def score_options(options: GrowOptions, all_thresholds: bool = False) -> q.Score
         all_thresholds=all_thresholds,
         unknown="drop" if options.missing == "drop" else "fractional",
         cut_gap=1e-5 if c45 else 0.0,
+        # J48 replaces its best cut only by one whose gain is higher by more than 1e-6
+        threshold_tie=q.J48_SMALL if c45 else q.TIE_TOLERANCE,
     )
 
 

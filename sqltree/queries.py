@@ -228,6 +228,7 @@ class ScoreOptions:
     all_thresholds: bool = False  # return every candidate threshold (split_scores), not the best
     unknown: str = "fractional"  # "drop": unknown weight leaves the node's gain and split info
     cut_gap: float = 0.0  # J48: no cut between sorted values v, v' unless v + 1e-5 < v'
+    threshold_tie: float = TIE_TOLERANCE  # cuts whose gains are this close: the lowest wins
 
 
 def entropy_mass(counts: Sequence[exp.Expression], weight: exp.Expression) -> exp.Expression:
@@ -437,7 +438,7 @@ def build_split_scores(
                 "rank_in_ties",
             ),
         ).from_(exp.alias_(exp.Subquery(this=ranked), "r")).where(
-            exp.GTE(this=col("gain"), expression=col("best_gain") - num(TIE_TOLERANCE))
+            exp.GTE(this=col("gain"), expression=col("best_gain") - num(options.threshold_tie))
         )
         continuous = exp.select(
             "node", "attr", "threshold", "next_value", "gain", "split_info",

@@ -437,7 +437,7 @@ FROM (
           is_valid = 1
       ) AS r
       WHERE
-        gain >= best_gain - 1e-09
+        gain >= best_gain - 1e-06
     ) AS t
     WHERE
       rank_in_ties = 1
