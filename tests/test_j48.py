@@ -197,3 +197,23 @@ def test_train_api_gives_j48s_tree(cases: dict[str, Case], name: str) -> None:
     assert export.text(model, summary=False) == case.j48.tree_text
     unpruned = sqltree.train(case.frame, target=case.target, pruning=None)
     assert export.text(unpruned, summary=False) == case.j48_unpruned.tree_text
+
+
+def test_many_valued_nominals_as_j48(tmp_path: Path) -> None:
+    """J48 leaves nominal attributes with at least 0.3 x N values out of the average gain
+    (unless every attribute is one) but still lets them win on gain ratio: two such
+    attributes, one pure in pairs of rows, on the weather data."""
+    arff = read_arff(example("weather.nominal"))
+    frame = arff.frame.sort_values([arff.target, "outlook"]).reset_index(drop=True)
+    frame.insert(0, "pair", [f"p{i // 2}" for i in range(len(frame))])
+    frame.insert(1, "trio", [f"t{i // 3}" for i in range(len(frame))])
+    for columns in (list(frame.columns), ["pair", "trio", "windy", arff.target]):
+        subset = frame[columns]
+        path = tmp_path / "many.arff"
+        write_arff(subset, path, arff.target)
+        _, unpruned, pruned = _train(subset, arff.target)
+        classes = sorted(set(subset[arff.target]))
+        j48 = run_j48(path, ["-no-cv"], predictions=False)
+        assert export.text(pruned, classes, summary=False) == j48.tree_text
+        j48 = run_j48(path, ["-U", "-no-cv"], predictions=False)
+        assert export.text(unpruned, classes, summary=False) == j48.tree_text
