@@ -199,20 +199,39 @@ def test_train_api_gives_j48s_tree(cases: dict[str, Case], name: str) -> None:
     assert export.text(unpruned, summary=False) == case.j48_unpruned.tree_text
 
 
+# 20 rows where the average-gain rule decides the root: A has 7 values (>= 0.3 x 20), so J48
+# leaves it out of the average (0.097, over B, C, X) but lets it win on gain ratio; averaging
+# over all four candidates (0.073) would admit X, whose gain ratio is the highest.
+MANY_VALUED = pd.DataFrame(
+    [
+        row.split()
+        for row in [
+            "a5 x p v 0", "a5 y r v 0", "a6 x p v 0", "a0 x q u 1", "a5 x p v 1",
+            "a2 x q v 1", "a3 y p u 1", "a2 y p v 0", "a3 y p v 1", "a4 y r v 0",
+            "a4 y p v 0", "a2 x p v 1", "a1 y r v 0", "a0 x q v 1", "a5 y r v 1",
+            "a2 y q v 0", "a3 y q v 1", "a1 x q v 1", "a5 x p v 1", "a5 x r v 1",
+        ]
+    ],
+    columns=["A", "B", "C", "X", "y"],
+).astype(object)
+
+
 def test_many_valued_nominals_as_j48(tmp_path: Path) -> None:
     """J48 leaves nominal attributes with at least 0.3 x N values out of the average gain
-    (unless every attribute is one) but still lets them win on gain ratio: two such
-    attributes, one pure in pairs of rows, on the weather data."""
+    (unless every attribute is one) but still lets them win on gain ratio."""
     arff = read_arff(example("weather.nominal"))
     frame = arff.frame.sort_values([arff.target, "outlook"]).reset_index(drop=True)
     frame.insert(0, "pair", [f"p{i // 2}" for i in range(len(frame))])
     frame.insert(1, "trio", [f"t{i // 3}" for i in range(len(frame))])
-    for columns in (list(frame.columns), ["pair", "trio", "windy", arff.target]):
-        subset = frame[columns]
+    for subset, target in (
+        (MANY_VALUED, "y"),
+        (frame, arff.target),
+        (frame[["pair", "trio", "windy", arff.target]], arff.target),
+    ):
         path = tmp_path / "many.arff"
-        write_arff(subset, path, arff.target)
-        _, unpruned, pruned = _train(subset, arff.target)
-        classes = sorted(set(subset[arff.target]))
+        write_arff(subset, path, target)
+        _, unpruned, pruned = _train(subset, target)
+        classes = sorted(set(subset[target]))
         j48 = run_j48(path, ["-no-cv"], predictions=False)
         assert export.text(pruned, classes, summary=False) == j48.tree_text
         j48 = run_j48(path, ["-U", "-no-cv"], predictions=False)
