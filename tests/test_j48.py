@@ -236,3 +236,32 @@ def test_many_valued_nominals_as_j48(tmp_path: Path) -> None:
         assert export.text(pruned, classes, summary=False) == j48.tree_text
         j48 = run_j48(path, ["-U", "-no-cv"], predictions=False)
         assert export.text(unpruned, classes, summary=False) == j48.tree_text
+
+
+@pytest.mark.parametrize("name", ["labor"])  # also checked by hand: iris, glass, diabetes, vote
+def test_pruning_options_are_j48s(tmp_path: Path, name: str) -> None:
+    """J48 -S (no subtree raising), -C 0.1 and -C 0.5 (confidence), -M 5 (least cases)."""
+    arff = read_arff(example(name))
+    path = tmp_path / f"{name}.arff"
+    write_arff(arff.frame, path, arff.target)
+    engine = DuckDBEngine()
+    try:
+        data = describe(arff.frame, engine, arff.target)
+        classes = [str(c) for c in data.classes]
+        grown, _ = grow(data, GrowOptions())
+        variants = [
+            (["-S"], {"subtree_raising": False}),
+            (["-C", "0.1"], {"cf": 0.1}),
+            (["-C", "0.5"], {"cf": 0.5}),
+        ]
+        for options, kwargs in variants:
+            root = copy.deepcopy(grown)
+            prune_c45(root, data, **kwargs)
+            j48 = run_j48(path, [*options, "-no-cv"], predictions=False)
+            assert export.text(root, classes, summary=False) == j48.tree_text, options
+        root, _ = grow(data, GrowOptions(min_cases=5))
+        prune_c45(root, data)
+        j48 = run_j48(path, ["-M", "5", "-no-cv"], predictions=False)
+        assert export.text(root, classes, summary=False) == j48.tree_text
+    finally:
+        engine.cleanup()
