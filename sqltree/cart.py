@@ -1041,13 +1041,18 @@ class CARTStrategy(Strategy):
                 if not node.is_leaf and node.node_id not in keep:
                     node.make_leaf()
         if r.ccp_alpha > 0:
-            prune_ccp(root, r.ccp_alpha, self.criterion, self.node_order(root))
+            prune_ccp(root, r.ccp_alpha, self.criterion, self.node_order(root, grown=True))
         return root
 
-    def node_order(self, root: Node) -> list[Node]:
-        """Nodes in scikit-learn's numbering: preorder, or creation order when best-first."""
+    def node_order(self, root: Node, grown: bool = False) -> list[Node]:
+        """Nodes in scikit-learn's numbering.
+
+        Preorder, except for a best-first tree as grown (``grown``, or no ``ccp_alpha``):
+        then creation order. scikit-learn renumbers a tree in preorder when it prunes it.
+        """
         r = self.resolved
-        if r is not None and r.max_leaf_nodes is not None:
+        best_first = r is not None and r.max_leaf_nodes is not None
+        if best_first and (grown or r is None or r.ccp_alpha == 0):
             return best_first_numbering(root, self.info)
         return list(root.walk())
 

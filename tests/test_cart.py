@@ -268,18 +268,36 @@ def test_all_known_left_split_uses_infinite_threshold():
 
 
 # -- pruning ----------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", ["iris", "wine", "breast_cancer"])
-def test_pruning_path_as_sklearn(name):
-    X, y = bundled(name)
-    ours = DecisionTreeClassifier()
+PATH_CASES = [
+    ("iris", {}),
+    ("wine", {"max_depth": 3}),
+    ("breast_cancer", {"max_depth": 3}),
+    ("breast_cancer", {"max_leaf_nodes": 8}),
+    ("generated", {"max_leaf_nodes": 20}),
+]
+
+
+@pytest.mark.parametrize(("name", "params"), PATH_CASES)
+def test_pruning_path_as_sklearn(name, params):
+    X, _, y, _ = split(name)
+    ours = DecisionTreeClassifier(**params)
     path = ours.cost_complexity_pruning_path(X, y)
     ours.fit(X, y)
-    verdict, seed = sklearn_match(lambda s: SKTree(random_state=s), X, y, ours, seeds=60)
+    verdict, seed = sklearn_match(
+        lambda s: SKTree(random_state=s, **params), X, y, ours, seeds=60
+    )
+    assert verdict in ("identical", "identical up to ties")
     if verdict != "identical":
         pytest.skip(f"trees differ below a tie ({verdict}); paths are not comparable")
-    theirs = SKTree(random_state=seed).cost_complexity_pruning_path(X, y)
+    theirs = SKTree(random_state=seed, **params).cost_complexity_pruning_path(X, y)
     np.testing.assert_allclose(path.ccp_alphas, theirs.ccp_alphas, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(path.impurities, theirs.impurities, rtol=1e-9, atol=1e-12)
+    # and pruning at a path alpha between two steps gives scikit-learn's pruned tree
+    if len(path.ccp_alphas) > 2:
+        alpha = float(path.ccp_alphas[-2] + path.ccp_alphas[-3]) / 2
+        pruned = DecisionTreeClassifier(ccp_alpha=alpha, **params).fit(X, y)
+        reference = SKTree(random_state=seed, ccp_alpha=alpha, **params).fit(X, y)
+        assert same_arrays(reference, pruned)
 
 
 def test_pruning_never_adds_leaves_and_alpha_orders_trees():
