@@ -209,6 +209,71 @@ def _sum(terms: Sequence[exp.Expression]) -> exp.Expression:
     return paren(out)
 
 
+def build_cart_partition(
+    level: exp.Table,
+    features: Sequence[Feature],
+    tests: Sequence[tuple[int, int, float | None]],
+    routes: Sequence[tuple[int, int, int, float]],
+) -> exp.Select:
+    """``queries.build_partition``, built without copying (a per-feature CASE of many WHENs
+    otherwise costs time quadratic in the number of features); same query, same result."""
+    n_table = q.values_table("n", ["node", "attr", "thr"], list(tests), ["BIGINT", "INT", "DOUBLE"])
+    r_table = q.values_table(
+        "r",
+        ["node", "key", "child", "factor"],
+        list(routes),
+        ["BIGINT", "DOUBLE", "BIGINT", "DOUBLE"],
+    )
+    value = case(
+        *[
+            (exp.EQ(this=col("attr", "n"), expression=num(f.index)), col(f.column, "l"))
+            for f in features
+        ],
+        default=exp.cast(exp.null(), "DOUBLE"),
+    )
+    keyed = (
+        exp.select(
+            col("node", "l"),
+            col("w", "l"),
+            col("y", "l"),
+            *[col(f.column, "l") for f in features],
+            exp.alias_(value, "v", copy=False),
+            exp.alias_(col("thr", "n"), "thr", copy=False),
+            copy=False,
+        )
+        .from_(exp.alias_(level.copy(), "l", copy=False), copy=False)
+        .join(n_table, on=exp.EQ(this=col("node", "l"), expression=col("node", "n")), copy=False)
+    )
+    key = case(
+        (col("v").is_(exp.null()), num(float(q.UNKNOWN_KEY))),
+        (col("thr").is_(exp.null()), col("v")),
+        (exp.LTE(this=col("v"), expression=col("thr")), num(0.0)),
+        default=num(1.0),
+    )
+    keyed2 = exp.select("*", exp.alias_(key, "key", copy=False), copy=False).from_(
+        keyed.subquery("k", copy=False), copy=False
+    )
+    return (
+        exp.select(
+            exp.alias_(col("child", "r"), "node", copy=False),
+            exp.alias_(exp.Mul(this=col("w", "x"), expression=col("factor", "r")), "w", copy=False),
+            col("y", "x"),
+            *[col(f.column, "x") for f in features],
+            copy=False,
+        )
+        .from_(keyed2.subquery("x", copy=False), copy=False)
+        .join(
+            r_table,
+            on=exp.and_(
+                exp.EQ(this=col("node", "x"), expression=col("node", "r")),
+                exp.EQ(this=col("key", "x"), expression=col("key", "r")),
+                copy=False,
+            ),
+            copy=False,
+        )
+    )
+
+
 def build_impurity(
     counts: Sequence[exp.Expression], weight: exp.Expression, criterion: str
 ) -> exp.Expression:
@@ -897,6 +962,15 @@ class CARTStrategy(Strategy):
         if weight < 2 * r.min_weight_leaf:
             return False
         return info.impurity > EPSILON
+
+    def build_partition(
+        self,
+        level: exp.Table,
+        features: list[Feature],
+        tests: list[tuple[int, int, float | None]],
+        routes: list[tuple[int, int, int, float]],
+    ) -> exp.Expression:
+        return build_cart_partition(level, features, tests, routes)
 
     def build_scores(self, hist: exp.Table, features: list[Feature]) -> exp.Expression:
         r = self.resolved
