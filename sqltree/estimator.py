@@ -351,8 +351,19 @@ class DecisionTreeClassifier(_Mixin, _Base):  # type: ignore[misc,valid-type]
         """Effective alphas and total leaf impurities, as scikit-learn's method returns them."""
         est = self._clone_params(ccp_alpha=0.0)
         est.fit(X, y, sample_weight=sample_weight)
-        path = cart.cost_complexity_pruning_path(est.root_, est._criterion, est._nodes)
+        path = cart.cost_complexity_pruning_path(est.root_, est.criterion, est._nodes)
         return _bunch({k: np.asarray(v) for k, v in path.items()})
+
+    def strategy_nodes(self, root: Node | None = None) -> list[Node]:
+        """The fitted tree's nodes (or ``root``'s, grown by this fit) in scikit-learn's
+        numbering, as ``cart.cost_complexity_pruning_path`` and ``cart.prune_ccp`` take them."""
+        self._check_fitted()
+        if root is None:
+            return list(self._nodes)
+        best_first = self.max_leaf_nodes is not None and self.ccp_alpha == 0
+        if best_first:
+            return cart.best_first_numbering(root, self._strategy_info)
+        return list(root.walk())
 
     def _clone_params(self, **override: Any) -> DecisionTreeClassifier:
         params = self.get_params()
