@@ -392,3 +392,36 @@ def test_compare_trees_reports_differences():
     a = SKTree(max_depth=1, random_state=0).fit(X, y)
     b = DecisionTreeClassifier(max_depth=2).fit(X, y)
     assert compare_trees(a, b) != "identical"
+
+
+# -- every engine -----------------------------------------------------------------------------
+def _engine_frame() -> pd.DataFrame:
+    rng = np.random.default_rng(11)
+    n = 600
+    a = np.round(rng.normal(0, 1, n), 2)
+    a[rng.random(n) < 0.1] = np.nan
+    color = rng.choice(["red", "green", "blue", "black", "white"], n).astype(object)
+    color[rng.random(n) < 0.05] = None
+    b = rng.integers(0, 20, n).astype(float)
+    score = np.nan_to_num(a) + np.isin(color, ["red", "black"]) * 1.5 + b / 10
+    y = np.array(["lo", "mid", "hi"])[np.digitize(score + rng.normal(0, 0.5, n), [1.0, 2.5])]
+    return pd.DataFrame({"a": a, "color": color, "b": b, "label": y})
+
+
+def _shape(node):
+    if node.split is None:
+        return ("leaf", [round(c, 9) for c in node.counts])
+    s = node.split
+    test = round(s.threshold, 9) if s.threshold is not None else s.groups
+    return (s.feature, test, node.unknown_branch, [_shape(c) for c in node.children])
+
+
+@pytest.mark.parametrize("criterion", ["gini", "entropy"])
+def test_same_cart_tree_on_every_engine(engine_factory, criterion):
+    frame = _engine_frame()
+    engine, source = engine_factory(frame)
+    options = GrowOptions(algorithm="cart", criterion=criterion, max_depth=4, min_samples_leaf=3)
+    root, _ = grow(describe(source, engine, "label"), options)
+    reference, _ = grow(describe(frame, DuckDBEngine(), "label"), options)
+    assert _shape(root) == _shape(reference)
+    assert root.split is not None
