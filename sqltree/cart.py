@@ -34,6 +34,7 @@ cost-complexity pruning (``ccp_alpha``) follow scikit-learn's ``_tree.pyx``.
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -867,6 +868,7 @@ class NodeInfo:
     improvement: float = 0.0
     infinite_threshold: bool = False
     tied: bool = False
+    order_tied: bool = False  # best-first: its turn ties with another node's
     key: float = math.inf  # best-first priority: the lowest improvement on the path
 
 
@@ -1109,8 +1111,17 @@ class CARTStrategy(Strategy):
         if r is None:
             return root
         if r.max_leaf_nodes is not None:
+            budget = r.max_leaf_nodes - 1
             order = best_first_order(root, self.info)
-            keep = set(order[: r.max_leaf_nodes - 1])
+            keep = set(order[:budget])
+            # scikit-learn's heap orders equal improvements arbitrarily: mark nodes whose
+            # turn ties with another's across the budget's edge, or among the kept ones.
+            by_key = sorted(range(len(order)), key=lambda i: self.info[order[i]].key)
+            for a, b in itertools.pairwise(by_key):
+                ka, kb = self.info[order[a]].key, self.info[order[b]].key
+                if abs(ka - kb) <= TIE_TOLERANCE and (a < budget or b < budget):
+                    self.info[order[a]].order_tied = True
+                    self.info[order[b]].order_tied = True
             for node in list(root.walk()):
                 if not node.is_leaf and node.node_id not in keep:
                     node.make_leaf()

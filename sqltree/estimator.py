@@ -138,11 +138,12 @@ def to_arrays(
         node_info = info.get(node.node_id)
         if node_info is not None:
             n_samples[i] = node_info.n_samples
+        tied[i] = bool(node_info and node_info.order_tied)
         if node.split is None:
             continue
         if len(node.children) != 2:
             raise ValueError("to_arrays needs a binary tree (CART)")
-        tied[i] = bool(node_info and node_info.tied)
+        tied[i] = tied[i] or bool(node_info and node_info.tied)
         left[i] = index[id(node.children[0])]
         right[i] = index[id(node.children[1])]
         feature[i] = names[node.split.feature]
