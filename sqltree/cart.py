@@ -34,6 +34,7 @@ cost-complexity pruning (``ccp_alpha``) follow scikit-learn's ``_tree.pyx``.
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -207,6 +208,71 @@ def _sum(terms: Sequence[exp.Expression]) -> exp.Expression:
     for t in terms[1:]:
         out = exp.Add(this=out, expression=t)
     return paren(out)
+
+
+def build_cart_partition(
+    level: exp.Table,
+    features: Sequence[Feature],
+    tests: Sequence[tuple[int, int, float | None]],
+    routes: Sequence[tuple[int, int, int, float]],
+) -> exp.Select:
+    """``queries.build_partition``, built without copying (a per-feature CASE of many WHENs
+    otherwise costs time quadratic in the number of features); same query, same result."""
+    n_table = q.values_table("n", ["node", "attr", "thr"], list(tests), ["BIGINT", "INT", "DOUBLE"])
+    r_table = q.values_table(
+        "r",
+        ["node", "key", "child", "factor"],
+        list(routes),
+        ["BIGINT", "DOUBLE", "BIGINT", "DOUBLE"],
+    )
+    value = case(
+        *[
+            (exp.EQ(this=col("attr", "n"), expression=num(f.index)), col(f.column, "l"))
+            for f in features
+        ],
+        default=exp.cast(exp.null(), "DOUBLE"),
+    )
+    keyed = (
+        exp.select(
+            col("node", "l"),
+            col("w", "l"),
+            col("y", "l"),
+            *[col(f.column, "l") for f in features],
+            exp.alias_(value, "v", copy=False),
+            exp.alias_(col("thr", "n"), "thr", copy=False),
+            copy=False,
+        )
+        .from_(exp.alias_(level.copy(), "l", copy=False), copy=False)
+        .join(n_table, on=exp.EQ(this=col("node", "l"), expression=col("node", "n")), copy=False)
+    )
+    key = case(
+        (col("v").is_(exp.null()), num(float(q.UNKNOWN_KEY))),
+        (col("thr").is_(exp.null()), col("v")),
+        (exp.LTE(this=col("v"), expression=col("thr")), num(0.0)),
+        default=num(1.0),
+    )
+    keyed2 = exp.select("*", exp.alias_(key, "key", copy=False), copy=False).from_(
+        keyed.subquery("k", copy=False), copy=False
+    )
+    return (
+        exp.select(
+            exp.alias_(col("child", "r"), "node", copy=False),
+            exp.alias_(exp.Mul(this=col("w", "x"), expression=col("factor", "r")), "w", copy=False),
+            col("y", "x"),
+            *[col(f.column, "x") for f in features],
+            copy=False,
+        )
+        .from_(keyed2.subquery("x", copy=False), copy=False)
+        .join(
+            r_table,
+            on=exp.and_(
+                exp.EQ(this=col("node", "x"), expression=col("node", "r")),
+                exp.EQ(this=col("key", "x"), expression=col("key", "r")),
+                copy=False,
+            ),
+            copy=False,
+        )
+    )
 
 
 def build_impurity(
@@ -802,6 +868,7 @@ class NodeInfo:
     improvement: float = 0.0
     infinite_threshold: bool = False
     tied: bool = False
+    order_tied: bool = False  # best-first: its turn ties with another node's
     key: float = math.inf  # best-first priority: the lowest improvement on the path
 
 
@@ -897,6 +964,15 @@ class CARTStrategy(Strategy):
         if weight < 2 * r.min_weight_leaf:
             return False
         return info.impurity > EPSILON
+
+    def build_partition(
+        self,
+        level: exp.Table,
+        features: list[Feature],
+        tests: list[tuple[int, int, float | None]],
+        routes: list[tuple[int, int, int, float]],
+    ) -> exp.Expression:
+        return build_cart_partition(level, features, tests, routes)
 
     def build_scores(self, hist: exp.Table, features: list[Feature]) -> exp.Expression:
         r = self.resolved
@@ -1035,19 +1111,33 @@ class CARTStrategy(Strategy):
         if r is None:
             return root
         if r.max_leaf_nodes is not None:
+            budget = r.max_leaf_nodes - 1
             order = best_first_order(root, self.info)
-            keep = set(order[: r.max_leaf_nodes - 1])
+            keep = set(order[:budget])
+            # scikit-learn's heap orders equal improvements arbitrarily: mark nodes whose
+            # turn ties with another's across the budget's edge, or among the kept ones.
+            by_key = sorted(range(len(order)), key=lambda i: self.info[order[i]].key)
+            for a, b in itertools.pairwise(by_key):
+                ka, kb = self.info[order[a]].key, self.info[order[b]].key
+                if abs(ka - kb) <= TIE_TOLERANCE and (a < budget or b < budget):
+                    self.info[order[a]].order_tied = True
+                    self.info[order[b]].order_tied = True
             for node in list(root.walk()):
                 if not node.is_leaf and node.node_id not in keep:
                     node.make_leaf()
         if r.ccp_alpha > 0:
-            prune_ccp(root, r.ccp_alpha, self.criterion, self.node_order(root))
+            prune_ccp(root, r.ccp_alpha, self.criterion, self.node_order(root, grown=True))
         return root
 
-    def node_order(self, root: Node) -> list[Node]:
-        """Nodes in scikit-learn's numbering: preorder, or creation order when best-first."""
+    def node_order(self, root: Node, grown: bool = False) -> list[Node]:
+        """Nodes in scikit-learn's numbering.
+
+        Preorder, except for a best-first tree as grown (``grown``, or no ``ccp_alpha``):
+        then creation order. scikit-learn renumbers a tree in preorder when it prunes it.
+        """
         r = self.resolved
-        if r is not None and r.max_leaf_nodes is not None:
+        best_first = r is not None and r.max_leaf_nodes is not None
+        if best_first and (grown or r is None or r.ccp_alpha == 0):
             return best_first_numbering(root, self.info)
         return list(root.walk())
 

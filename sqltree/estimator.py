@@ -138,11 +138,12 @@ def to_arrays(
         node_info = info.get(node.node_id)
         if node_info is not None:
             n_samples[i] = node_info.n_samples
+        tied[i] = bool(node_info and node_info.order_tied)
         if node.split is None:
             continue
         if len(node.children) != 2:
             raise ValueError("to_arrays needs a binary tree (CART)")
-        tied[i] = bool(node_info and node_info.tied)
+        tied[i] = tied[i] or bool(node_info and node_info.tied)
         left[i] = index[id(node.children[0])]
         right[i] = index[id(node.children[1])]
         feature[i] = names[node.split.feature]
@@ -351,8 +352,19 @@ class DecisionTreeClassifier(_Mixin, _Base):  # type: ignore[misc,valid-type]
         """Effective alphas and total leaf impurities, as scikit-learn's method returns them."""
         est = self._clone_params(ccp_alpha=0.0)
         est.fit(X, y, sample_weight=sample_weight)
-        path = cart.cost_complexity_pruning_path(est.root_, est._criterion, est._nodes)
+        path = cart.cost_complexity_pruning_path(est.root_, est.criterion, est._nodes)
         return _bunch({k: np.asarray(v) for k, v in path.items()})
+
+    def strategy_nodes(self, root: Node | None = None) -> list[Node]:
+        """The fitted tree's nodes (or ``root``'s, grown by this fit) in scikit-learn's
+        numbering, as ``cart.cost_complexity_pruning_path`` and ``cart.prune_ccp`` take them."""
+        self._check_fitted()
+        if root is None:
+            return list(self._nodes)
+        best_first = self.max_leaf_nodes is not None and self.ccp_alpha == 0
+        if best_first:
+            return cart.best_first_numbering(root, self._strategy_info)
+        return list(root.walk())
 
     def _clone_params(self, **override: Any) -> DecisionTreeClassifier:
         params = self.get_params()

@@ -175,6 +175,16 @@ class Strategy:
     ) -> dict[int, Plan]:
         raise NotImplementedError
 
+    def build_partition(
+        self,
+        level: exp.Table,
+        features: list[Feature],
+        tests: list[tuple[int, int, float | None]],
+        routes: list[tuple[int, int, int, float]],
+    ) -> exp.Expression:
+        """The next level's rows (``queries.build_partition``)."""
+        return q.build_partition(level, features, tests, routes)
+
     def on_child(self, parent: Pending, branch: int, child: Node) -> None:
         """Called for every child made, before it joins the frontier."""
 
@@ -382,7 +392,7 @@ def grow(
                         elif branch == plan.unknown_branch:
                             routes.append((node_id, q.UNKNOWN_KEY, child.node_id, 1.0))
                 new_level = engine.materialize(
-                    "level", q.build_partition(level, data.features, tests, routes)
+                    "level", strategy.build_partition(level, data.features, tests, routes)
                 )
                 scans += 1
             engine.drop(hist)

@@ -8,6 +8,7 @@ a ``random_state`` whose choice matches, and otherwise accepts a difference belo
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 
@@ -69,9 +70,8 @@ COMMON = [
 ]
 DIGITS = [
     {"max_depth": 3},
-    {"min_samples_leaf": 5, "max_depth": 6},
-    {"criterion": "entropy", "max_depth": 5},
-    {"ccp_alpha": 0.01, "max_depth": 8},
+    {"criterion": "entropy", "min_samples_leaf": 5, "max_depth": 4},
+    {"ccp_alpha": 0.02, "max_depth": 5},
     {"max_leaf_nodes": 8},
 ]
 GENERATED = [
@@ -268,26 +268,47 @@ def test_all_known_left_split_uses_infinite_threshold():
 
 
 # -- pruning ----------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", ["iris", "wine", "breast_cancer"])
-def test_pruning_path_as_sklearn(name):
-    X, y = bundled(name)
-    ours = DecisionTreeClassifier()
-    path = ours.cost_complexity_pruning_path(X, y)
-    ours.fit(X, y)
-    verdict, seed = sklearn_match(lambda s: SKTree(random_state=s), X, y, ours, seeds=60)
+PATH_CASES = [
+    ("iris", {}),
+    ("wine", {"max_depth": 3}),
+    ("breast_cancer", {"max_depth": 3}),
+    ("breast_cancer", {"max_leaf_nodes": 8}),
+    ("generated", {"max_leaf_nodes": 20}),
+]
+
+
+@pytest.mark.parametrize(("name", "params"), PATH_CASES)
+def test_pruning_path_as_sklearn(name, params):
+    X, _, y, _ = split(name)
+    ours = DecisionTreeClassifier(**params).fit(X, y)
+    path = cart.cost_complexity_pruning_path(ours.root_, ours.criterion, ours.strategy_nodes())
+    verdict, seed = sklearn_match(
+        lambda s: SKTree(random_state=s, **params), X, y, ours, seeds=60
+    )
+    assert verdict in ("identical", "identical up to ties")
     if verdict != "identical":
         pytest.skip(f"trees differ below a tie ({verdict}); paths are not comparable")
-    theirs = SKTree(random_state=seed).cost_complexity_pruning_path(X, y)
-    np.testing.assert_allclose(path.ccp_alphas, theirs.ccp_alphas, rtol=1e-9, atol=1e-12)
-    np.testing.assert_allclose(path.impurities, theirs.impurities, rtol=1e-9, atol=1e-12)
+    theirs = SKTree(random_state=seed, **params).cost_complexity_pruning_path(X, y)
+    np.testing.assert_allclose(path["ccp_alphas"], theirs.ccp_alphas, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(path["impurities"], theirs.impurities, rtol=1e-9, atol=1e-12)
+    # and pruning at an alpha between two steps gives scikit-learn's pruned tree
+    if len(path["ccp_alphas"]) > 2 and name in ("iris", "generated"):
+        alpha = float(path["ccp_alphas"][-2] + path["ccp_alphas"][-3]) / 2
+        pruned = DecisionTreeClassifier(ccp_alpha=alpha, **params).fit(X, y)
+        reference = SKTree(random_state=seed, ccp_alpha=alpha, **params).fit(X, y)
+        assert same_arrays(reference, pruned)
 
 
 def test_pruning_never_adds_leaves_and_alpha_orders_trees():
     X, y = bundled("breast_cancer")
-    leaves = [DecisionTreeClassifier(ccp_alpha=a).fit(X, y).get_n_leaves()
-              for a in (0.0, 0.002, 0.01, 0.05, 1.0)]
+    full = DecisionTreeClassifier().fit(X, y)
+    leaves = []
+    for alpha in (0.0, 0.002, 0.01, 0.05, 1.0):
+        root = copy.deepcopy(full.root_)
+        cart.prune_ccp(root, alpha, "gini", full.strategy_nodes(root))
+        leaves.append(sum(1 for _ in root.leaves()))
     assert leaves == sorted(leaves, reverse=True)
-    assert leaves[-1] == 1
+    assert leaves[0] == full.get_n_leaves() and leaves[-1] == 1
 
 
 def test_pruning_path_on_grown_tree_object():
@@ -371,3 +392,36 @@ def test_compare_trees_reports_differences():
     a = SKTree(max_depth=1, random_state=0).fit(X, y)
     b = DecisionTreeClassifier(max_depth=2).fit(X, y)
     assert compare_trees(a, b) != "identical"
+
+
+# -- every engine -----------------------------------------------------------------------------
+def _engine_frame() -> pd.DataFrame:
+    rng = np.random.default_rng(11)
+    n = 600
+    a = np.round(rng.normal(0, 1, n), 2)
+    a[rng.random(n) < 0.1] = np.nan
+    color = rng.choice(["red", "green", "blue", "black", "white"], n).astype(object)
+    color[rng.random(n) < 0.05] = None
+    b = rng.integers(0, 20, n).astype(float)
+    score = np.nan_to_num(a) + np.isin(color, ["red", "black"]) * 1.5 + b / 10
+    y = np.array(["lo", "mid", "hi"])[np.digitize(score + rng.normal(0, 0.5, n), [1.0, 2.5])]
+    return pd.DataFrame({"a": a, "color": color, "b": b, "label": y})
+
+
+def _shape(node):
+    if node.split is None:
+        return ("leaf", [round(c, 9) for c in node.counts])
+    s = node.split
+    test = round(s.threshold, 9) if s.threshold is not None else s.groups
+    return (s.feature, test, node.unknown_branch, [_shape(c) for c in node.children])
+
+
+@pytest.mark.parametrize("criterion", ["gini", "entropy"])
+def test_same_cart_tree_on_every_engine(engine_factory, criterion):
+    frame = _engine_frame()
+    engine, source = engine_factory(frame)
+    options = GrowOptions(algorithm="cart", criterion=criterion, max_depth=4, min_samples_leaf=3)
+    root, _ = grow(describe(source, engine, "label"), options)
+    reference, _ = grow(describe(frame, DuckDBEngine(), "label"), options)
+    assert _shape(root) == _shape(reference)
+    assert root.split is not None
