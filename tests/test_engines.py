@@ -54,8 +54,11 @@ def with_nulls() -> pd.DataFrame:
     b = rng.choice(["x", "y", "z", "B", "a"], size=n).astype(object)
     c = (rng.random(n) < 0.4).astype(object)
     d = rng.integers(0, 8, size=n).astype(float)
-    y = np.where(a + (b == "x") * 0.7 - (c == True) * 0.4 + rng.normal(0, 0.4, n) > 0.1,  # noqa: E712
-                 "yes", "no").astype(object)
+    y = np.where(
+        a + (b == "x") * 0.7 - (c == True) * 0.4 + rng.normal(0, 0.4, n) > 0.1,  # noqa: E712
+        "yes",
+        "no",
+    ).astype(object)
     a[rng.random(n) < 0.15] = np.nan
     b[rng.random(n) < 0.1] = None
     c[rng.random(n) < 0.1] = None
@@ -74,8 +77,7 @@ def mixed_100k() -> pd.DataFrame:
     flag = rng.random(n) < 0.3
     z = rng.exponential(size=n).round(2)
     score = (
-        x + (colour == "red") * 1.1 - (k > 35) * 0.8 + flag * 0.5 - 0.3 * z
-        + rng.normal(0, 0.5, n)
+        x + (colour == "red") * 1.1 - (k > 35) * 0.8 + flag * 0.5 - 0.3 * z + rng.normal(0, 0.5, n)
     )
     label = np.where(score < -0.6, "low", np.where(score < 0.7, "mid", "high")).astype(object)
     x[rng.random(n) < 0.05] = np.nan
@@ -121,9 +123,7 @@ def frame_of(name: str) -> pd.DataFrame:
 
 
 # -- helpers -----------------------------------------------------------------------------------
-def train(
-    engine: Engine, source: Any, target: str, **options: Any
-) -> tuple[Node, GrowStats]:
+def train(engine: Engine, source: Any, target: str, **options: Any) -> tuple[Node, GrowStats]:
     """describe + grow, dropping every temporary object afterwards (as ``train`` does)."""
     try:
         with warnings.catch_warnings():
