@@ -72,9 +72,7 @@ class PostgresEngine(Engine):
         self._frames: list[str] = []
 
     @classmethod
-    def connect(
-        cls, url: str, *, close_on_cleanup: bool = False, **kwargs: Any
-    ) -> PostgresEngine:
+    def connect(cls, url: str, *, close_on_cleanup: bool = False, **kwargs: Any) -> PostgresEngine:
         """Open a connection (autocommit) from a libpq URL or key=value string and wrap it.
 
         ``close_on_cleanup=True`` closes it when ``cleanup`` runs, for an engine made for one
