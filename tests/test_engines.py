@@ -383,6 +383,7 @@ def test_spark_counts_jobs(spark: Any) -> None:
     per_query = engine.stats.jobs_per_query()
     assert per_query is not None and len(per_query) == engine.stats.queries
     assert engine.stats.jobs and engine.stats.jobs >= len(stats.levels)
+    assert all(jobs >= 1 for jobs in per_query)
 
 
 # -- the public API on every engine --------------------------------------------------------------

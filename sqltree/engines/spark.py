@@ -120,14 +120,12 @@ class SparkEngine(Engine):
         with self._job_group():
             frame = self._store(frame)
             rows = frame.count()  # reads the stored blocks only
-        partitions = _partitions(frame)
-        if rows <= self.SMALL_TABLE_ROWS and partitions > self._parallelism:
-            # A histogram is a UNION of one aggregate per feature: features x shuffle partitions
-            # of a few rows each, and every later query pays a task per partition.
-            with self._job_group():
+            if rows <= self.SMALL_TABLE_ROWS and _partitions(frame) > self._parallelism:
+                # A histogram is a UNION of one aggregate per feature: features x shuffle
+                # partitions of a few rows each, and every later query pays a task for each.
                 small = self._store(frame.coalesce(self._parallelism))
-            _release(frame)
-            frame = small
+                _release(frame)
+                frame = small
         frame.createOrReplaceTempView(name)
         self._cached[name] = frame
 
