@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -224,7 +225,9 @@ class EngineFactory:
 
         session = self._request.getfixturevalue("spark")
         engine = SparkEngine(session)
-        view = f"{name}_{uuid.uuid4().hex[:8]}"
+        # Spark accepts only word characters in temp view names; the columns stay as given.
+        safe = re.sub(r"\W", "_", name)
+        view = f"{safe}_{uuid.uuid4().hex[:8]}"
         session.createDataFrame(
             pa.Table.from_pandas(frame, preserve_index=False)
         ).createOrReplaceTempView(view)

@@ -54,8 +54,11 @@ def with_nulls() -> pd.DataFrame:
     b = rng.choice(["x", "y", "z", "B", "a"], size=n).astype(object)
     c = (rng.random(n) < 0.4).astype(object)
     d = rng.integers(0, 8, size=n).astype(float)
-    y = np.where(a + (b == "x") * 0.7 - (c == True) * 0.4 + rng.normal(0, 0.4, n) > 0.1,  # noqa: E712
-                 "yes", "no").astype(object)
+    y = np.where(
+        a + (b == "x") * 0.7 - (c == True) * 0.4 + rng.normal(0, 0.4, n) > 0.1,  # noqa: E712
+        "yes",
+        "no",
+    ).astype(object)
     a[rng.random(n) < 0.15] = np.nan
     b[rng.random(n) < 0.1] = None
     c[rng.random(n) < 0.1] = None
@@ -74,8 +77,7 @@ def mixed_100k() -> pd.DataFrame:
     flag = rng.random(n) < 0.3
     z = rng.exponential(size=n).round(2)
     score = (
-        x + (colour == "red") * 1.1 - (k > 35) * 0.8 + flag * 0.5 - 0.3 * z
-        + rng.normal(0, 0.5, n)
+        x + (colour == "red") * 1.1 - (k > 35) * 0.8 + flag * 0.5 - 0.3 * z + rng.normal(0, 0.5, n)
     )
     label = np.where(score < -0.6, "low", np.where(score < 0.7, "mid", "high")).astype(object)
     x[rng.random(n) < 0.05] = np.nan
@@ -121,9 +123,7 @@ def frame_of(name: str) -> pd.DataFrame:
 
 
 # -- helpers -----------------------------------------------------------------------------------
-def train(
-    engine: Engine, source: Any, target: str, **options: Any
-) -> tuple[Node, GrowStats]:
+def train(engine: Engine, source: Any, target: str, **options: Any) -> tuple[Node, GrowStats]:
     """describe + grow, dropping every temporary object afterwards (as ``train`` does)."""
     try:
         with warnings.catch_warnings():
@@ -383,3 +383,61 @@ def test_spark_counts_jobs(spark: Any) -> None:
     per_query = engine.stats.jobs_per_query()
     assert per_query is not None and len(per_query) == engine.stats.queries
     assert engine.stats.jobs and engine.stats.jobs >= len(stats.levels)
+    assert all(jobs >= 1 for jobs in per_query)
+
+
+# -- the public API on every engine --------------------------------------------------------------
+API_CASES = {
+    "c4.5-pruned-nulls": ("nulls", {"algorithm": "c4.5"}),
+    "id3-golf": ("golf", {"algorithm": "id3"}),
+    "cart-iris": ("iris", {"algorithm": "cart"}),
+    "cart-nulls": ("nulls", {"algorithm": "cart", "max_depth": 4}),
+}
+
+
+@functools.cache
+def reference_model(case: str) -> Any:
+    import sqltree
+
+    name, options = API_CASES[case]
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*NULL target")
+        return sqltree.train(frame_of(name), DATASETS[name][1], **options)
+
+
+@pytest.mark.parametrize("case", list(API_CASES))
+def test_train_same_model_on_every_engine(engine_factory: EngineFactory, case: str) -> None:
+    """``sqltree.train`` (growth, pruning, every algorithm) through each engine."""
+    import sqltree
+
+    name, options = API_CASES[case]
+    engine, source = engine_factory(frame_of(name), name)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*NULL target")
+        model = sqltree.train(source, DATASETS[name][1], connection=engine, **options)
+    assert_same_tree(model.root.to_dict(), reference_model(case).root.to_dict())
+    assert temp_objects(engine) == []
+
+
+def test_scoring_same_on_every_engine(engine_factory: EngineFactory) -> None:
+    """The compiled SQL (C4.5 fractional routing of NULLs included) scores alike everywhere."""
+    model = reference_model("c4.5-pruned-nulls")
+    frame = frame_of("nulls").assign(rid=range(len(frame_of("nulls"))))
+    engine, source = engine_factory(frame, "to score")
+    got = model.predict(source, connection=engine, proba=True).sort_values("rid")
+    want = model.predict(frame, proba=True).sort_values("rid")
+    assert list(got["prediction"]) == list(want["prediction"])
+    for column in model.proba_columns():
+        assert np.allclose(got[column].astype(float), want[column].astype(float), atol=1e-12)
+
+
+@pytest.mark.postgres
+def test_postgres_url_trains_a_dataframe_and_closes(postgres_admin: Any, postgres_url: str) -> None:
+    """``connection=<url>``: the DataFrame is copied to a temp table, the connection closed."""
+    import sqltree
+
+    clients = "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'"
+    before = postgres_admin.execute(clients).fetchone()
+    model = sqltree.train(golf_numeric(), "play", connection=postgres_url)
+    assert_same_tree(model.root.to_dict(), sqltree.train(golf_numeric(), "play").root.to_dict())
+    assert postgres_admin.execute(clients).fetchone() == before

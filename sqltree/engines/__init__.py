@@ -29,7 +29,8 @@ def get_engine(connection: Any = None, **options: Any) -> Engine:
     if isinstance(connection, str) and connection.startswith(("postgresql://", "postgres://")):
         from .postgres import PostgresEngine
 
-        return PostgresEngine.connect(connection)
+        # Made for this one call: the connection closes when the call cleans up.
+        return PostgresEngine.connect(connection, close_on_cleanup=True)
     if module.startswith("psycopg"):
         from .postgres import PostgresEngine
 

@@ -60,21 +60,28 @@ class PostgresEngine(Engine):
     READS_FILES: ClassVar[bool] = False
     """Whether ``relation_for_path`` can read local files (the server cannot see them)."""
 
-    def __init__(self, connection: Any, *, owns_connection: bool = False) -> None:
+    def __init__(
+        self, connection: Any, *, owns_connection: bool = False, close_on_cleanup: bool = False
+    ) -> None:
         if psycopg is None:  # pragma: no cover
             raise UnsupportedError(_NO_PSYCOPG)
         super().__init__()
         self.connection = connection
         self.owns_connection = owns_connection
+        self.close_on_cleanup = close_on_cleanup
         self._frames: list[str] = []
 
     @classmethod
-    def connect(cls, url: str, **kwargs: Any) -> PostgresEngine:
-        """Open a connection (autocommit) from a libpq URL or key=value string and wrap it."""
+    def connect(cls, url: str, *, close_on_cleanup: bool = False, **kwargs: Any) -> PostgresEngine:
+        """Open a connection (autocommit) from a libpq URL or key=value string and wrap it.
+
+        ``close_on_cleanup=True`` closes it when ``cleanup`` runs, for an engine made for one
+        call (``train(..., connection="postgresql://...")``).
+        """
         if psycopg is None:  # pragma: no cover
             raise UnsupportedError(_NO_PSYCOPG)
         conn = psycopg.connect(url, autocommit=True, **kwargs)
-        return cls(conn, owns_connection=True)
+        return cls(conn, owns_connection=True, close_on_cleanup=close_on_cleanup)
 
     # -- the contract ------------------------------------------------------------------------
     def _cursor(self) -> Any:
@@ -211,10 +218,18 @@ class PostgresEngine(Engine):
                     )
             cur.execute(self.render(exp.Analyze(this=table.copy())))
 
+    def cleanup(self) -> None:
+        try:
+            super().cleanup()
+        finally:
+            if self.close_on_cleanup and self.owns_connection:
+                self.connection.close()
+
     def close(self) -> None:
         """Drop sqltree's temp tables and close the connection if this engine opened it."""
         try:
-            self.cleanup()
+            if not self.connection.closed:
+                self.cleanup()
         finally:
             if self.owns_connection:
                 self.connection.close()
