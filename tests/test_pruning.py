@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from sqlglot import exp
 
 from sqltree.dataset import describe
 from sqltree.engines.duckdb import DuckDBEngine
@@ -326,7 +327,6 @@ def test_recount_sql_renders_for_every_dialect(
 ) -> None:
     """The raising recount is plain SQL: CTEs, CASE, a VALUES table, UNION ALL, GROUP BY (the
     training engines and the warehouses; SQLite lacks VALUES column aliases, as for growth)."""
-    from sqlglot import exp
     from sqlglot.errors import ErrorLevel
 
     from sqltree import queries
@@ -374,3 +374,50 @@ def test_unknown_branch_takes_unknown_rows_whole() -> None:
     assert counts[id(below)] == [1.0, 3.0]  # the rows at root's branch 1
     assert counts[id(below.children[0])] == [1.0, 1.0]  # its unknown rows, whole
     engine.cleanup()
+
+
+def _same(got: Any, want: Any, path: str = "root") -> None:
+    if isinstance(want, dict):
+        assert sorted(got) == sorted(want), path
+        for key in want:
+            _same(got[key], want[key], f"{path}.{key}")
+    elif isinstance(want, list):
+        assert len(got) == len(want), path
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            _same(g, w, f"{path}[{i}]")
+    elif isinstance(want, float):
+        assert got == pytest.approx(want, rel=1e-9, abs=1e-9), path
+    else:
+        assert got == want, path
+
+
+def test_pruning_is_the_same_on_every_engine(
+    engine_factory: Any, labor: tuple[pd.DataFrame, str, Any, Node]
+) -> None:
+    """Subtree raising (recounts in the engine) and reduced-error pruning (validation rows
+    counted in the engine) give DuckDB's tree, counts and shares on PostgreSQL and Spark.
+    Spark answers these small statements slowly (about 100 s here, marked slow with Spark)."""
+    frame, target, reference_data, grown = labor
+    engine, source = engine_factory(frame, "labor")
+    data = describe(source, engine, target)
+    root = grown  # growth on every engine is test_engines' business; pruning is ours
+
+    want, got = copy.deepcopy(grown), copy.deepcopy(root)
+    prune_c45(want, reference_data, batch=False)
+    stats = prune_c45(got, data)
+    assert stats.raised == 1
+    _same(got.to_dict(), want.to_dict())
+
+    # Reduced-error pruning against a query over the engine's table (the rows with a first-year
+    # wage increase above 3.5), against the same rows as a DataFrame on DuckDB.
+    column = "wage-increase-first-year"
+    validation = exp.select("*").from_(source.copy()).where(
+        exp.GT(this=exp.column(column, quoted=True), expression=exp.Literal.number(3.5))
+    )
+    want, got = copy.deepcopy(grown), copy.deepcopy(root)
+    rows = frame[frame[column] > 3.5].reset_index(drop=True)
+    assert 0 < len(rows) < len(frame)
+    want_stats = prune_reduced_error(want, reference_data, rows)
+    got_stats = prune_reduced_error(got, data, validation)
+    assert got_stats.pruned == want_stats.pruned > 0
+    _same(got.to_dict(), want.to_dict())
