@@ -38,6 +38,11 @@ def compare_trees(sk, st, atol: float = 1e-9) -> str:
             return None
         if not same_split:
             if b.tied[j]:
+                # a genuine tie: scikit-learn's split decreases impurity as much as ours
+                if not leaf_a and not leaf_b and not np.isclose(
+                    _decrease(a, i), _decrease(b, j), rtol=0, atol=1e-9
+                ):
+                    return f"node {i}: sklearn's split is better than sqltree's"
                 tied_seen = True
                 return None
             what = "leaf" if leaf_a else f"x{a.feature[i]} <= {a.threshold[i]!r}"
@@ -57,6 +62,17 @@ def compare_trees(sk, st, atol: float = 1e-9) -> str:
     if a.node_count != b.node_count:
         return "node count"
     return "identical"
+
+
+def _decrease(t, i: int) -> float:
+    """Impurity decrease per unit weight of node ``i``'s split."""
+    left, right = t.children_left[i], t.children_right[i]
+    w = t.weighted_n_node_samples
+    return float(
+        t.impurity[i]
+        - w[right] / w[i] * t.impurity[right]
+        - w[left] / w[i] * t.impurity[left]
+    )
 
 
 def same_arrays(sk, st, atol: float = 1e-9) -> bool:
