@@ -29,6 +29,16 @@ the right before the left, then the lowest threshold.
 
 Stopping rules, ``min_impurity_decrease``, best-first growth for ``max_leaf_nodes`` and
 cost-complexity pruning (``ccp_alpha``) follow scikit-learn's ``_tree.pyx``.
+
+Growth stays level-wise for ``max_leaf_nodes``: scikit-learn splits nodes in the order of the
+lowest improvement on their path, so a node with ``max_leaf_nodes - 1`` better-ranked nodes
+already known can never be split; every other node of the level is split speculatively, and
+the tree is cut back to the first ``max_leaf_nodes - 1`` splits at the end.
+
+Known differences from scikit-learn: it converts features to float32 before growing and
+predicting (sqltree keeps float64, so the trees agree on data float32 represents exactly);
+rows with zero sample weight are dropped here but counted in scikit-learn's
+``n_node_samples``; ties are broken as described above, not at random.
 """
 
 from __future__ import annotations
