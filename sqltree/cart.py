@@ -37,8 +37,7 @@ the tree is cut back to the first ``max_leaf_nodes - 1`` splits at the end.
 
 Known differences from scikit-learn: it converts features to float32 before growing and
 predicting (sqltree keeps float64, so the trees agree on data float32 represents exactly);
-rows with zero sample weight are dropped here but counted in scikit-learn's
-``n_node_samples``; ties are broken as described above, not at random.
+ties are broken as described above, not at random.
 """
 
 from __future__ import annotations
@@ -133,7 +132,10 @@ def case(*whens: tuple[exp.Expression, exp.Expression], default: exp.Expression)
 
 # -- SQL builders ------------------------------------------------------------------------------
 def build_cart_level0(data: Dataset, class_weight: Sequence[float] | None) -> exp.Expression:
-    """The root level, each row's weight multiplied by its class weight when there are any."""
+    """The root level, each row's weight multiplied by its class weight when there are any.
+
+    Rows of weight zero are left out, as scikit-learn leaves them out of ``n_node_samples``.
+    """
     base = q.build_level0(data)
     if class_weight is None:
         return base

@@ -331,6 +331,18 @@ def test_sample_weight_as_sklearn():
     assert verdict == "identical"
 
 
+def test_zero_sample_weights_are_left_out_as_in_sklearn():
+    X, y = bundled("wine")
+    w = np.random.default_rng(2).integers(0, 3, len(y)).astype(float)
+    params = {"max_depth": 3, "min_samples_leaf": 4}
+    ours = DecisionTreeClassifier(**params).fit(X, y, sample_weight=w)
+    verdict, _ = sklearn_match(
+        lambda s: SKTree(random_state=s, **params), X, y, ours, sample_weight=w
+    )
+    assert verdict == "identical"
+    assert ours.tree_.n_node_samples[0] == np.count_nonzero(w)
+
+
 def test_class_weight_dict_as_sklearn():
     X, y = bundled("wine")
     cw = {0: 1.0, 1: 2.5, 2: 0.5}
