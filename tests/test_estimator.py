@@ -85,6 +85,14 @@ def test_to_arrays_matches_sklearn(iris):
     np.testing.assert_array_equal(arrays["missing_go_to_left"], theirs.missing_go_to_left)
 
 
+def test_feature_importances_as_sklearn(iris):
+    X, y = iris
+    clf = DecisionTreeClassifier(max_depth=3).fit(X, y)
+    _, seed = sklearn_match(lambda s: SKTree(random_state=s, max_depth=3), X, y, clf)
+    theirs = SKTree(random_state=seed, max_depth=3).fit(X, y)
+    np.testing.assert_allclose(clf.feature_importances_, theirs.feature_importances_, atol=1e-12)
+
+
 def test_export_text_as_sklearn(iris):
     X, y = iris
     clf = DecisionTreeClassifier(max_depth=3).fit(X, y)
