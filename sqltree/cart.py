@@ -46,18 +46,22 @@ import heapq
 import itertools
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from sqlglot import exp
 
 from . import queries as q
+from .cost_complexity import (  # re-exported: CART's public pruning API lives here too
+    CRITERIA,
+    _criterion,
+    impurity,
+    prune_ccp,
+)
 from .dataset import Dataset, Feature
 from .grower import GrowOptions, Pending, Plan, Strategy
 from .queries import col, num, paren
 from .tree import CONTINUOUS, NOMINAL, Node, Split
-
-CRITERIA = ("gini", "entropy", "log_loss")
 
 FEATURE_THRESHOLD = 1e-7
 """Adjacent values closer than this are not split apart (scikit-learn's constant)."""
@@ -103,25 +107,7 @@ _SUBSET = 2
 _KNOWN_LEFT = 3
 
 
-# -- pure functions over counts ---------------------------------------------------------------
-def impurity(counts: Sequence[float], criterion: str = "gini") -> float:
-    """Gini or entropy (bits) of weighted class counts, computed as scikit-learn does."""
-    w = sum(counts)
-    if w <= 0:
-        return 0.0
-    if criterion == "gini":
-        sq = 0.0
-        for c in counts:
-            sq += c * c
-        return 1.0 - sq / (w * w)
-    out = 0.0
-    for c in counts:
-        if c > 0:
-            p = c / w
-            out -= p * (math.log(p) / math.log(2.0))
-    return out
-
-
+# -- SQL builders ------------------------------------------------------------------------------
 def case(*whens: tuple[exp.Expression, exp.Expression], default: exp.Expression) -> exp.Case:
     """``CASE WHEN ... END`` built in place (the parts are fresh, copying them is waste)."""
     c = exp.Case()
@@ -130,7 +116,6 @@ def case(*whens: tuple[exp.Expression, exp.Expression], default: exp.Expression)
     return c.else_(default, copy=False)
 
 
-# -- SQL builders ------------------------------------------------------------------------------
 def build_cart_level0(data: Dataset, class_weight: Sequence[float] | None) -> exp.Expression:
     """The root level, each row's weight multiplied by its class weight when there are any.
 
@@ -1265,118 +1250,6 @@ def best_first_numbering(root: Node, info: Mapping[int, NodeInfo]) -> list[Node]
     for node_id in best_first_order(root, info):
         out.extend(by_id[node_id].children)
     return out
-
-
-# -- cost-complexity pruning -------------------------------------------------------------------
-@dataclass
-class _CCPState:
-    nodes: list[Node]
-    parent: list[int]
-    r_node: list[float]
-    r_branch: list[float] = field(default_factory=list)
-    n_leaves: list[int] = field(default_factory=list)
-
-
-def _ccp_sequence(
-    nodes: list[Node], criterion: str, alpha: float | None
-) -> tuple[list[float], list[float], set[int]]:
-    """scikit-learn's ``_cost_complexity_prune`` over nodes in its numbering.
-
-    Returns the path (alphas, total leaf impurities) and the indices of pruned-to-leaf nodes
-    when pruning stops at ``alpha`` (the whole path when ``alpha`` is None).
-    """
-    index = {id(n): i for i, n in enumerate(nodes)}
-    m = len(nodes)
-    total = sum(nodes[0].counts)
-    parent = [-1] * m
-    for i, n in enumerate(nodes):
-        for c in n.children:
-            parent[index[id(c)]] = i
-    r_node = [sum(n.counts) * impurity(n.counts, criterion) / total for n in nodes]
-    leaf = [n.is_leaf for n in nodes]
-    r_branch = [0.0] * m
-    n_leaves = [0] * m
-    # Same accumulation order as scikit-learn: leaves by index, each bubbling to the root.
-    for i in range(m):
-        if not leaf[i]:
-            continue
-        r_branch[i] = r_node[i]
-        j = i
-        while j != 0:
-            p = parent[j]
-            r_branch[p] += r_node[i]
-            n_leaves[p] += 1
-            j = p
-    candidate = [not x for x in leaf]
-    in_subtree = [True] * m
-    alphas, impurities = [0.0], [r_branch[0]]
-    pruned: set[int] = set()
-    children = [[index[id(c)] for c in n.children] for n in nodes]
-    while candidate[0]:
-        effective = 1.7976931348623157e308
-        chosen = -1
-        for i in range(m):
-            if not candidate[i]:
-                continue
-            a = (r_node[i] - r_branch[i]) / (n_leaves[i] - 1)
-            if a < effective:
-                effective = a
-                chosen = i
-        if alpha is not None and alpha < effective:
-            break
-        stack = [chosen]
-        while stack:
-            j = stack.pop()
-            if not in_subtree[j]:
-                continue
-            candidate[j] = False
-            in_subtree[j] = False
-            stack.extend(children[j])
-        in_subtree[chosen] = True
-        pruned.add(chosen)
-        n_pruned = n_leaves[chosen] - 1
-        n_leaves[chosen] = 0
-        r_diff = r_node[chosen] - r_branch[chosen]
-        r_branch[chosen] = r_node[chosen]
-        j = parent[chosen]
-        while j != -1:
-            n_leaves[j] -= n_pruned
-            r_branch[j] += r_diff
-            j = parent[j]
-        alphas.append(effective)
-        impurities.append(r_branch[0])
-    return alphas, impurities, pruned
-
-
-def cost_complexity_pruning_path(
-    root: Node, criterion: str = "gini", nodes: list[Node] | None = None
-) -> dict[str, list[float]]:
-    """Effective alphas and total leaf impurities of minimal cost-complexity pruning.
-
-    The same sequence as scikit-learn's ``cost_complexity_pruning_path``, from the weighted
-    class counts kept in the tree. ``nodes`` gives scikit-learn's node numbering (preorder by
-    default), which decides between subtrees of equal alpha.
-    """
-    order = nodes if nodes is not None else list(root.walk())
-    alphas, impurities, _ = _ccp_sequence(order, _criterion(criterion), None)
-    return {"ccp_alphas": alphas, "impurities": impurities}
-
-
-def prune_ccp(
-    root: Node, alpha: float, criterion: str = "gini", nodes: list[Node] | None = None
-) -> Node:
-    """Prune ``root`` in place to the subtree scikit-learn keeps for ``ccp_alpha=alpha``."""
-    order = nodes if nodes is not None else list(root.walk())
-    _, _, pruned = _ccp_sequence(order, _criterion(criterion), alpha)
-    for i in pruned:
-        order[i].make_leaf()
-    return root
-
-
-def _criterion(name: str) -> str:
-    if name not in CRITERIA:
-        raise ValueError(f"criterion must be one of {CRITERIA}, not {name!r}")
-    return "gini" if name == "gini" else "entropy"
 
 
 # -- inspection --------------------------------------------------------------------------------
