@@ -52,9 +52,10 @@ from typing import Any
 from sqlglot import exp
 
 from . import queries as q
-from .cost_complexity import (  # re-exported: CART's public pruning API lives here too
+from .cost_complexity import (
     CRITERIA,
     _criterion,
+    cost_complexity_pruning_path,
     impurity,
     prune_ccp,
 )
@@ -62,6 +63,21 @@ from .dataset import Dataset, Feature
 from .grower import GrowOptions, Pending, Plan, Strategy
 from .queries import col, num, paren
 from .tree import CONTINUOUS, NOMINAL, Node, Split
+
+__all__ = [  # cost-complexity pruning is re-exported: CART's pruning API is found here too
+    "CRITERIA",
+    "CARTStrategy",
+    "build_cart_histogram",
+    "build_cart_level0",
+    "build_cart_partition",
+    "build_cart_scores",
+    "build_nominal_ranks",
+    "cost_complexity_pruning_path",
+    "impurity",
+    "midpoint",
+    "prune_ccp",
+    "split_scores",
+]
 
 FEATURE_THRESHOLD = 1e-7
 """Adjacent values closer than this are not split apart (scikit-learn's constant)."""
