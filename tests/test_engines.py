@@ -380,7 +380,7 @@ def test_spark_counts_jobs(spark: Any) -> None:
     engine = SparkEngine(spark)
     source = engine.relation_for_dataframe(golf())
     _, stats = train(engine, source, "play")
-    per_query = engine.stats.jobs_per_query()
+    per_query = engine.stats.jobs_per_statement
     assert per_query is not None and len(per_query) == engine.stats.queries
     assert engine.stats.jobs and engine.stats.jobs >= len(stats.levels)
     assert all(jobs >= 1 for jobs in per_query)
