@@ -23,9 +23,6 @@ SELECT
   END AS DOUBLE) AS f1,
   CAST(CASE WHEN "humidity" = 'high' THEN 0 WHEN "humidity" = 'normal' THEN 1 ELSE NULL END AS DOUBLE) AS f2,
   CAST(CASE WHEN "windy" = 'false' THEN 0 WHEN "windy" = 'true' THEN 1 ELSE NULL END AS DOUBLE) AS f3
-FROM READ_CSV(
-  '/work/main/examples/data/golf.csv',
-  auto_type_candidates = ['BIGINT', 'DOUBLE', 'VARCHAR']
-)
+FROM READ_CSV('examples/data/golf.csv', auto_type_candidates = ['BIGINT', 'DOUBLE', 'VARCHAR'])
 WHERE
   NOT "play" IS NULL;
