@@ -164,7 +164,7 @@ def assert_same_tree(got: Any, want: Any, path: str = "root") -> None:
 
 
 # -- same tree everywhere ----------------------------------------------------------------------
-@pytest.mark.parametrize("name", [n for n in DATASETS if n != "mixed_100k"])
+@pytest.mark.parametrize("name", ["golf", "golf_numeric_humidity", "iris", "nulls"])
 def test_same_tree_on_every_engine(engine_factory: EngineFactory, name: str) -> None:
     _, target, options = DATASETS[name]
     engine, source = engine_factory(frame_of(name), name)
@@ -186,6 +186,7 @@ def test_same_tree_on_100k_rows(engine_factory: EngineFactory) -> None:
 def test_odd_identifiers_survive(engine_factory: EngineFactory) -> None:
     engine, source = engine_factory(frame_of("odd_names"), 'my "table"; drop it')
     root, _ = train(engine, source, "class")
+    assert_same_tree(root.to_dict(), reference("odd_names"))
     features = {n.split.feature for n in root.walk() if n.split is not None}
     assert features <= {"select", 'it\'s a "col"', "Größe ü"}
     assert "select" in features
@@ -360,30 +361,22 @@ def test_postgres_rows_are_python_numbers(postgres_url: str) -> None:
 
 
 @pytest.mark.spark
-def test_spark_reads_csv_like_duckdb(spark: Any) -> None:
+def test_spark_reads_csv_like_duckdb_and_counts_jobs(spark: Any) -> None:
     """Header, inferred numbers, and true/false kept as text, as DuckDB's reader does."""
     from sqltree.engines.spark import SparkEngine
 
     engine = SparkEngine(spark)
-    for name, target in [("golf.csv", "play"), ("golf_numeric_humidity.csv", "play")]:
-        path = str(DATA / name)
-        root, _ = train(engine, path, target)
-        want, _ = train(DuckDBEngine(), path, target)
-        assert_same_tree(root.to_dict(), want.to_dict())
+    path = str(DATA / "golf.csv")
+    root, stats = train(engine, path, "play")
+    want, _ = train(DuckDBEngine(), path, "play")
+    assert_same_tree(root.to_dict(), want.to_dict())
+    windy = next(n.split for n in root.walk() if n.split and n.split.feature == "windy")
+    assert windy.groups == [["false"], ["true"]]
     assert temp_objects(engine) == []
-
-
-@pytest.mark.spark
-def test_spark_counts_jobs(spark: Any) -> None:
-    from sqltree.engines.spark import SparkEngine
-
-    engine = SparkEngine(spark)
-    source = engine.relation_for_dataframe(golf())
-    _, stats = train(engine, source, "play")
-    per_query = engine.stats.jobs_per_query()
-    assert per_query is not None and len(per_query) == engine.stats.queries
-    assert engine.stats.jobs and engine.stats.jobs >= len(stats.levels)
-    assert all(jobs >= 1 for jobs in per_query)
+    per_statement = engine.stats.jobs_per_statement
+    assert per_statement is not None and len(per_statement) == engine.stats.queries
+    assert all(jobs >= 1 for jobs in per_statement)
+    assert engine.stats.jobs is not None and engine.stats.jobs >= len(stats.levels)
 
 
 # -- the public API on every engine --------------------------------------------------------------

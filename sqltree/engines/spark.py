@@ -1,9 +1,9 @@
 """Apache Spark SQL through a SparkSession: training for data that does not fit one machine.
 
-Temporary tables are cached temp views: every level of the tree is read by several queries
-(histogram, partition), and an uncached view would recompute the whole chain of levels each
-time. Nothing here assumes local mode: files are read by the executors, and only aggregates
-come back to the driver.
+Temporary tables are temp views over checkpointed DataFrames: every level of the tree is read
+by several queries (histogram, partition), so it is computed once and stored, and its plan
+no longer carries the levels before it. Nothing here assumes local mode: files are read by
+the executors, and only aggregates come back to the driver.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import contextlib
 import itertools
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, ClassVar
 
@@ -25,27 +25,22 @@ from .base import Engine, EngineStats
 # same features and the same values on every engine.
 _CSV_KEPT_TYPES = ("IntegerType", "LongType", "DoubleType")
 
-_JOB_GROUP = "spark.jobGroup.id"
+# The local properties SparkContext.setJobGroup sets; restored after each statement so the
+# caller's own jobs keep their group and description.
+_JOB_PROPERTIES = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
 
 
 @dataclass
 class SparkStats(EngineStats):
-    """Engine counters plus the Spark jobs each query ran (None where Spark cannot tell)."""
+    """Engine counters plus the Spark jobs each statement ran."""
 
-    job_groups: list[str] = field(default_factory=list)
-    tracker: Any = None
+    jobs_per_statement: list[int] | None = None
+    """Jobs of each statement in the order they ran; None where Spark cannot tell (Connect)."""
 
     @property
     def jobs(self) -> int | None:
         """Spark jobs run by this engine's statements so far (None on Spark Connect)."""
-        counts = self.jobs_per_query()
-        return None if counts is None else sum(counts)
-
-    def jobs_per_query(self) -> list[int] | None:
-        """Jobs of each statement, in the order they ran."""
-        if self.tracker is None:
-            return None
-        return [len(self.tracker.getJobIdsForGroup(g)) for g in self.job_groups]
+        return None if self.jobs_per_statement is None else sum(self.jobs_per_statement)
 
 
 class SparkEngine(Engine):
@@ -55,12 +50,13 @@ class SparkEngine(Engine):
     ----------
     spark : pyspark.sql.SparkSession
         A classic or Spark Connect session. sqltree creates temp views named ``sqltree_*`` in
-        it and drops (and uncaches) them when training ends.
+        it and drops them, and frees their stored rows, when training ends.
 
     Notes
     -----
     ``stats.jobs`` counts the Spark jobs sqltree's statements ran (classic sessions only): each
-    statement runs under its own job group, read back from the status tracker.
+    statement runs under a job group of its own, counted from the status tracker as soon as
+    the statement returns.
     """
 
     dialect: ClassVar[str] = "spark"
@@ -77,11 +73,13 @@ class SparkEngine(Engine):
         self._group_ids = itertools.count()
         try:
             self._context = spark.sparkContext
-            tracker = self._context.statusTracker()
+            self._tracker = self._context.statusTracker()
         except Exception:  # Spark Connect has no SparkContext: no job counts
             self._context = None
-            tracker = None
-        self.stats: SparkStats = SparkStats(tracker=tracker)
+            self._tracker = None
+        self.stats: SparkStats = SparkStats(
+            jobs_per_statement=None if self._context is None else []
+        )
         self._parallelism = max(1, int(self._context.defaultParallelism)) if self._context else 1
 
     # -- the contract ------------------------------------------------------------------------
@@ -92,13 +90,16 @@ class SparkEngine(Engine):
             yield
             return
         group = f"{self._prefix}{next(self._group_ids)}"
-        previous = self._context.getLocalProperty(_JOB_GROUP)
+        previous = {key: self._context.getLocalProperty(key) for key in _JOB_PROPERTIES}
         self._context.setJobGroup(group, "sqltree", interruptOnCancel=True)
-        self.stats.job_groups.append(group)
         try:
             yield
         finally:
-            self._context.setLocalProperty(_JOB_GROUP, previous)
+            for key, value in previous.items():
+                self._context.setLocalProperty(key, value)
+            # Counted now: the tracker keeps only the most recent jobs (spark.ui.retainedJobs).
+            assert self.stats.jobs_per_statement is not None
+            self.stats.jobs_per_statement.append(len(self._tracker.getJobIdsForGroup(group)))
 
     def _run(self, sql: str) -> list[tuple[Any, ...]]:
         with self._job_group():
