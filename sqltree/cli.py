@@ -55,6 +55,14 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--min-cases", type=float, metavar="W",
                    help="least weight in two branches of a split (J48 -M; default 2)")
     t.add_argument("--missing", choices=["fractional", "majority", "drop"], default="fractional")
+    t.add_argument("--pruning", choices=["c4.5", "pessimistic", "none"],
+                   help="post-pruning (default: c4.5 for C4.5, none otherwise)")
+    t.add_argument("--cf", type=float, default=0.25, help="C4.5 pruning confidence (J48 -C)")
+    cart = t.add_argument_group("CART (scikit-learn's names and meanings)")
+    cart.add_argument("--criterion", choices=["gini", "entropy"])
+    cart.add_argument("--min-samples-leaf", type=float, metavar="N")
+    cart.add_argument("--max-leaf-nodes", type=int, metavar="N")
+    cart.add_argument("--ccp-alpha", type=float, metavar="ALPHA")
     t.add_argument("--quiet", "-q", action="store_true", help="print neither progress nor tree")
     add_connection(t)
 
@@ -117,6 +125,14 @@ def _dispatch(args: argparse.Namespace) -> int:
     import sqltree
 
     if args.command == "train":
+        cart_options = {
+            name: getattr(args, name)
+            for name in ("criterion", "min_samples_leaf", "max_leaf_nodes", "ccp_alpha")
+            if getattr(args, name) is not None
+        }
+        if "min_samples_leaf" in cart_options and cart_options["min_samples_leaf"] >= 1:
+            cart_options["min_samples_leaf"] = int(cart_options["min_samples_leaf"])
+        pruning = {None: "default", "none": None}.get(args.pruning, args.pruning)
         model = sqltree.train(
             args.source,
             target=args.target,
@@ -129,7 +145,10 @@ def _dispatch(args: argparse.Namespace) -> int:
             max_depth=args.max_depth,
             min_cases=args.min_cases,
             missing=args.missing,
+            pruning=pruning,
+            cf=args.cf,
             progress=not args.quiet,
+            **cart_options,
         )
         if not args.quiet:
             print(model.text())
