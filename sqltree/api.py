@@ -33,6 +33,7 @@ def train(
     min_samples_split: float = 0.0,
     min_gain: float = 0.0,
     missing: str = "fractional",
+    max_bins: int | None = None,
     pruning: str | None = "default",
     cf: float = 0.25,
     subtree_raising: bool = True,
@@ -64,6 +65,10 @@ def train(
         Pre-pruning: deepest test level, least weight to split a node, least gain of a split.
     missing : {"fractional", "majority", "drop"}, default="fractional"
         Unknown values: C4.5's fractional cases, the branch with most weight, or ignored.
+    max_bins : int, optional
+        Approximate mode for large data: each continuous feature is cut into at most this
+        many quantile bins, computed once in the engine, and thresholds are bin edges (values
+        of the data, so scoring stays exact). Default: exact, every observed value.
     pruning : {"c4.5", "pessimistic", "reduced-error"} or None, default: "c4.5" for C4.5
         and None for ID3
         Post-pruning: J48's error-based pruning (confidence ``cf``, with subtree raising
@@ -101,6 +106,7 @@ def train(
             min_samples_split=min_samples_split,
             min_gain=min_gain,
             missing=missing,
+            max_bins=max_bins,
             **_cart_options(algorithm, cart_options),
         )
         callback = print_progress if progress is True else (progress or None)

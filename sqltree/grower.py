@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +38,7 @@ class GrowOptions:
     min_samples_split: float = 0.0
     min_gain: float = 0.0
     missing: str = "fractional"
+    max_bins: int | None = None  # C4.5/ID3: continuous features cut into quantile bins
     # CART only
     criterion: str = "gini"
     min_samples_leaf: float = 1
@@ -188,6 +189,15 @@ class Strategy:
     def on_child(self, parent: Pending, branch: int, child: Node) -> None:
         """Called for every child made, before it joins the frontier."""
 
+    def child_counts(self, node_id: int, plan: Plan, branch: int) -> list[float] | None:
+        """A child's class counts from the parent's histogram, if the strategy knows them.
+
+        Known counts let the grower finish children that cannot split (pure, too small, at
+        max_depth) at once: their rows leave the level table and no histogram is built for
+        them. None: the counts are read from the next level's histogram.
+        """
+        return None
+
     def finish(self, root: Node) -> Node:
         """Post-process the grown tree (pruning, numbering); returns the root."""
         return root
@@ -205,8 +215,18 @@ class C45Strategy(Strategy):
         super().__init__(data, options)
         self.score_columns = SCORE_COLUMNS
         self.values_table: exp.Table | None = None
+        self.bins: dict[int, list[float]] | None = None
+        self.branch_counts: dict[int, dict[int, list[float]]] = {}
+        self.loaded: list[exp.Table] = []
+
+    def build_level0(self) -> exp.Expression:
+        if self.options.max_bins:
+            self.bins = _bin_edges(self.data, self.options.max_bins)
+        return q.build_level0(self.data, self.bins)
 
     def on_histogram(self, engine: Any, hist: exp.Table, depth: int) -> None:
+        if self.bins:  # thresholds are bin edges, observed values already
+            return
         if depth == 0 and any(f.kind == CONTINUOUS for f in self.data.features):
             self.values_table = engine.materialize(
                 "values", q.build_distinct_values(hist, self.data.features)
@@ -225,8 +245,19 @@ class C45Strategy(Strategy):
         self, engine: Any, hist: exp.Table, choices: dict[int, Any], frontier: dict[int, Pending]
     ) -> dict[int, Plan]:
         options = self.options
-        _resolve_thresholds(engine, self.values_table, choices)
-        weights = _branch_weights(engine, hist, choices, self.n_classes)
+        self._drop_loaded(engine)
+        if not self.bins:
+            _resolve_thresholds(engine, self.values_table, choices)
+        tests = sorted((node_id, c.feature.index, c.threshold) for node_id, c in choices.items())
+        tests_table = _load(engine, "tests", q.TESTS_COLUMNS, tests)
+        self.loaded.append(tests_table)
+        self.branch_counts = _branch_counts(engine, hist, tests_table, self.n_classes)
+        weights = {
+            (node_id, key): sum(counts)
+            for node_id, by_key in self.branch_counts.items()
+            for key, counts in by_key.items()
+            if key != q.UNKNOWN_KEY
+        }
         plans: dict[int, Plan] = {}
         for node_id, choice in choices.items():
             f = choice.feature
@@ -251,7 +282,45 @@ class C45Strategy(Strategy):
             )
         return plans
 
+    def child_counts(self, node_id: int, plan: Plan, branch: int) -> list[float]:
+        k = self.n_classes
+        zero = [0.0] * k
+        by_key = self.branch_counts.get(node_id, {})
+        counts = [
+            sum(by_key.get(key, zero)[c] for key in plan.keys_of_branch[branch]) for c in range(k)
+        ]
+        factor = 0.0
+        if plan.route_unknown:
+            if plan.unknown_branch is None:
+                factor = plan.shares[branch]
+            elif branch == plan.unknown_branch:
+                factor = 1.0
+        if factor > 0:
+            unknown = by_key.get(q.UNKNOWN_KEY, zero)
+            counts = [counts[c] + factor * unknown[c] for c in range(k)]
+        return counts
+
+    def build_partition(
+        self,
+        level: exp.Table,
+        features: list[Feature],
+        tests: list[tuple[int, int, float | None]],
+        routes: list[tuple[int, int, int, float]],
+    ) -> exp.Expression:
+        """``queries.build_partition`` over loaded tests and routes tables (no SQL literals)."""
+        engine = self.data.engine
+        tests_table = _load(engine, "tests", q.TESTS_COLUMNS, tests)
+        routes_table = _load(engine, "routes", q.ROUTES_COLUMNS, routes)
+        self.loaded += [tests_table, routes_table]
+        return q.build_partition(level, features, tests_table, routes_table)
+
+    def _drop_loaded(self, engine: Any) -> None:
+        for table in self.loaded:
+            engine.drop(table)
+        self.loaded = []
+
     def close(self, engine: Any) -> None:
+        self._drop_loaded(engine)
         if self.values_table is not None:
             engine.drop(self.values_table)
             self.values_table = None
@@ -297,6 +366,8 @@ def make_strategy(data: Dataset, options: GrowOptions) -> Strategy:
     if options.algorithm == "cart":
         from .cart import CARTStrategy
 
+        if options.max_bins:
+            raise ValueError("max_bins is not available for CART yet")
         return CARTStrategy(data, options)
     if options.algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {ALGORITHMS}, not {options.algorithm!r}")
@@ -365,6 +436,8 @@ def grow(
                 features = {f.name: f for f in data.features}
                 tests: list[tuple[int, int, float | None]] = []
                 routes: list[tuple[int, int, int, float]] = []
+                child_depth = depth + 1
+                children_can_grow = max_depth is None or child_depth < max_depth
                 for node_id, plan in sorted(plans.items()):
                     pending = frontier[node_id]
                     node = pending.node
@@ -379,7 +452,14 @@ def grow(
                         next_id += 1
                         node.children.append(child)
                         strategy.on_child(pending, branch, child)
-                        next_frontier[child.node_id] = Pending(child, depth + 1, used, node.proba)
+                        child_pending = Pending(child, child_depth, used, node.proba)
+                        counts = strategy.child_counts(node_id, plan, branch)
+                        if counts is not None:
+                            child.counts = counts
+                            child.proba = normalise(counts, node.proba)
+                            if not (children_can_grow and strategy.may_split(child_pending)):
+                                continue  # a leaf already: its rows go no further
+                        next_frontier[child.node_id] = child_pending
                         for key in keys:
                             routes.append((node_id, key, child.node_id, 1.0))
                         if not plan.route_unknown:
@@ -391,10 +471,11 @@ def grow(
                                 )
                         elif branch == plan.unknown_branch:
                             routes.append((node_id, q.UNKNOWN_KEY, child.node_id, 1.0))
-                new_level = engine.materialize(
-                    "level", strategy.build_partition(level, data.features, tests, routes)
-                )
-                scans += 1
+                if routes:
+                    new_level = engine.materialize(
+                        "level", strategy.build_partition(level, data.features, tests, routes)
+                    )
+                    scans += 1
             engine.drop(hist)
             engine.drop(level)
             level_stats = LevelStats(
@@ -526,14 +607,54 @@ def _resolve_thresholds(engine: Any, values_table: Any, choices: dict[int, _Choi
             wanted.append((node_id, c.feature.index, c.threshold, mid))
     if not wanted:
         return
-    for key, threshold in engine.execute(q.build_observed_thresholds(values_table, wanted)):
+    chosen = _load(engine, "chosen", q.CHOSEN_COLUMNS, wanted)
+    query = q.build_observed_thresholds(values_table, chosen, asof=engine.SUPPORTS_ASOF_JOIN)
+    for key, threshold in engine.execute(query):
         choices[int(key)].threshold = float(threshold)
+    engine.drop(chosen)
 
 
-def _branch_weights(
-    engine: Any, hist: Any, choices: dict[int, _Choice], n_classes: int
-) -> dict[tuple[int, int], float]:
-    """Known training weight per (node, key): the branch shares of every chosen split."""
-    tests = [(node_id, c.feature.index, c.threshold) for node_id, c in choices.items()]
-    rows = engine.execute(q.build_branch_weights(hist, tests, n_classes))
-    return {(int(n), int(k)): float(w) for n, k, w in rows}
+BIN_SAMPLE_ROWS = 200_000
+"""Rows sampled for quantile bin edges on engines that sample rows (about 800 per bin at 256)."""
+
+
+def _bin_edges(data: Dataset, max_bins: int) -> dict[int, list[float]] | None:
+    """Quantile bin edges of every continuous feature, from one query over the source."""
+    if max_bins < 2:
+        raise ValueError(f"max_bins must be at least 2, not {max_bins}")
+    continuous = [f for f in data.features if f.kind == CONTINUOUS]
+    if not continuous:
+        return None
+    sample = BIN_SAMPLE_ROWS if data.engine.SUPPORTS_ROW_SAMPLE else None
+    if sample is not None and data.n_rows <= 4 * sample:
+        sample = None  # small data: exact quantiles are cheap
+    (row,) = data.engine.execute(q.build_bin_edges(data, max_bins, sample))
+    edges: dict[int, list[float]] = {}
+    for i, f in enumerate(continuous):
+        quantiles, top = row[2 * i], row[2 * i + 1]
+        values = {float(v) for v in quantiles or [] if v is not None}
+        if top is not None:
+            values.add(float(top))
+        if values:
+            edges[f.index] = sorted(values)
+    return edges
+
+
+def _load(
+    engine: Any,
+    hint: str,
+    columns: tuple[tuple[str, str], ...],
+    rows: Sequence[Sequence[Any]],
+) -> Any:
+    return engine.load_rows(hint, [c for c, _ in columns], [t for _, t in columns], rows)
+
+
+def _branch_counts(
+    engine: Any, hist: Any, tests_table: Any, n_classes: int
+) -> dict[int, dict[int, list[float]]]:
+    """Class counts per node and key of its chosen test (key -1: unknown values)."""
+    rows = engine.execute(q.build_branch_counts(hist, tests_table, n_classes))
+    out: dict[int, dict[int, list[float]]] = {}
+    for node, key, *counts in rows:
+        out.setdefault(int(node), {})[int(key)] = [float(c) for c in counts]
+    return out

@@ -119,8 +119,13 @@ def window(
 
 
 # -- level 0 -----------------------------------------------------------------------------------
-def build_level0(data: Dataset) -> exp.Select:
-    """Rows of the source as the root level: node 0, weight, class index, encoded features."""
+def build_level0(data: Dataset, bins: dict[int, list[float]] | None = None) -> exp.Select:
+    """Rows of the source as the root level: node 0, weight, class index, encoded features.
+
+    With ``bins`` (feature index -> sorted bin edges, the last one the feature's maximum), a
+    continuous value becomes the smallest edge at or above it, so histograms have one row per
+    bin and every threshold is an edge: a value of the training data.
+    """
     target = exp.column(data.target, quoted=True)
     w = as_double(exp.column(data.weight, quoted=True)) if data.weight else num(1.0)
     y = case(
@@ -133,7 +138,10 @@ def build_level0(data: Dataset) -> exp.Select:
         exp.alias_(exp.cast(y, "INT"), "y"),
     ]
     for f in data.features:
-        columns.append(exp.alias_(encode_feature(f), f.column))
+        encoded = encode_feature(f)
+        if bins and f.index in bins:
+            encoded = bin_value(encoded, bins[f.index])
+        columns.append(exp.alias_(encoded, f.column))
     query = exp.select(*columns).from_(data.relation.copy()).where(target.is_(exp.null()).not_())
     if data.weight:
         query = query.where(exp.GT(this=exp.column(data.weight, quoted=True), expression=num(0)))
@@ -150,6 +158,91 @@ def encode_feature(f: Feature) -> exp.Expression:
             default=exp.null(),
         )
     )
+
+
+def bin_value(value: exp.Expression, edges: Sequence[float]) -> exp.Expression:
+    """The smallest of the sorted ``edges`` at or above ``value`` (NULL stays NULL).
+
+    Two levels of CASE over about sqrt(bins) groups of edges: a value takes about
+    2 sqrt(bins) comparisons, in few large vectorised steps (measured on DuckDB at 1M rows
+    and 256 bins: 0.24 s per column, against 0.45 s for a bisecting CASE and 0.64 s for one
+    flat CASE). Values above the last edge (none: it is the maximum) get the last edge.
+    """
+    size = max(1, math.isqrt(len(edges) - 1) + 1)
+    groups = [edges[i : i + size] for i in range(0, len(edges), size)]
+
+    def within(group: Sequence[float]) -> exp.Expression:
+        whens = [
+            (exp.LTE(this=value.copy(), expression=num(float(e))), num(float(e)))
+            for e in group[:-1]
+        ]
+        last = num(float(group[-1]))
+        return case(*whens, default=last) if whens else last
+
+    outer = [
+        (exp.LTE(this=value.copy(), expression=num(float(g[-1]))), within(g))
+        for g in groups[:-1]
+    ]
+    binned = case(*outer, default=within(groups[-1])) if outer else within(groups[-1])
+    return case((value.copy().is_(exp.null()), exp.cast(exp.null(), "DOUBLE")), default=binned)
+
+
+def build_bin_edges(
+    data: Dataset, max_bins: int, sample_rows: int | None = None
+) -> exp.Select:
+    """One row: per continuous feature, its quantiles at 1/max_bins, 2/max_bins, ... and max.
+
+    Discrete quantiles are values of the column (``PERCENTILE_DISC``), so bin edges, and the
+    thresholds made from them, are observed values and the compiled tree stays exact. With
+    ``sample_rows`` the quantiles come from a seeded reservoir sample of that many rows (still
+    observed values; DuckDB syntax), as Spark and MADlib estimate theirs: exact quantiles of
+    ten columns cost a sort of each, about 5 s at 1M rows here.
+    """
+    target = exp.column(data.target, quoted=True)
+    fractions = exp.Array(
+        expressions=[num(i / max_bins) for i in range(1, max_bins)]
+    )
+    columns: list[exp.Expression] = []
+    for f in data.features:
+        if f.kind != CONTINUOUS:
+            continue
+        value = as_double(exp.column(f.name, quoted=True))
+        columns.append(
+            exp.WithinGroup(
+                this=exp.PercentileDisc(this=fractions.copy()),
+                expression=exp.Order(expressions=[exp.Ordered(this=value)]),
+            )
+        )
+        columns.append(exp.func("MAX", value.copy()))
+    query = exp.select(*columns).from_(data.relation.copy()).where(
+        target.is_(exp.null()).not_()
+    )
+    if sample_rows:
+        # MAX must see every row (the top edge keeps all values inside a bin), so the
+        # quantiles read the sample in a subquery and the maximum the whole source.
+        quantiles = [c for c in columns if isinstance(c, exp.WithinGroup)]
+        maxima = [c for c in columns if not isinstance(c, exp.WithinGroup)]
+        sampled = exp.select(
+            *[exp.alias_(q, f"q{i}") for i, q in enumerate(quantiles)]
+        ).from_(data.relation.copy()).where(target.is_(exp.null()).not_())
+        sampled.set(
+            "sample",
+            exp.TableSample(
+                method=exp.var("RESERVOIR"),
+                size=exp.Literal.number(int(sample_rows)),
+                seed=exp.Literal.number(0),
+            ),
+        )
+        full = exp.select(
+            *[exp.alias_(m, f"m{i}") for i, m in enumerate(maxima)]
+        ).from_(data.relation.copy()).where(target.is_(exp.null()).not_())
+        outputs: list[exp.Expression] = []
+        for i in range(len(quantiles)):
+            outputs += [col(f"q{i}", "s"), col(f"m{i}", "m")]
+        query = exp.select(*outputs).from_(sampled.subquery("s")).join(
+            full.subquery("m"), join_type="CROSS"
+        )
+    return query
 
 
 def literal(value: object) -> exp.Expression:
@@ -483,21 +576,35 @@ def build_split_scores(
     ).from_(scored.subquery("m")).order_by(col("node"), col("attr"), col("threshold"))
 
 
+CHOSEN_COLUMNS = (("key", "BIGINT"), ("attr", "INT"), ("low", "DOUBLE"), ("mid", "DOUBLE"))
+
+
 # -- thresholds --------------------------------------------------------------------------------
 def build_observed_thresholds(
-    values: exp.Table, chosen: Sequence[tuple[int, int, float, float]]
+    values: exp.Table,
+    chosen: Sequence[tuple[int, int, float, float]] | exp.Expression,
+    asof: bool = False,
 ) -> exp.Select:
     """The largest training value not above each midpoint (C4.5 prints observed values).
 
     ``chosen`` holds (key, attr, low, midpoint); ``values`` is the table of distinct
-    (attr, v) pairs of the training data.
+    (attr, v) pairs of the training data. With ``asof`` (engines with ``ASOF JOIN``) the
+    value is found by one sort-merge instead of a range join, whose output grows with the
+    number of training values between ``low`` and the midpoint (millions on deep levels of
+    large data); ``low`` is itself a training value, so both forms agree.
     """
-    table = values_table(
-        "q",
-        ["key", "attr", "low", "mid"],
-        [(k, a, lo, mid) for k, a, lo, mid in chosen],
-        ["BIGINT", "INT", "DOUBLE", "DOUBLE"],
-    )
+    table = _small_table(chosen, "q", CHOSEN_COLUMNS)
+    if asof:
+        join = exp.Join(
+            this=exp.alias_(values.copy(), "d"),
+            method="ASOF",
+            on=exp.and_(
+                exp.EQ(this=col("attr", "q"), expression=col("attr", "d")),
+                exp.GTE(this=col("mid", "q"), expression=col("v", "d")),
+            ),
+        )
+        select = exp.select(col("key", "q"), exp.alias_(col("v", "d"), "threshold"))
+        return select.from_(table).join(join)
     return (
         exp.select(col("key", "q"), exp.alias_(exp.func("MAX", col("v", "d")), "threshold"))
         .from_(table)
@@ -557,15 +664,67 @@ def build_branch_weights(
     )
 
 
+def build_branch_counts(
+    hist: exp.Table, tests: exp.Expression, n_classes: int
+) -> exp.Select:
+    """Class counts per (node, key) of the chosen tests, key -1 for unknown values.
+
+    Keys as in ``build_partition``; the known keys give the branch shares, and with the
+    routes they give every child's class counts without reading the level's rows again.
+    """
+    classes = class_columns(n_classes)
+    key = case(
+        (col("v", "h").is_(exp.null()), num(float(UNKNOWN_KEY))),
+        (col("thr", "t").is_(exp.null()), col("v", "h")),
+        (exp.LTE(this=col("v", "h"), expression=col("thr", "t")), num(0.0)),
+        default=num(1.0),
+    )
+    return (
+        exp.select(
+            col("node", "h"),
+            exp.alias_(key, "key"),
+            *[exp.alias_(exp.func("SUM", col(c, "h")), c) for c in classes],
+        )
+        .from_(exp.alias_(hist.copy(), "h"))
+        .join(
+            exp.alias_(tests.copy(), "t"),
+            on=exp.and_(
+                exp.EQ(this=col("node", "h"), expression=col("node", "t")),
+                exp.EQ(this=col("attr", "h"), expression=col("attr", "t")),
+            ),
+        )
+        .group_by(col("node", "h"), key.copy())
+    )
+
+
 # -- partition ---------------------------------------------------------------------------------
 UNKNOWN_KEY = -1
+
+
+TESTS_COLUMNS = (("node", "BIGINT"), ("attr", "INT"), ("thr", "DOUBLE"))
+"""Columns of a level's tests table: (node, attr, threshold or NULL for a nominal test)."""
+ROUTES_COLUMNS = (("node", "BIGINT"), ("key", "DOUBLE"), ("child", "BIGINT"), ("factor", "DOUBLE"))
+"""Columns of a level's routes table: (node, key, child, factor)."""
+
+
+def _small_table(
+    rows_or_table: Sequence[Sequence[float | int | None]] | exp.Expression,
+    alias: str,
+    columns: Sequence[tuple[str, str]],
+) -> exp.Expression:
+    """A loaded table under ``alias``, or Python rows written as a literal table."""
+    if isinstance(rows_or_table, exp.Expression):
+        return exp.alias_(rows_or_table.copy(), alias)
+    return values_table(
+        alias, [c for c, _ in columns], list(rows_or_table), [t for _, t in columns]
+    )
 
 
 def build_partition(
     level: exp.Table,
     features: Sequence[Feature],
-    tests: Sequence[tuple[int, int, float | None]],
-    routes: Sequence[tuple[int, int, int, float]],
+    tests: Sequence[tuple[int, int, float | None]] | exp.Expression,
+    routes: Sequence[tuple[int, int, int, float]] | exp.Expression,
 ) -> exp.Select:
     """The next level: each row of a split node, moved to its child(ren).
 
@@ -573,17 +732,12 @@ def build_partition(
     (node, key, child, factor). A row's key is 0/1 for ``v <= threshold`` / ``v > threshold``,
     the value's code for a nominal test, and -1 when the value is unknown; a key matches one
     route per known value and, for an unknown value, one route per branch it is spread over,
-    with ``factor`` the fraction of its weight that goes there.
+    with ``factor`` the fraction of its weight that goes there. Rows whose key has no route
+    (a child that will not be split further) are left out. Either argument is a sequence of
+    Python rows or a table holding them (``TESTS_COLUMNS``, ``ROUTES_COLUMNS``).
     """
-    n_table = values_table(
-        "n", ["node", "attr", "thr"], list(tests), ["BIGINT", "INT", "DOUBLE"]
-    )
-    r_table = values_table(
-        "r",
-        ["node", "key", "child", "factor"],
-        list(routes),
-        ["BIGINT", "DOUBLE", "BIGINT", "DOUBLE"],
-    )
+    n_table = _small_table(tests, "n", TESTS_COLUMNS)
+    r_table = _small_table(routes, "r", ROUTES_COLUMNS)
     value = case(
         *[(exp.EQ(this=col("attr", "n"), expression=num(f.index)), col(f.column, "l"))
           for f in features],

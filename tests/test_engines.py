@@ -179,7 +179,8 @@ def test_same_tree_on_100k_rows(engine_factory: EngineFactory) -> None:
     engine, source = engine_factory(frame, "mixed 100k")
     root, stats = train(engine, source, "label", max_depth=4)
     assert_same_tree(root.to_dict(), reference("mixed_100k"))
-    assert len(stats.levels) == 5
+    # Levels 0-3 split; the leaves at depth 4 are counted from their parents' histograms.
+    assert len(stats.levels) == 4
     assert sum(1 for n in root.walk() if n.split is not None) >= 5
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import uuid
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -36,6 +37,12 @@ class Engine(ABC):
 
     MAX_CASE_DEPTH: ClassVar[int] = 1000
     """Deepest nested CASE the engine parses (measured; scoring SQL stays far below it)."""
+
+    SUPPORTS_ASOF_JOIN: ClassVar[bool] = False
+    """Whether ``ASOF JOIN`` (nearest earlier match by sort-merge) is available."""
+
+    SUPPORTS_ROW_SAMPLE: ClassVar[bool] = False
+    """Whether ``USING SAMPLE reservoir(n ROWS) REPEATABLE (seed)`` is available."""
 
     CACHES_TEMP_TABLES: ClassVar[bool] = False
     """Whether a temp table must be cached explicitly to avoid recomputation (Spark)."""
@@ -139,6 +146,21 @@ class Engine(ABC):
         self._temp.append(name)
         return exp.Table(this=exp.to_identifier(name, quoted=True))
 
+    def load_rows(
+        self,
+        hint: str,
+        columns: Sequence[str],
+        types: Sequence[str],
+        rows: Sequence[Sequence[Any]],
+    ) -> exp.Table:
+        """Store small Python rows (a level's splits and routes) in a new temporary table.
+
+        The default writes them as a typed ``VALUES`` list; engines with a bulk path override
+        it, so that the statement's size does not grow with the number of rows.
+        """
+        select = _values_select(columns, types, rows)
+        return self.materialize(hint, select)
+
     def drop(self, table: exp.Table) -> None:
         """Drop a temporary table made by ``materialize``."""
         name = table.name
@@ -153,6 +175,23 @@ class Engine(ABC):
                 self._drop_temp_table(name)
             finally:
                 self._temp.remove(name)
+
+
+def _values_select(
+    columns: Sequence[str], types: Sequence[str], rows: Sequence[Sequence[Any]]
+) -> exp.Select:
+    """``SELECT CAST(c AS type) ... FROM (VALUES ...)``, or no rows when ``rows`` is empty."""
+    from .. import queries  # the literal writers; imported here to keep engines a leaf module
+
+    if not rows:
+        return exp.select(
+            *[
+                exp.alias_(exp.cast(exp.null(), t), exp.to_identifier(c, quoted=True))
+                for c, t in zip(columns, types)
+            ]
+        ).where(exp.false())
+    table = queries.values_table("v", list(columns), [tuple(r) for r in rows], list(types))
+    return exp.select(*[exp.column(c, table="v") for c in columns]).from_(table)
 
 
 def _as_from(relation: exp.Expression) -> exp.Expression:

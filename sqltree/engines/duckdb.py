@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import duckdb
@@ -25,6 +26,8 @@ class DuckDBEngine(Engine):
 
     dialect: ClassVar[str] = "duckdb"
     MAX_CASE_DEPTH: ClassVar[int] = 990
+    SUPPORTS_ASOF_JOIN: ClassVar[bool] = True
+    SUPPORTS_ROW_SAMPLE: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -34,6 +37,7 @@ class DuckDBEngine(Engine):
         memory_limit: str | None = None,
     ) -> None:
         super().__init__()
+        self._loaded: set[str] = set()
         self.owns_connection = connection is None
         self.connection = connection if connection is not None else duckdb.connect()
         if threads is not None:
@@ -65,9 +69,34 @@ class DuckDBEngine(Engine):
         )
 
     def _drop_temp_table(self, name: str) -> None:
+        if name in self._loaded:
+            self._loaded.discard(name)
+            self.connection.unregister(name)
+            return
         self.connection.execute(
             f"DROP TABLE IF EXISTS {self.render(exp.to_identifier(name, quoted=True))}"
         )
+
+    def load_rows(
+        self,
+        hint: str,
+        columns: Sequence[str],
+        types: Sequence[str],
+        rows: Sequence[Sequence[Any]],
+    ) -> exp.Table:
+        """Register the rows as an Arrow table: no statement, no SQL text per row."""
+        import pyarrow as pa
+
+        arrow_types = {"BIGINT": pa.int64(), "INT": pa.int32(), "DOUBLE": pa.float64()}
+        arrays = [
+            pa.array([r[i] for r in rows], type=arrow_types[t.upper()])
+            for i, t in enumerate(types)
+        ]
+        name = self.temp_name(hint)
+        self.connection.register(name, pa.table(arrays, names=list(columns)))
+        self._loaded.add(name)
+        self._temp.append(name)
+        return exp.Table(this=exp.to_identifier(name, quoted=True))
 
     def relation_for_path(self, path: str) -> exp.Expression:
         lower = path.lower()

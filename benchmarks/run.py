@@ -1,0 +1,341 @@
+"""Benchmark sqltree against scikit-learn on the synthetic table of issue 5.
+
+Each side runs in its own Python process on the same Parquet file, and reports its wall time
+(read, encode and fit for scikit-learn; the whole ``train`` call for sqltree), its peak RSS, the
+size of the tree, the accuracy on a held-out file, and the time to score the training rows
+(scikit-learn's ``predict`` on the in-memory matrix; sqltree's compiled SQL in DuckDB). For
+sqltree it also reports the queries and full scans of every level. The result is a markdown
+table with the sqltree / scikit-learn ratios.
+
+Usage::
+
+    python benchmarks/run.py --rows 1000000
+    python benchmarks/run.py --rows 10000000 --max-bins 256 --sides sqltree
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(1, os.path.dirname(HERE))  # the sqltree checkout this script belongs to
+
+import generate  # noqa: E402
+
+DEFAULT_DATA = os.environ.get("SQLTREE_BENCH_DATA", "/work/bench-data")
+TEST_ROWS = 200_000
+TARGET = "y"
+NOMINAL = [f"n{j}" for j in range(len(generate.NOMINAL_LEVELS))]
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set size so far (VmHWM), in MB."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def human_rows(n: int) -> str:
+    for unit, size in (("b", 10**9), ("m", 10**6), ("k", 10**3)):
+        if n >= size and n % size == 0:
+            return f"{n // size}{unit}"
+    return str(n)
+
+
+def ensure_data(rows: int, data_dir: str) -> tuple[str, str]:
+    os.makedirs(data_dir, exist_ok=True)
+    train = os.path.join(data_dir, f"train_{human_rows(rows)}.parquet")
+    test = os.path.join(data_dir, f"test_{human_rows(TEST_ROWS)}.parquet")
+    if not os.path.exists(train):
+        generate.generate(rows, train)
+    if not os.path.exists(test):
+        generate.generate(TEST_ROWS, test, test=True)
+    return train, test
+
+
+# -- scikit-learn side -------------------------------------------------------------------------
+def sklearn_worker(args: argparse.Namespace) -> dict[str, Any]:
+    import numpy as np
+    import pandas as pd
+    from sklearn.tree import DecisionTreeClassifier
+
+    def encode(frame: Any, categories: dict[str, Any]) -> Any:
+        out = {}
+        for name in frame.columns:
+            if name == TARGET:
+                continue
+            if name in categories:
+                codes = pd.Categorical(frame[name], categories=categories[name]).codes
+                out[name] = np.where(codes < 0, np.nan, codes).astype(np.float32)
+            else:
+                out[name] = frame[name].to_numpy(dtype=np.float32, na_value=np.nan)
+        return np.column_stack([out[c] for c in frame.columns if c != TARGET])
+
+    start = time.perf_counter()
+    frame = pd.read_parquet(args.train)
+    categories = {c: sorted(frame[c].dropna().unique()) for c in NOMINAL}
+    x = encode(frame, categories)
+    y = frame[TARGET].to_numpy()
+    del frame
+    read_seconds = time.perf_counter() - start
+    clf = DecisionTreeClassifier(
+        criterion="gini" if args.algorithm == "cart" else "entropy",
+        max_depth=args.max_depth,
+        min_samples_leaf=2,
+        random_state=0,
+    )
+    clf.fit(x, y)
+    seconds = time.perf_counter() - start
+    rss = peak_rss_mb()
+
+    t = time.perf_counter()
+    clf.predict(x)
+    predict_seconds = time.perf_counter() - t
+    test = pd.read_parquet(args.test)
+    accuracy = float((clf.predict(encode(test, categories)) == test[TARGET].to_numpy()).mean())
+    return {
+        "side": "scikit-learn",
+        "seconds": seconds,
+        "read_seconds": read_seconds,
+        "peak_rss_mb": rss,
+        "nodes": int(clf.tree_.node_count),
+        "leaves": int(clf.get_n_leaves()),
+        "depth": int(clf.get_depth()),
+        "accuracy": accuracy,
+        "predict_seconds": predict_seconds,
+        "predict_rows": int(x.shape[0]),
+    }
+
+
+# -- sqltree side ------------------------------------------------------------------------------
+def sqltree_worker(args: argparse.Namespace) -> dict[str, Any]:
+    import duckdb
+    import pandas as pd
+
+    import sqltree
+
+    con = duckdb.connect()
+    con.execute(f"SET threads = {int(args.threads)}")
+    if args.memory_limit:
+        con.execute("SET memory_limit = ?", [args.memory_limit])
+    options: dict[str, Any] = {"algorithm": args.algorithm, "max_depth": args.max_depth}
+    if args.max_bins:
+        options["max_bins"] = args.max_bins
+    if args.pruning != "default":
+        options["pruning"] = None if args.pruning == "none" else args.pruning
+    if args.algorithm == "c4.5":
+        options["subtree_raising"] = args.subtree_raising
+    truth = pd.read_parquet(args.test, columns=[TARGET])[TARGET].to_numpy()
+
+    if hasattr(sqltree, "train"):
+        start = time.perf_counter()
+        model = sqltree.train(
+            args.train, target=TARGET, connection=con, progress=True, **options
+        )
+        seconds = time.perf_counter() - start
+        rss = peak_rss_mb()
+        print(f"trained in {seconds:.1f} s, {model.n_leaves} leaves", file=sys.stderr, flush=True)
+        stats = model.stats.to_dict() if hasattr(model.stats, "to_dict") else model.stats
+        root = model.root
+        predict_seconds: float | None = None
+        if args.score:
+            # The compiled SQL over every training row, from Parquet into a DuckDB table.
+            t = time.perf_counter()
+            model.predict(args.train, connection=con, into="sqltree_bench_scored")
+            predict_seconds = time.perf_counter() - t
+            con.execute("DROP TABLE sqltree_bench_scored")
+            labels = model.predict(args.test, connection=con)["prediction"]
+        else:  # held-out accuracy from the tree in Python (same routing as the SQL)
+            test = pd.read_parquet(args.test)
+            rows = test.astype(object).where(test.notna(), None).to_dict("records")
+            labels = [model.predict_row(r) for r in rows]
+    else:  # before the public API: the grower directly, Python scoring of the held-out rows
+        from sqltree.dataset import describe
+        from sqltree.engines.duckdb import DuckDBEngine
+        from sqltree.grower import GrowOptions, grow
+
+        start = time.perf_counter()
+        engine = DuckDBEngine(con)
+        data = describe(args.train, engine, TARGET)
+        root, grow_stats = grow(data, GrowOptions(**options))
+        seconds = time.perf_counter() - start
+        rss = peak_rss_mb()
+        stats = grow_stats.to_dict()
+        predict_seconds = None
+        test = pd.read_parquet(args.test)
+        rows = test.astype(object).where(test.notna(), None).to_dict("records")
+        labels = [data.classes[_argmax(root.predict_proba(r))] for r in rows]
+    labels = labels.iloc[:, 0] if hasattr(labels, "columns") else labels
+    accuracy = float((pd.Series(labels).to_numpy() == truth).mean())
+    nodes = list(root.walk())
+    return {
+        "side": "sqltree",
+        "seconds": seconds,
+        "peak_rss_mb": rss,
+        "nodes": len(nodes),
+        "leaves": sum(1 for n in nodes if n.is_leaf),
+        "depth": _depth(root),
+        "accuracy": accuracy,
+        "predict_seconds": predict_seconds,
+        "grow_seconds": stats.get("seconds") if "pruning" not in stats else sum(
+            lv["seconds"] for lv in stats.get("levels", [])
+        ),
+        "levels": stats.get("levels", []),
+        "queries": stats.get("queries"),
+        "scans": stats.get("scans"),
+        "tree": root.to_dict() if args.keep_tree else None,
+    }
+
+
+def _argmax(values: list[float]) -> int:
+    return max(range(len(values)), key=lambda i: (values[i], -i))
+
+
+def _depth(node: Any) -> int:
+    return 0 if not node.children else 1 + max(_depth(c) for c in node.children)
+
+
+# -- driver ------------------------------------------------------------------------------------
+def run_side(side: str, args: argparse.Namespace, train: str, test: str) -> dict[str, Any]:
+    cmd = [
+        sys.executable, os.path.abspath(__file__), "--worker", side,
+        "--train", train, "--test", test,
+        "--max-depth", str(args.max_depth), "--algorithm", args.algorithm,
+        "--threads", str(args.threads),
+    ]
+    if args.max_bins:
+        cmd += ["--max-bins", str(args.max_bins)]
+    if args.memory_limit:
+        cmd += ["--memory-limit", args.memory_limit]
+    if args.keep_tree:
+        cmd.append("--keep-tree")
+    cmd += ["--pruning", args.pruning]
+    if not args.score:
+        cmd.append("--no-score")
+    if args.subtree_raising:
+        cmd.append("--subtree-raising")
+    env = dict(os.environ)
+    # scikit-learn's tree is single-threaded; numpy and arrow get the same core count.
+    env.setdefault("OMP_NUM_THREADS", str(args.threads))
+    start = time.perf_counter()
+    out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True, env=env)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result["process_seconds"] = time.perf_counter() - start
+    return result
+
+
+def markdown(results: list[dict[str, Any]], rows: int, args: argparse.Namespace) -> str:
+    base = next((r for r in results if r["side"] == "scikit-learn"), None)
+    head = (
+        "| side | rows | wall s | x sklearn | peak RSS MB | x sklearn | nodes / leaves "
+        "| depth | held-out acc. | queries / scans per level | score s |"
+    )
+    lines = [head, "|" + " --- |" * 11]
+    for r in results:
+        ratio = f"{r['seconds'] / base['seconds']:.2f}" if base else ""
+        rss_ratio = f"{r['peak_rss_mb'] / base['peak_rss_mb']:.2f}" if base else ""
+        per_level = ""
+        if r.get("levels"):
+            qs = sorted({lv["queries"] for lv in r["levels"]})
+            ss = sorted({lv["scans"] for lv in r["levels"]})
+            per_level = f"{_span(qs)} / {_span(ss)}"
+        lines.append(
+            f"| {r['label']} | {rows:,} | {r['seconds']:.1f} | {ratio} | "
+            f"{r['peak_rss_mb']:.0f} | {rss_ratio} | {r['nodes']} / {r['leaves']} | "
+            f"{r['depth']} | {100 * r['accuracy']:.2f}% | {per_level} | "
+            f"{_fmt(r.get('predict_seconds'))} |"
+        )
+    return "\n".join(lines)
+
+
+def _fmt(x: float | None) -> str:
+    return "" if x is None else f"{x:.2f}"
+
+
+def _span(values: list[int]) -> str:
+    return str(values[0]) if len(values) == 1 else f"{values[0]}-{values[-1]}"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--max-depth", type=int, default=10)
+    parser.add_argument("--algorithm", default="c4.5", choices=["c4.5", "id3", "cart"])
+    parser.add_argument("--max-bins", type=int, default=0, help="binned mode (0: exact)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--pruning", default="default",
+        help="sqltree post-pruning: default (C4.5: error-based), none, c4.5, pessimistic",
+    )
+    parser.add_argument(
+        "--subtree-raising", action="store_true",
+        help="C4.5 pruning with subtree raising (recounts rows in the engine; slower)",
+    )
+    parser.add_argument(
+        "--no-score", dest="score", action="store_false",
+        help="skip the compiled-SQL scoring (accuracy from the tree in Python)",
+    )
+    parser.add_argument("--memory-limit", default=None, help="DuckDB memory_limit, e.g. 4GB")
+    parser.add_argument("--sides", default="sqltree,sklearn")
+    parser.add_argument("--data-dir", default=DEFAULT_DATA)
+    parser.add_argument("--json", help="also write the raw results here")
+    parser.add_argument("--keep-tree", action="store_true", help="put sqltree's tree in --json")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--train", help=argparse.SUPPRESS)
+    parser.add_argument("--test", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    if args.worker:
+        worker = {"sqltree": sqltree_worker, "sklearn": sklearn_worker}[args.worker]
+        print(json.dumps(worker(args)))
+        return
+
+    train, test = ensure_data(args.rows, args.data_dir)
+    results = []
+    for side in args.sides.split(","):
+        result = run_side(side, args, train, test)
+        mode = f"binned {args.max_bins}" if args.max_bins else "exact"
+        result["label"] = (
+            f"sqltree {args.algorithm} {mode}" if side == "sqltree"
+            else "scikit-learn " + ("gini" if args.algorithm == "cart" else "entropy")
+        )
+        results.append(result)
+        print(f"{result['label']}: {result['seconds']:.1f} s", file=sys.stderr, flush=True)
+    print(
+        f"{args.rows:,} rows, max_depth={args.max_depth}, threads={args.threads}"
+        + (f", memory_limit={args.memory_limit}" if args.memory_limit else "")
+        + f", sqltree pruning={args.pruning}"
+        + (" with subtree raising" if args.subtree_raising else "")
+        + "\n"
+    )
+    print(markdown(results, args.rows, args))
+    for r in results:
+        if r.get("levels"):
+            print(f"\n{r['label']} per level:\n")
+            print("| level | nodes | splits | queries | scans | s |")
+            print("| --- | --- | --- | --- | --- | --- |")
+            for lv in r["levels"]:
+                print(
+                    f"| {lv['depth']} | {lv['nodes']} | {lv['splits']} | {lv['queries']} | "
+                    f"{lv['scans']} | {lv['seconds']:.2f} |"
+                )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
