@@ -133,6 +133,20 @@ def _balanced(op: Callable[[exp.Expression, exp.Expression], exp.Expression],
     return layer[0]
 
 
+# Built with constructors rather than Python operators: sqlglot's operators copy both operands,
+# which makes large closed forms quadratic to build. Operands are parenthesised explicitly.
+def _product(a: exp.Expression, b: exp.Expression) -> exp.Expression:
+    return exp.Paren(this=exp.Mul(this=a, expression=_atom(b)))
+
+
+def _sum(a: exp.Expression, b: exp.Expression) -> exp.Expression:
+    return exp.Add(this=a, expression=_atom(b))
+
+
+def _atom(e: exp.Expression) -> exp.Expression:
+    return e if isinstance(e, (exp.Paren, exp.Literal, exp.Case, exp.Column)) else exp.Paren(this=e)
+
+
 def _factor(node: Node, branch: int, table: str | None) -> exp.Expression:
     assert node.split is not None
     if node.unknown_branch is not None:
@@ -166,8 +180,8 @@ def build_probabilities(
         for i, child in enumerate(node.children):
             sub = build(child, c)
             if sub is not None:
-                terms.append(exp.paren(_factor(node, i, table) * sub, copy=False))
-        return _balanced(lambda a, b: a + b, terms) if terms else None
+                terms.append(_product(_factor(node, i, table), sub))
+        return _balanced(_sum, terms) if terms else None
 
     return [build(root, c) or dnum(0.0) for c in range(n_classes)]
 

@@ -332,7 +332,9 @@ def render(expression: exp.Expression, dialect: str, pretty: bool = False) -> st
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, 20_000))
     try:
-        return expression.sql(dialect=dialect, unsupported_level=ErrorLevel.RAISE, pretty=pretty)
+        return expression.sql(
+            dialect=dialect, unsupported_level=ErrorLevel.RAISE, pretty=pretty, copy=False
+        )
     finally:
         sys.setrecursionlimit(limit)
 
