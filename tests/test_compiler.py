@@ -166,3 +166,27 @@ def test_fractional_probability_is_closed_form():
         "SELECT " + ", ".join(p.sql("duckdb") for p in probs) + " FROM t").fetchall()
     assert got == [(1.0, 0.0), (0.5, 0.5), (0.75, 0.25), (0.75, 0.25)]
     assert model.predict_proba_row({"c": None}) == [0.75, 0.25]
+
+
+DEEP_CASES = {
+    "chain-1000": lambda: (model_of(chain_tree(1000), 2),
+                           pd.DataFrame({"x": [i + 0.5 for i in range(0, 1001, 5)] + [None]})),
+    "leaves-4000": lambda: (model_of(random_tree(4000), 3), random_rows(1000)),
+}
+
+
+@pytest.mark.parametrize("case", list(DEEP_CASES))
+def test_deep_and_wide_trees_score_on_every_engine(engine_factory, case):
+    """A depth-1000 chain and a 4000-leaf tree: the compiled SQL runs and equals Python."""
+    model, frame = DEEP_CASES[case]()
+    frame = frame.assign(rid=range(len(frame)))
+    engine, source = engine_factory(frame, case)
+    query = sqlglot.exp.select(
+        sqlglot.exp.column("rid", quoted=True), model.to_expression().as_("p")
+    ).from_(source)
+    got = [p for _, p in sorted(engine.execute(query))]
+    expected = [
+        model.predict_row({k: (None if pd.isna(v) else v) for k, v in r.items()})
+        for r in frame.to_dict("records")
+    ]
+    assert got == expected
