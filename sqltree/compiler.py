@@ -180,7 +180,20 @@ def build_probabilities(
         for i, child in enumerate(node.children):
             sub = build(child, c)
             if sub is not None:
-                terms.append(_product(_factor(node, i, table), sub))
+                # The CASE skips the child's subtree for rows that do not reach it, so a row
+                # evaluates only the branches its known and unknown values lead to.
+                factor = _factor(node, i, table)
+                terms.append(
+                    exp.Case(
+                        ifs=[
+                            exp.If(
+                                this=exp.GT(this=factor, expression=dnum(0.0)),
+                                true=_product(factor.copy(), sub),
+                            )
+                        ],
+                        default=dnum(0.0),
+                    )
+                )
         return _balanced(_sum, terms) if terms else None
 
     return [build(root, c) or dnum(0.0) for c in range(n_classes)]

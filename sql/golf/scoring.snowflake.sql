@@ -13,113 +13,243 @@ CASE
     ELSE 'yes'
   END
   ELSE CASE
-    WHEN (
-      CASE
+    WHEN CASE
+      WHEN CASE
         WHEN "outlook" = 'rainy'
         THEN 1.0e0
         WHEN "outlook" IN ('overcast', 'rainy', 'sunny')
         THEN 0.0e0
         ELSE 0.35714285714285715e0
-      END * (
-        CASE
-          WHEN "windy" = 'true'
-          THEN 1.0e0
-          WHEN "windy" IN ('false', 'true')
-          THEN 0.0e0
-          ELSE 0.4e0
-        END * 1.0e0
-      )
-    ) + (
-      CASE
-        WHEN "outlook" = 'sunny'
-        THEN 1.0e0
-        WHEN "outlook" IN ('overcast', 'rainy', 'sunny')
-        THEN 0.0e0
-        ELSE 0.35714285714285715e0
-      END * (
-        CASE
-          WHEN "humidity" = 'high'
-          THEN 1.0e0
-          WHEN "humidity" IN ('high', 'normal')
-          THEN 0.0e0
-          ELSE 0.6e0
-        END * 1.0e0
-      )
-    ) >= GREATEST_IGNORE_NULLS(
-      (
+      END > 0.0e0
+      THEN (
         CASE
           WHEN "outlook" = 'rainy'
           THEN 1.0e0
           WHEN "outlook" IN ('overcast', 'rainy', 'sunny')
           THEN 0.0e0
           ELSE 0.35714285714285715e0
-        END * (
-          CASE
+        END * CASE
+          WHEN CASE
             WHEN "windy" = 'true'
             THEN 1.0e0
             WHEN "windy" IN ('false', 'true')
             THEN 0.0e0
             ELSE 0.4e0
-          END * 1.0e0
-        )
-      ) + (
+          END > 0.0e0
+          THEN (
+            CASE
+              WHEN "windy" = 'true'
+              THEN 1.0e0
+              WHEN "windy" IN ('false', 'true')
+              THEN 0.0e0
+              ELSE 0.4e0
+            END * 1.0e0
+          )
+          ELSE 0.0e0
+        END
+      )
+      ELSE 0.0e0
+    END + CASE
+      WHEN CASE
+        WHEN "outlook" = 'sunny'
+        THEN 1.0e0
+        WHEN "outlook" IN ('overcast', 'rainy', 'sunny')
+        THEN 0.0e0
+        ELSE 0.35714285714285715e0
+      END > 0.0e0
+      THEN (
         CASE
           WHEN "outlook" = 'sunny'
           THEN 1.0e0
           WHEN "outlook" IN ('overcast', 'rainy', 'sunny')
           THEN 0.0e0
           ELSE 0.35714285714285715e0
-        END * (
-          CASE
+        END * CASE
+          WHEN CASE
             WHEN "humidity" = 'high'
             THEN 1.0e0
             WHEN "humidity" IN ('high', 'normal')
             THEN 0.0e0
             ELSE 0.6e0
-          END * 1.0e0
-        )
-      ),
-      (
-        CASE
-          WHEN "outlook" = 'overcast'
-          THEN 1.0e0
-          WHEN "outlook" IN ('overcast', 'rainy', 'sunny')
-          THEN 0.0e0
-          ELSE 0.2857142857142857e0
-        END * 1.0e0
-      ) + (
-        CASE
+          END > 0.0e0
+          THEN (
+            CASE
+              WHEN "humidity" = 'high'
+              THEN 1.0e0
+              WHEN "humidity" IN ('high', 'normal')
+              THEN 0.0e0
+              ELSE 0.6e0
+            END * 1.0e0
+          )
+          ELSE 0.0e0
+        END
+      )
+      ELSE 0.0e0
+    END >= GREATEST_IGNORE_NULLS(
+      CASE
+        WHEN CASE
           WHEN "outlook" = 'rainy'
           THEN 1.0e0
           WHEN "outlook" IN ('overcast', 'rainy', 'sunny')
           THEN 0.0e0
           ELSE 0.35714285714285715e0
-        END * (
+        END > 0.0e0
+        THEN (
           CASE
-            WHEN "windy" = 'false'
+            WHEN "outlook" = 'rainy'
             THEN 1.0e0
-            WHEN "windy" IN ('false', 'true')
+            WHEN "outlook" IN ('overcast', 'rainy', 'sunny')
             THEN 0.0e0
-            ELSE 0.6e0
-          END * 1.0e0
+            ELSE 0.35714285714285715e0
+          END * CASE
+            WHEN CASE
+              WHEN "windy" = 'true'
+              THEN 1.0e0
+              WHEN "windy" IN ('false', 'true')
+              THEN 0.0e0
+              ELSE 0.4e0
+            END > 0.0e0
+            THEN (
+              CASE
+                WHEN "windy" = 'true'
+                THEN 1.0e0
+                WHEN "windy" IN ('false', 'true')
+                THEN 0.0e0
+                ELSE 0.4e0
+              END * 1.0e0
+            )
+            ELSE 0.0e0
+          END
         )
-      ) + (
-        CASE
+        ELSE 0.0e0
+      END + CASE
+        WHEN CASE
           WHEN "outlook" = 'sunny'
           THEN 1.0e0
           WHEN "outlook" IN ('overcast', 'rainy', 'sunny')
           THEN 0.0e0
           ELSE 0.35714285714285715e0
-        END * (
+        END > 0.0e0
+        THEN (
           CASE
-            WHEN "humidity" = 'normal'
+            WHEN "outlook" = 'sunny'
             THEN 1.0e0
-            WHEN "humidity" IN ('high', 'normal')
+            WHEN "outlook" IN ('overcast', 'rainy', 'sunny')
             THEN 0.0e0
-            ELSE 0.4e0
+            ELSE 0.35714285714285715e0
+          END * CASE
+            WHEN CASE
+              WHEN "humidity" = 'high'
+              THEN 1.0e0
+              WHEN "humidity" IN ('high', 'normal')
+              THEN 0.0e0
+              ELSE 0.6e0
+            END > 0.0e0
+            THEN (
+              CASE
+                WHEN "humidity" = 'high'
+                THEN 1.0e0
+                WHEN "humidity" IN ('high', 'normal')
+                THEN 0.0e0
+                ELSE 0.6e0
+              END * 1.0e0
+            )
+            ELSE 0.0e0
+          END
+        )
+        ELSE 0.0e0
+      END,
+      CASE
+        WHEN CASE
+          WHEN "outlook" = 'overcast'
+          THEN 1.0e0
+          WHEN "outlook" IN ('overcast', 'rainy', 'sunny')
+          THEN 0.0e0
+          ELSE 0.2857142857142857e0
+        END > 0.0e0
+        THEN (
+          CASE
+            WHEN "outlook" = 'overcast'
+            THEN 1.0e0
+            WHEN "outlook" IN ('overcast', 'rainy', 'sunny')
+            THEN 0.0e0
+            ELSE 0.2857142857142857e0
           END * 1.0e0
         )
-      )
+        ELSE 0.0e0
+      END + CASE
+        WHEN CASE
+          WHEN "outlook" = 'rainy'
+          THEN 1.0e0
+          WHEN "outlook" IN ('overcast', 'rainy', 'sunny')
+          THEN 0.0e0
+          ELSE 0.35714285714285715e0
+        END > 0.0e0
+        THEN (
+          CASE
+            WHEN "outlook" = 'rainy'
+            THEN 1.0e0
+            WHEN "outlook" IN ('overcast', 'rainy', 'sunny')
+            THEN 0.0e0
+            ELSE 0.35714285714285715e0
+          END * CASE
+            WHEN CASE
+              WHEN "windy" = 'false'
+              THEN 1.0e0
+              WHEN "windy" IN ('false', 'true')
+              THEN 0.0e0
+              ELSE 0.6e0
+            END > 0.0e0
+            THEN (
+              CASE
+                WHEN "windy" = 'false'
+                THEN 1.0e0
+                WHEN "windy" IN ('false', 'true')
+                THEN 0.0e0
+                ELSE 0.6e0
+              END * 1.0e0
+            )
+            ELSE 0.0e0
+          END
+        )
+        ELSE 0.0e0
+      END + CASE
+        WHEN CASE
+          WHEN "outlook" = 'sunny'
+          THEN 1.0e0
+          WHEN "outlook" IN ('overcast', 'rainy', 'sunny')
+          THEN 0.0e0
+          ELSE 0.35714285714285715e0
+        END > 0.0e0
+        THEN (
+          CASE
+            WHEN "outlook" = 'sunny'
+            THEN 1.0e0
+            WHEN "outlook" IN ('overcast', 'rainy', 'sunny')
+            THEN 0.0e0
+            ELSE 0.35714285714285715e0
+          END * CASE
+            WHEN CASE
+              WHEN "humidity" = 'normal'
+              THEN 1.0e0
+              WHEN "humidity" IN ('high', 'normal')
+              THEN 0.0e0
+              ELSE 0.4e0
+            END > 0.0e0
+            THEN (
+              CASE
+                WHEN "humidity" = 'normal'
+                THEN 1.0e0
+                WHEN "humidity" IN ('high', 'normal')
+                THEN 0.0e0
+                ELSE 0.4e0
+              END * 1.0e0
+            )
+            ELSE 0.0e0
+          END
+        )
+        ELSE 0.0e0
+      END
     ) - 1e-09
     THEN 'no'
     ELSE 'yes'

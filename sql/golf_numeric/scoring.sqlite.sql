@@ -13,64 +13,66 @@ CASE
     ELSE 'No'
   END
   ELSE CASE
-    WHEN (
-      CASE
+    WHEN CASE
+      WHEN CASE
         WHEN "outlook" = 'Rain'
         THEN 1.0e0
         WHEN "outlook" IN ('Overcast', 'Rain', 'Sun')
         THEN 0.0e0
         ELSE 0.35714285714285715e0
-      END * (
+      END > 0.0e0
+      THEN (
         CASE
-          WHEN "wind" = 'High'
+          WHEN "outlook" = 'Rain'
           THEN 1.0e0
-          WHEN "wind" IN ('High', 'Low')
+          WHEN "outlook" IN ('Overcast', 'Rain', 'Sun')
           THEN 0.0e0
-          ELSE 0.4e0
-        END * 1.0e0
+          ELSE 0.35714285714285715e0
+        END * CASE
+          WHEN CASE
+            WHEN "wind" = 'High'
+            THEN 1.0e0
+            WHEN "wind" IN ('High', 'Low')
+            THEN 0.0e0
+            ELSE 0.4e0
+          END > 0.0e0
+          THEN (
+            CASE
+              WHEN "wind" = 'High'
+              THEN 1.0e0
+              WHEN "wind" IN ('High', 'Low')
+              THEN 0.0e0
+              ELSE 0.4e0
+            END * 1.0e0
+          )
+          ELSE 0.0e0
+        END
       )
-    ) + (
-      CASE
+      ELSE 0.0e0
+    END + CASE
+      WHEN CASE
         WHEN "outlook" = 'Sun'
         THEN 1.0e0
         WHEN "outlook" IN ('Overcast', 'Rain', 'Sun')
         THEN 0.0e0
         ELSE 0.35714285714285715e0
-      END * (
+      END > 0.0e0
+      THEN (
         CASE
-          WHEN "humidity" > 75.0
+          WHEN "outlook" = 'Sun'
           THEN 1.0e0
-          WHEN NOT "humidity" IS NULL
+          WHEN "outlook" IN ('Overcast', 'Rain', 'Sun')
           THEN 0.0e0
-          ELSE 0.6e0
-        END * 1.0e0
-      )
-    ) >= MAX(
-      COALESCE(
-        (
-          CASE
-            WHEN "outlook" = 'Rain'
+          ELSE 0.35714285714285715e0
+        END * CASE
+          WHEN CASE
+            WHEN "humidity" > 75.0
             THEN 1.0e0
-            WHEN "outlook" IN ('Overcast', 'Rain', 'Sun')
+            WHEN NOT "humidity" IS NULL
             THEN 0.0e0
-            ELSE 0.35714285714285715e0
-          END * (
-            CASE
-              WHEN "wind" = 'High'
-              THEN 1.0e0
-              WHEN "wind" IN ('High', 'Low')
-              THEN 0.0e0
-              ELSE 0.4e0
-            END * 1.0e0
-          )
-        ) + (
-          CASE
-            WHEN "outlook" = 'Sun'
-            THEN 1.0e0
-            WHEN "outlook" IN ('Overcast', 'Rain', 'Sun')
-            THEN 0.0e0
-            ELSE 0.35714285714285715e0
-          END * (
+            ELSE 0.6e0
+          END > 0.0e0
+          THEN (
             CASE
               WHEN "humidity" > 75.0
               THEN 1.0e0
@@ -79,124 +81,342 @@ CASE
               ELSE 0.6e0
             END * 1.0e0
           )
-        ),
-        (
-          CASE
-            WHEN "outlook" = 'Overcast'
-            THEN 1.0e0
-            WHEN "outlook" IN ('Overcast', 'Rain', 'Sun')
-            THEN 0.0e0
-            ELSE 0.2857142857142857e0
-          END * 1.0e0
-        ) + (
-          CASE
+          ELSE 0.0e0
+        END
+      )
+      ELSE 0.0e0
+    END >= MAX(
+      COALESCE(
+        CASE
+          WHEN CASE
             WHEN "outlook" = 'Rain'
             THEN 1.0e0
             WHEN "outlook" IN ('Overcast', 'Rain', 'Sun')
             THEN 0.0e0
             ELSE 0.35714285714285715e0
-          END * (
+          END > 0.0e0
+          THEN (
             CASE
-              WHEN "wind" = 'Low'
+              WHEN "outlook" = 'Rain'
               THEN 1.0e0
-              WHEN "wind" IN ('High', 'Low')
+              WHEN "outlook" IN ('Overcast', 'Rain', 'Sun')
               THEN 0.0e0
-              ELSE 0.6e0
-            END * 1.0e0
+              ELSE 0.35714285714285715e0
+            END * CASE
+              WHEN CASE
+                WHEN "wind" = 'High'
+                THEN 1.0e0
+                WHEN "wind" IN ('High', 'Low')
+                THEN 0.0e0
+                ELSE 0.4e0
+              END > 0.0e0
+              THEN (
+                CASE
+                  WHEN "wind" = 'High'
+                  THEN 1.0e0
+                  WHEN "wind" IN ('High', 'Low')
+                  THEN 0.0e0
+                  ELSE 0.4e0
+                END * 1.0e0
+              )
+              ELSE 0.0e0
+            END
           )
-        ) + (
-          CASE
+          ELSE 0.0e0
+        END + CASE
+          WHEN CASE
             WHEN "outlook" = 'Sun'
             THEN 1.0e0
             WHEN "outlook" IN ('Overcast', 'Rain', 'Sun')
             THEN 0.0e0
             ELSE 0.35714285714285715e0
-          END * (
+          END > 0.0e0
+          THEN (
             CASE
-              WHEN "humidity" <= 75.0
+              WHEN "outlook" = 'Sun'
               THEN 1.0e0
-              WHEN NOT "humidity" IS NULL
+              WHEN "outlook" IN ('Overcast', 'Rain', 'Sun')
               THEN 0.0e0
-              ELSE 0.4e0
+              ELSE 0.35714285714285715e0
+            END * CASE
+              WHEN CASE
+                WHEN "humidity" > 75.0
+                THEN 1.0e0
+                WHEN NOT "humidity" IS NULL
+                THEN 0.0e0
+                ELSE 0.6e0
+              END > 0.0e0
+              THEN (
+                CASE
+                  WHEN "humidity" > 75.0
+                  THEN 1.0e0
+                  WHEN NOT "humidity" IS NULL
+                  THEN 0.0e0
+                  ELSE 0.6e0
+                END * 1.0e0
+              )
+              ELSE 0.0e0
+            END
+          )
+          ELSE 0.0e0
+        END,
+        CASE
+          WHEN CASE
+            WHEN "outlook" = 'Overcast'
+            THEN 1.0e0
+            WHEN "outlook" IN ('Overcast', 'Rain', 'Sun')
+            THEN 0.0e0
+            ELSE 0.2857142857142857e0
+          END > 0.0e0
+          THEN (
+            CASE
+              WHEN "outlook" = 'Overcast'
+              THEN 1.0e0
+              WHEN "outlook" IN ('Overcast', 'Rain', 'Sun')
+              THEN 0.0e0
+              ELSE 0.2857142857142857e0
             END * 1.0e0
           )
-        )
+          ELSE 0.0e0
+        END + CASE
+          WHEN CASE
+            WHEN "outlook" = 'Rain'
+            THEN 1.0e0
+            WHEN "outlook" IN ('Overcast', 'Rain', 'Sun')
+            THEN 0.0e0
+            ELSE 0.35714285714285715e0
+          END > 0.0e0
+          THEN (
+            CASE
+              WHEN "outlook" = 'Rain'
+              THEN 1.0e0
+              WHEN "outlook" IN ('Overcast', 'Rain', 'Sun')
+              THEN 0.0e0
+              ELSE 0.35714285714285715e0
+            END * CASE
+              WHEN CASE
+                WHEN "wind" = 'Low'
+                THEN 1.0e0
+                WHEN "wind" IN ('High', 'Low')
+                THEN 0.0e0
+                ELSE 0.6e0
+              END > 0.0e0
+              THEN (
+                CASE
+                  WHEN "wind" = 'Low'
+                  THEN 1.0e0
+                  WHEN "wind" IN ('High', 'Low')
+                  THEN 0.0e0
+                  ELSE 0.6e0
+                END * 1.0e0
+              )
+              ELSE 0.0e0
+            END
+          )
+          ELSE 0.0e0
+        END + CASE
+          WHEN CASE
+            WHEN "outlook" = 'Sun'
+            THEN 1.0e0
+            WHEN "outlook" IN ('Overcast', 'Rain', 'Sun')
+            THEN 0.0e0
+            ELSE 0.35714285714285715e0
+          END > 0.0e0
+          THEN (
+            CASE
+              WHEN "outlook" = 'Sun'
+              THEN 1.0e0
+              WHEN "outlook" IN ('Overcast', 'Rain', 'Sun')
+              THEN 0.0e0
+              ELSE 0.35714285714285715e0
+            END * CASE
+              WHEN CASE
+                WHEN "humidity" <= 75.0
+                THEN 1.0e0
+                WHEN NOT "humidity" IS NULL
+                THEN 0.0e0
+                ELSE 0.4e0
+              END > 0.0e0
+              THEN (
+                CASE
+                  WHEN "humidity" <= 75.0
+                  THEN 1.0e0
+                  WHEN NOT "humidity" IS NULL
+                  THEN 0.0e0
+                  ELSE 0.4e0
+                END * 1.0e0
+              )
+              ELSE 0.0e0
+            END
+          )
+          ELSE 0.0e0
+        END
       ),
       COALESCE(
-        (
-          CASE
+        CASE
+          WHEN CASE
             WHEN "outlook" = 'Overcast'
             THEN 1.0e0
             WHEN "outlook" IN ('Overcast', 'Rain', 'Sun')
             THEN 0.0e0
             ELSE 0.2857142857142857e0
-          END * 1.0e0
-        ) + (
-          CASE
+          END > 0.0e0
+          THEN (
+            CASE
+              WHEN "outlook" = 'Overcast'
+              THEN 1.0e0
+              WHEN "outlook" IN ('Overcast', 'Rain', 'Sun')
+              THEN 0.0e0
+              ELSE 0.2857142857142857e0
+            END * 1.0e0
+          )
+          ELSE 0.0e0
+        END + CASE
+          WHEN CASE
             WHEN "outlook" = 'Rain'
             THEN 1.0e0
             WHEN "outlook" IN ('Overcast', 'Rain', 'Sun')
             THEN 0.0e0
             ELSE 0.35714285714285715e0
-          END * (
+          END > 0.0e0
+          THEN (
             CASE
-              WHEN "wind" = 'Low'
+              WHEN "outlook" = 'Rain'
               THEN 1.0e0
-              WHEN "wind" IN ('High', 'Low')
+              WHEN "outlook" IN ('Overcast', 'Rain', 'Sun')
               THEN 0.0e0
-              ELSE 0.6e0
-            END * 1.0e0
+              ELSE 0.35714285714285715e0
+            END * CASE
+              WHEN CASE
+                WHEN "wind" = 'Low'
+                THEN 1.0e0
+                WHEN "wind" IN ('High', 'Low')
+                THEN 0.0e0
+                ELSE 0.6e0
+              END > 0.0e0
+              THEN (
+                CASE
+                  WHEN "wind" = 'Low'
+                  THEN 1.0e0
+                  WHEN "wind" IN ('High', 'Low')
+                  THEN 0.0e0
+                  ELSE 0.6e0
+                END * 1.0e0
+              )
+              ELSE 0.0e0
+            END
           )
-        ) + (
-          CASE
+          ELSE 0.0e0
+        END + CASE
+          WHEN CASE
             WHEN "outlook" = 'Sun'
             THEN 1.0e0
             WHEN "outlook" IN ('Overcast', 'Rain', 'Sun')
             THEN 0.0e0
             ELSE 0.35714285714285715e0
-          END * (
+          END > 0.0e0
+          THEN (
             CASE
-              WHEN "humidity" <= 75.0
+              WHEN "outlook" = 'Sun'
               THEN 1.0e0
-              WHEN NOT "humidity" IS NULL
+              WHEN "outlook" IN ('Overcast', 'Rain', 'Sun')
               THEN 0.0e0
-              ELSE 0.4e0
-            END * 1.0e0
+              ELSE 0.35714285714285715e0
+            END * CASE
+              WHEN CASE
+                WHEN "humidity" <= 75.0
+                THEN 1.0e0
+                WHEN NOT "humidity" IS NULL
+                THEN 0.0e0
+                ELSE 0.4e0
+              END > 0.0e0
+              THEN (
+                CASE
+                  WHEN "humidity" <= 75.0
+                  THEN 1.0e0
+                  WHEN NOT "humidity" IS NULL
+                  THEN 0.0e0
+                  ELSE 0.4e0
+                END * 1.0e0
+              )
+              ELSE 0.0e0
+            END
           )
-        ),
-        (
-          CASE
+          ELSE 0.0e0
+        END,
+        CASE
+          WHEN CASE
             WHEN "outlook" = 'Rain'
             THEN 1.0e0
             WHEN "outlook" IN ('Overcast', 'Rain', 'Sun')
             THEN 0.0e0
             ELSE 0.35714285714285715e0
-          END * (
+          END > 0.0e0
+          THEN (
             CASE
-              WHEN "wind" = 'High'
+              WHEN "outlook" = 'Rain'
               THEN 1.0e0
-              WHEN "wind" IN ('High', 'Low')
+              WHEN "outlook" IN ('Overcast', 'Rain', 'Sun')
               THEN 0.0e0
-              ELSE 0.4e0
-            END * 1.0e0
+              ELSE 0.35714285714285715e0
+            END * CASE
+              WHEN CASE
+                WHEN "wind" = 'High'
+                THEN 1.0e0
+                WHEN "wind" IN ('High', 'Low')
+                THEN 0.0e0
+                ELSE 0.4e0
+              END > 0.0e0
+              THEN (
+                CASE
+                  WHEN "wind" = 'High'
+                  THEN 1.0e0
+                  WHEN "wind" IN ('High', 'Low')
+                  THEN 0.0e0
+                  ELSE 0.4e0
+                END * 1.0e0
+              )
+              ELSE 0.0e0
+            END
           )
-        ) + (
-          CASE
+          ELSE 0.0e0
+        END + CASE
+          WHEN CASE
             WHEN "outlook" = 'Sun'
             THEN 1.0e0
             WHEN "outlook" IN ('Overcast', 'Rain', 'Sun')
             THEN 0.0e0
             ELSE 0.35714285714285715e0
-          END * (
+          END > 0.0e0
+          THEN (
             CASE
-              WHEN "humidity" > 75.0
+              WHEN "outlook" = 'Sun'
               THEN 1.0e0
-              WHEN NOT "humidity" IS NULL
+              WHEN "outlook" IN ('Overcast', 'Rain', 'Sun')
               THEN 0.0e0
-              ELSE 0.6e0
-            END * 1.0e0
+              ELSE 0.35714285714285715e0
+            END * CASE
+              WHEN CASE
+                WHEN "humidity" > 75.0
+                THEN 1.0e0
+                WHEN NOT "humidity" IS NULL
+                THEN 0.0e0
+                ELSE 0.6e0
+              END > 0.0e0
+              THEN (
+                CASE
+                  WHEN "humidity" > 75.0
+                  THEN 1.0e0
+                  WHEN NOT "humidity" IS NULL
+                  THEN 0.0e0
+                  ELSE 0.6e0
+                END * 1.0e0
+              )
+              ELSE 0.0e0
+            END
           )
-        )
+          ELSE 0.0e0
+        END
       )
     ) - 1e-09
     THEN 'No'
