@@ -7,9 +7,11 @@ the engine renders them in its dialect, runs them, and returns plain Python rows
 from __future__ import annotations
 
 import itertools
+import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -87,17 +89,21 @@ class Engine(ABC):
         raise NotImplementedError(f"{type(self).__name__} cannot read a pandas DataFrame")
 
     # -- helpers used by the planner ---------------------------------------------------------
-    def execute(self, query: exp.Expression) -> list[tuple[Any, ...]]:
-        """Run ``query`` and return its rows as tuples."""
-        import time
-
-        sql = self.render(query)
+    @contextmanager
+    def counted(self, sql: str) -> Iterator[None]:
+        """Count one statement, its time and (with ``keep_sql``) its text in ``stats``."""
         start = time.perf_counter()
-        rows = self._run(sql)
+        yield
         self.stats.queries += 1
         self.stats.seconds += time.perf_counter() - start
         if self.keep_sql:
             self.stats.sql.append(sql)
+
+    def execute(self, query: exp.Expression) -> list[tuple[Any, ...]]:
+        """Run ``query`` and return its rows as tuples."""
+        sql = self.render(query)
+        with self.counted(sql):
+            rows = self._run(sql)
         return rows
 
     def frame(self, query: exp.Expression) -> Any:
@@ -134,15 +140,9 @@ class Engine(ABC):
 
     def materialize(self, hint: str, query: exp.Expression) -> exp.Table:
         """Store ``query``'s rows in a new temporary table and return a reference to it."""
-        import time
-
         name = self.temp_name(hint)
-        start = time.perf_counter()
-        self._create_temp_table(name, query)
-        self.stats.queries += 1
-        self.stats.seconds += time.perf_counter() - start
-        if self.keep_sql:
-            self.stats.sql.append(f"-- {name} :=\n" + self.render(query))
+        with self.counted(f"-- {name} :=\n" + self.render(query) if self.keep_sql else ""):
+            self._create_temp_table(name, query)
         self._temp.append(name)
         return exp.Table(this=exp.to_identifier(name, quoted=True))
 

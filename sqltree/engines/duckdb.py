@@ -49,13 +49,9 @@ class DuckDBEngine(Engine):
         return self.connection.execute(sql).fetchall()
 
     def frame(self, query: exp.Expression) -> Any:
-        import time
-
         sql = self.render(query)
-        start = time.perf_counter()
-        out = self.connection.execute(sql).fetchdf()
-        self.stats.queries += 1
-        self.stats.seconds += time.perf_counter() - start
+        with self.counted(sql):
+            out = self.connection.execute(sql).fetchdf()
         return out
 
     def _run_columns(self, sql: str) -> list[tuple[str, str]]:
