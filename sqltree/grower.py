@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlglot import exp
@@ -236,7 +236,10 @@ class C45Strategy(Strategy):
         return _may_split(p, self.options)
 
     def build_scores(self, hist: exp.Table, features: list[Feature]) -> exp.Expression:
-        return q.build_split_scores(hist, features, self.n_classes, score_options(self.options))
+        options = replace(
+            score_options(self.options), ordered_scan=self.data.engine.SUPPORTS_ORDERED_SCAN
+        )
+        return q.build_split_scores(hist, features, self.n_classes, options)
 
     def choose(self, rows: list[dict[str, Any]], p: Pending) -> _Choice | None:
         return choose_split(rows, self.data, self.options, p.used)

@@ -19,7 +19,7 @@ of the chosen splits.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -319,6 +319,7 @@ class ScoreOptions:
     j48_min_split: bool = True  # continuous: both sides hold max(M, min(25, 0.1 * known / k))
     mdl: bool = True  # subtract log2(candidates) / N from a continuous gain (C4.5 release 8)
     all_thresholds: bool = False  # return every candidate threshold (split_scores), not the best
+    ordered_scan: bool = False  # running sums by one streaming scan in (attr, node, v) order
     unknown: str = "fractional"  # "drop": unknown weight leaves the node's gain and split info
     cut_gap: float = 0.0  # J48: no cut between sorted values v, v' unless v + 1e-5 < v'
     threshold_tie: float = TIE_TOLERANCE  # cuts whose gains are this close: the lowest wins
@@ -424,122 +425,60 @@ def build_split_scores(
     )
 
     # Continuous: running class sums over the sorted distinct values of each (node, feature).
-    part = [col("node"), col("attr")]
-    cum = exp.select(
-        col("node"),
-        col("attr"),
-        col("v"),
-        exp.alias_(window(exp.func("LEAD", col("v")), part, [col("v")]), "next_value"),
-        *[
-            exp.alias_(window(exp.func("SUM", col(c)), part, [col("v")], running=True), f"l{i}")
-            for i, c in enumerate(classes)
-        ],
-    ).from_(hist.copy())
-    cum = cum.where(
-        exp.and_(
-            is_known.copy(),
-            exp.In(this=col("attr"), expressions=[num(i) for i in attrs_continuous])
-            if attrs_continuous
-            else exp.false(),
-        )
-    )
-    left = [col(f"l{i}", "s") for i in range(n_classes)]
-    right = [paren(col(f"k{i}", "a") - col(f"l{i}", "s")) for i in range(n_classes)]
-    lw = total([f"l{i}" for i in range(n_classes)], "s")
-    rw = paren(col("w_known", "a") - lw.copy())
-    min_split: exp.Expression = num(float(options.min_cases))
-    if options.j48_min_split:
-        raw = num(0.1) * col("w_known", "a") / num(float(n_classes))
-        min_split = case(
-            (exp.LTE(this=raw, expression=num(float(options.min_cases))),
-             num(float(options.min_cases))),
-            (exp.GT(this=raw.copy(), expression=num(25.0)), num(25.0)),
-            default=raw.copy(),
-        )
-    valid = exp.and_(
-        exp.GT(this=lw.copy(), expression=paren(min_split - num(J48_SMALL))),
-        exp.GT(this=rw.copy(), expression=paren(min_split.copy() - num(J48_SMALL))),
-    )
-    if options.cut_gap > 0:
-        # C45Split only cuts where the next sorted value exceeds this one by more than 1e-5;
-        # closer values are neither candidates nor counted in the MDL correction.
+    lw_total = total([f"l{i}" for i in range(n_classes)], "s")
+
+    def scores_of(left: list[exp.Expression], lw: exp.Expression) -> dict[str, exp.Expression]:
+        """Gain, split info and validity of a cut whose left side holds ``left`` (``lw``)."""
+        right = [paren(col(f"k{i}", "a") - left[i].copy()) for i in range(n_classes)]
+        rw = paren(col("w_known", "a") - lw.copy())
+        min_split: exp.Expression = num(float(options.min_cases))
+        if options.j48_min_split:
+            raw = num(0.1) * col("w_known", "a") / num(float(n_classes))
+            min_split = case(
+                (exp.LTE(this=raw, expression=num(float(options.min_cases))),
+                 num(float(options.min_cases))),
+                (exp.GT(this=raw.copy(), expression=num(25.0)), num(25.0)),
+                default=raw.copy(),
+            )
         valid = exp.and_(
-            valid,
-            exp.LT(
-                this=paren(col("v", "s") + num(options.cut_gap)),
-                expression=col("next_value", "s"),
-            ),
+            exp.GT(this=lw.copy(), expression=paren(min_split - num(J48_SMALL))),
+            exp.GT(this=rw.copy(), expression=paren(min_split.copy() - num(J48_SMALL))),
         )
-    gain = safe_div(
-        parent_ent.copy()
-        - entropy_mass(left, lw.copy())
-        - entropy_mass(right, rw.copy()),
-        denom.copy() * num(LN2),
-    )
-    split_info = safe_div(
-        xlogx(denom.copy()) - xlogx(lw.copy()) - xlogx(rw.copy()) - xlogx(unknown_w.copy()),
-        denom.copy() * num(LN2),
-    )
-    cand = (
-        exp.select(
-            col("node", "s"),
-            col("attr", "s"),
-            exp.alias_(col("v", "s"), "threshold"),
-            col("next_value", "s"),
-            exp.alias_(gain, "gain"),
-            exp.alias_(split_info, "split_info"),
-            col("w_known", "a"),
-            col("w_all", "a"),
-            exp.alias_(
-                case((valid, num(1)), default=num(0)),
-                "is_valid",
-            ),
+        if options.cut_gap > 0:
+            # C45Split only cuts where the next sorted value exceeds this one by more than
+            # 1e-5; closer values are neither candidates nor counted in the MDL correction.
+            valid = exp.and_(
+                valid,
+                exp.LT(
+                    this=paren(col("v", "s") + num(options.cut_gap)),
+                    expression=col("next_value", "s"),
+                ),
+            )
+        gain = safe_div(
+            parent_ent.copy()
+            - entropy_mass([e.copy() for e in left], lw.copy())
+            - entropy_mass(right, rw.copy()),
+            denom.copy() * num(LN2),
         )
-        .from_(exp.alias_(exp.Subquery(this=cum), "s"))
-        .join(
-            exp.alias_(exp.Subquery(this=agg.copy()), "a"),
-            on=exp.and_(
-                exp.EQ(this=col("node", "s"), expression=col("node", "a")),
-                exp.EQ(this=col("attr", "s"), expression=col("attr", "a")),
-            ),
+        split_info = safe_div(
+            xlogx(denom.copy()) - xlogx(lw.copy()) - xlogx(rw.copy()) - xlogx(unknown_w.copy()),
+            denom.copy() * num(LN2),
         )
-        .where(col("next_value", "s").is_(exp.null()).not_())
+        return {"gain": gain, "split_info": split_info, "valid": valid}
+
+    continuous_filter = (
+        exp.In(this=col("attr"), expressions=[num(i) for i in attrs_continuous])
+        if attrs_continuous
+        else exp.false()
     )
-    if options.all_thresholds:
-        continuous = exp.select(
-            "node", "attr", "threshold", "next_value", "gain", "split_info",
-            exp.alias_(
-                exp.cast(window(exp.func("SUM", col("is_valid")), [col("node"), col("attr")]),
-                         "BIGINT"),
-                "candidates",
-            ),
-            "w_known", "w_all",
-            exp.alias_(exp.cast(col("is_valid"), "BIGINT"), "big_branches"),
-        ).from_(exp.alias_(exp.Subquery(this=cand), "c"))
+    ctes: list[tuple[str, exp.Expression]] = []
+    if options.ordered_scan and not options.all_thresholds:
+        continuous = _best_cuts_ordered(
+            hist, agg, classes, continuous_filter, scores_of, options, ctes
+        )
     else:
-        ranked = exp.select(
-            "*",
-            exp.alias_(window(exp.func("COUNT", exp.Star()), part), "n_valid"),
-            exp.alias_(window(exp.func("MAX", col("gain")), part), "best_gain"),
-        ).from_(exp.alias_(exp.Subquery(this=cand), "c")).where(
-            exp.EQ(this=col("is_valid"), expression=num(1))
-        )
-        near = exp.select(
-            "*",
-            exp.alias_(
-                window(exp.func("ROW_NUMBER"), part, [col("threshold")]),
-                "rank_in_ties",
-            ),
-        ).from_(exp.alias_(exp.Subquery(this=ranked), "r")).where(
-            exp.GTE(this=col("gain"), expression=col("best_gain") - num(options.threshold_tie))
-        )
-        continuous = exp.select(
-            "node", "attr", "threshold", "next_value", "gain", "split_info",
-            exp.alias_(exp.cast(col("n_valid"), "BIGINT"), "candidates"),
-            "w_known", "w_all",
-            exp.alias_(exp.cast(num(2), "BIGINT"), "big_branches"),
-        ).from_(exp.alias_(exp.Subquery(this=near), "t")).where(
-            exp.EQ(this=col("rank_in_ties"), expression=num(1))
+        continuous = _best_cuts_windowed(
+            hist, agg, classes, continuous_filter, scores_of, lw_total, options
         )
 
     both = exp.union(nominal, continuous, distinct=False).subquery("u")
@@ -562,7 +501,7 @@ def build_split_scores(
         exp.alias_(mdl_gain, "mdl_gain"),
         "split_info", "candidates", "w_known", "w_all", "big_branches",
     ).from_(both)
-    return exp.select(
+    query = exp.select(
         "node", "attr", "threshold", "next_value", "gain", "mdl_gain", "split_info",
         exp.alias_(
             case(
@@ -574,6 +513,244 @@ def build_split_scores(
         ),
         "candidates", "w_known", "w_all", "big_branches",
     ).from_(scored.subquery("m")).order_by(col("node"), col("attr"), col("threshold"))
+    for name, body in ctes:
+        query = query.with_(name, as_=body, materialized=True, copy=False)
+    return query
+
+
+ScoresOf = Callable[[list[exp.Expression], exp.Expression], dict[str, exp.Expression]]
+
+BEST_CUT_COLUMNS = (
+    "node", "attr", "threshold", "next_value", "gain", "split_info", "candidates", "w_known",
+    "w_all", "big_branches",
+)
+
+
+def _best_cuts_windowed(
+    hist: exp.Table,
+    agg: exp.Select,
+    classes: list[str],
+    continuous_filter: exp.Expression,
+    scores_of: ScoresOf,
+    lw: exp.Expression,
+    options: ScoreOptions,
+) -> exp.Select:
+    """Best cut per (node, continuous feature) by windows partitioned by (node, feature).
+
+    Portable (every engine has these windows); with ``options.all_thresholds`` every candidate.
+    """
+    part = [col("node"), col("attr")]
+    cum = exp.select(
+        col("node"),
+        col("attr"),
+        col("v"),
+        exp.alias_(window(exp.func("LEAD", col("v")), part, [col("v")]), "next_value"),
+        *[
+            exp.alias_(window(exp.func("SUM", col(c)), part, [col("v")], running=True), f"l{i}")
+            for i, c in enumerate(classes)
+        ],
+    ).from_(hist.copy())
+    cum = cum.where(exp.and_(col("v").is_(exp.null()).not_(), continuous_filter.copy()))
+    scores = scores_of([col(f"l{i}", "s") for i in range(len(classes))], lw)
+    cand = (
+        exp.select(
+            col("node", "s"),
+            col("attr", "s"),
+            exp.alias_(col("v", "s"), "threshold"),
+            col("next_value", "s"),
+            exp.alias_(scores["gain"], "gain"),
+            exp.alias_(scores["split_info"], "split_info"),
+            col("w_known", "a"),
+            col("w_all", "a"),
+            exp.alias_(case((scores["valid"], num(1)), default=num(0)), "is_valid"),
+        )
+        .from_(exp.alias_(exp.Subquery(this=cum), "s"))
+        .join(
+            exp.alias_(exp.Subquery(this=agg.copy()), "a"),
+            on=exp.and_(
+                exp.EQ(this=col("node", "s"), expression=col("node", "a")),
+                exp.EQ(this=col("attr", "s"), expression=col("attr", "a")),
+            ),
+        )
+        .where(col("next_value", "s").is_(exp.null()).not_())
+    )
+    if options.all_thresholds:
+        return exp.select(
+            "node", "attr", "threshold", "next_value", "gain", "split_info",
+            exp.alias_(
+                exp.cast(window(exp.func("SUM", col("is_valid")), part), "BIGINT"), "candidates"
+            ),
+            "w_known", "w_all",
+            exp.alias_(exp.cast(col("is_valid"), "BIGINT"), "big_branches"),
+        ).from_(exp.alias_(exp.Subquery(this=cand), "c"))
+    ranked = exp.select(
+        "*",
+        exp.alias_(window(exp.func("COUNT", exp.Star()), part), "n_valid"),
+        exp.alias_(window(exp.func("MAX", col("gain")), part), "best_gain"),
+    ).from_(exp.alias_(exp.Subquery(this=cand), "c")).where(
+        exp.EQ(this=col("is_valid"), expression=num(1))
+    )
+    near = exp.select(
+        "*",
+        exp.alias_(window(exp.func("ROW_NUMBER"), part, [col("threshold")]), "rank_in_ties"),
+    ).from_(exp.alias_(exp.Subquery(this=ranked), "r")).where(
+        exp.GTE(this=col("gain"), expression=col("best_gain") - num(options.threshold_tie))
+    )
+    return exp.select(
+        "node", "attr", "threshold", "next_value", "gain", "split_info",
+        exp.alias_(exp.cast(col("n_valid"), "BIGINT"), "candidates"),
+        "w_known", "w_all",
+        exp.alias_(exp.cast(num(2), "BIGINT"), "big_branches"),
+    ).from_(exp.alias_(exp.Subquery(this=near), "t")).where(
+        exp.EQ(this=col("rank_in_ties"), expression=num(1))
+    )
+
+
+def _best_cuts_ordered(
+    hist: exp.Table,
+    agg: exp.Select,
+    classes: list[str],
+    continuous_filter: exp.Expression,
+    scores_of: ScoresOf,
+    options: ScoreOptions,
+    ctes: list[tuple[str, exp.Expression]],
+) -> exp.Select:
+    """Best cut per (node, continuous feature) from one ordered scan of the histogram (DuckDB).
+
+    Windows partitioned by (node, feature) sort and scan each partition on one thread, which
+    is slow when a level holds few large nodes. Instead the histogram is read once in
+    (attr, node, v) order by a streaming window (running sums over the whole scan, and LEAD
+    for the next value), and a cut's left counts are the running sums less the known counts
+    of the (attr, node) groups before it. The best cut per group (highest gain, ties within
+    ``threshold_tie`` to the lowest threshold) then takes two GROUP BYs instead of windows.
+    Adds CTEs ``cand`` to ``ctes``.
+    """
+    k = len(classes)
+    running = [
+        exp.alias_(window(exp.func("SUM", col(c)), [], running=True), f"g{i}")
+        for i, c in enumerate(classes)
+    ]
+    ordered = (
+        exp.select(col("node"), col("attr"), col("v"), *[col(c) for c in classes])
+        .from_(hist.copy())
+        .where(exp.and_(col("v").is_(exp.null()).not_(), continuous_filter.copy()))
+        .order_by(col("attr"), col("node"), col("v"))
+    )
+    scan = exp.select(
+        col("node"),
+        col("attr"),
+        col("v"),
+        # the next value of the same (attr, node) group; NULL after a group's last value
+        exp.alias_(
+            case(
+                (
+                    exp.and_(
+                        *[
+                            exp.EQ(this=window(exp.func("LEAD", col(c)), []), expression=col(c))
+                            for c in ("node", "attr")
+                        ]
+                    ),
+                    window(exp.func("LEAD", col("v")), []),
+                ),
+                default=exp.null(),
+            ),
+            "next_value",
+        ),
+        *running,
+    ).from_(exp.alias_(exp.Subquery(this=ordered), "o"))
+    before = [
+        exp.alias_(
+            exp.Sub(
+                this=exp.Window(
+                    this=exp.func("SUM", col(f"k{i}")),
+                    order=exp.Order(expressions=[exp.Ordered(this=col("attr")),
+                                                 exp.Ordered(this=col("node"))]),
+                    spec=exp.WindowSpec(
+                        kind="ROWS", start="UNBOUNDED", start_side="PRECEDING", end="CURRENT ROW"
+                    ),
+                ),
+                expression=col(f"k{i}"),
+            ),
+            f"o{i}",
+        )
+        for i in range(k)
+    ]
+    totals = exp.select("*", *before).from_(exp.alias_(exp.Subquery(this=agg.copy()), "t")).where(
+        continuous_filter.copy()
+    )
+    left = [paren(col(f"g{i}", "s") - col(f"o{i}", "a")) for i in range(k)]
+    lw: exp.Expression = left[0].copy()
+    for e in left[1:]:
+        lw = lw + e.copy()
+    lw = paren(lw)
+    scores = scores_of(left, lw)
+    cand = (
+        exp.select(
+            col("node", "s"),
+            col("attr", "s"),
+            exp.alias_(col("v", "s"), "threshold"),
+            col("next_value", "s"),
+            exp.alias_(scores["gain"], "gain"),
+            exp.alias_(scores["split_info"], "split_info"),
+            col("w_known", "a"),
+            col("w_all", "a"),
+        )
+        .from_(exp.alias_(exp.Subquery(this=scan), "s"))
+        .join(
+            exp.alias_(exp.Subquery(this=totals), "a"),
+            on=exp.and_(
+                exp.EQ(this=col("node", "s"), expression=col("node", "a")),
+                exp.EQ(this=col("attr", "s"), expression=col("attr", "a")),
+            ),
+        )
+        .where(exp.and_(col("next_value", "s").is_(exp.null()).not_(), scores["valid"]))
+    )
+    ctes.append(("cand", cand))
+    best = (
+        exp.select(
+            col("node"),
+            col("attr"),
+            exp.alias_(exp.func("COUNT", exp.Star()), "n_valid"),
+            exp.alias_(exp.func("MAX", col("gain")), "best_gain"),
+        )
+        .from_("cand")
+        .group_by(col("node"), col("attr"))
+    )
+
+    def first(name: str) -> exp.Expression:
+        return exp.alias_(
+            exp.ArgMin(this=col(name, "c"), expression=col("threshold", "c")), name
+        )
+
+    return (
+        exp.select(
+            col("node", "c"),
+            col("attr", "c"),
+            exp.alias_(exp.func("MIN", col("threshold", "c")), "threshold"),
+            first("next_value"),
+            first("gain"),
+            first("split_info"),
+            exp.alias_(exp.cast(exp.func("MIN", col("n_valid", "b")), "BIGINT"), "candidates"),
+            exp.alias_(exp.func("MIN", col("w_known", "c")), "w_known"),
+            exp.alias_(exp.func("MIN", col("w_all", "c")), "w_all"),
+            exp.alias_(exp.cast(num(2), "BIGINT"), "big_branches"),
+        )
+        .from_(exp.alias_(exp.to_table("cand"), "c"))
+        .join(
+            exp.alias_(exp.Subquery(this=best), "b"),
+            on=exp.and_(
+                exp.EQ(this=col("node", "c"), expression=col("node", "b")),
+                exp.EQ(this=col("attr", "c"), expression=col("attr", "b")),
+            ),
+        )
+        .where(
+            exp.GTE(
+                this=col("gain", "c"),
+                expression=col("best_gain", "b") - num(options.threshold_tie),
+            )
+        )
+        .group_by(col("node", "c"), col("attr", "c"))
+    )
 
 
 CHOSEN_COLUMNS = (("key", "BIGINT"), ("attr", "INT"), ("low", "DOUBLE"), ("mid", "DOUBLE"))

@@ -46,6 +46,10 @@ class Engine(ABC):
     SUPPORTS_ROW_SAMPLE: ClassVar[bool] = False
     """Whether ``USING SAMPLE reservoir(n ROWS) REPEATABLE (seed)`` is available."""
 
+    SUPPORTS_ORDERED_SCAN: ClassVar[bool] = False
+    """Whether a window with an empty ``OVER`` streams over a subquery's ``ORDER BY`` order
+    (one pass, in parallel with nothing else) and ``ARG_MIN`` exists."""
+
     CACHES_TEMP_TABLES: ClassVar[bool] = False
     """Whether a temp table must be cached explicitly to avoid recomputation (Spark)."""
 

@@ -28,6 +28,7 @@ class DuckDBEngine(Engine):
     MAX_CASE_DEPTH: ClassVar[int] = 990
     SUPPORTS_ASOF_JOIN: ClassVar[bool] = True
     SUPPORTS_ROW_SAMPLE: ClassVar[bool] = True
+    SUPPORTS_ORDERED_SCAN: ClassVar[bool] = True
 
     def __init__(
         self,
