@@ -220,8 +220,11 @@ class C45Strategy(Strategy):
         self.loaded: list[exp.Table] = []
 
     def build_level0(self) -> exp.Expression:
-        if self.options.max_bins:
-            self.bins = _bin_edges(self.data, self.options.max_bins)
+        options = self.options
+        if options.max_bins:
+            # J48 never cuts between values closer than its 1e-5, so neither do bin edges.
+            gap = score_options(options).cut_gap
+            self.bins = _bin_edges(self.data, options.max_bins, gap)
         return q.build_level0(self.data, self.bins)
 
     def on_histogram(self, engine: Any, hist: exp.Table, depth: int) -> None:
@@ -265,7 +268,10 @@ class C45Strategy(Strategy):
         for node_id, choice in choices.items():
             f = choice.feature
             if f.kind == CONTINUOUS:
-                split = Split(f.name, CONTINUOUS, threshold=choice.threshold)
+                threshold = choice.threshold
+                if self.bins:  # the level table holds bin indexes; the tree, the edge value
+                    threshold = self.bins[f.index][int(choice.threshold)]
+                split = Split(f.name, CONTINUOUS, threshold=threshold)
                 keys_of_branch = [[0], [1]]
             else:
                 split = Split(f.name, NOMINAL, groups=[[v] for v in f.values])
@@ -621,8 +627,14 @@ BIN_SAMPLE_ROWS = 200_000
 """Rows sampled for quantile bin edges on engines that sample rows (about 800 per bin at 256)."""
 
 
-def _bin_edges(data: Dataset, max_bins: int) -> dict[int, list[float]] | None:
-    """Quantile bin edges of every continuous feature, from one query over the source."""
+def _bin_edges(
+    data: Dataset, max_bins: int, min_gap: float = 0.0
+) -> dict[int, list[float]] | None:
+    """Quantile bin edges of every continuous feature, from one query over the source.
+
+    An edge within ``min_gap`` of the next one is dropped (its bin joins the next): the
+    scoring query compares bin indexes, not values, and cannot see such gaps.
+    """
     if max_bins < 2:
         raise ValueError(f"max_bins must be at least 2, not {max_bins}")
     continuous = [f for f in data.features if f.kind == CONTINUOUS]
@@ -638,8 +650,14 @@ def _bin_edges(data: Dataset, max_bins: int) -> dict[int, list[float]] | None:
         values = {float(v) for v in quantiles or [] if v is not None}
         if top is not None:
             values.add(float(top))
-        if values:
-            edges[f.index] = sorted(values)
+        kept: list[float] = []
+        for v in sorted(values):
+            if kept and v - kept[-1] <= min_gap:
+                kept[-1] = v  # the earlier edge goes; the maximum always stays
+            else:
+                kept.append(v)
+        if kept:
+            edges[f.index] = kept
     return edges
 
 

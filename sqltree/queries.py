@@ -2,10 +2,11 @@
 
 Training works on *level tables* with one row per (training row, node) pair:
 
-    node BIGINT, w DOUBLE, y INT, f0 DOUBLE, f1 DOUBLE, ...
+    node INT, w DOUBLE, y SMALLINT, f0, f1, ...
 
-``y`` is the class index, ``f<i>`` the value of feature i: a continuous value, or the index of a
-nominal value in the feature's sorted domain (so every test compares numbers). A row whose value
+``y`` is the class index, ``f<i>`` the value of feature i: a continuous value (DOUBLE; with
+``max_bins``, the SMALLINT index of its bin), or the index of a nominal value in the feature's
+sorted domain (SMALLINT), so every test compares numbers. A row whose value
 is unknown at a split goes down several branches with a fraction of its weight, so a training
 row may appear in several nodes of one level.
 
@@ -133,9 +134,9 @@ def build_level0(data: Dataset, bins: dict[int, list[float]] | None = None) -> e
         default=exp.null(),
     )
     columns: list[exp.Expression] = [
-        exp.alias_(exp.cast(num(0), "BIGINT"), "node"),
+        exp.alias_(exp.cast(num(0), "INT"), "node"),
         exp.alias_(w, "w"),
-        exp.alias_(exp.cast(y, "INT"), "y"),
+        exp.alias_(exp.cast(y, "SMALLINT"), "y"),
     ]
     for f in data.features:
         encoded = encode_feature(f)
@@ -149,42 +150,49 @@ def build_level0(data: Dataset, bins: dict[int, list[float]] | None = None) -> e
 
 
 def encode_feature(f: Feature) -> exp.Expression:
+    """A continuous value as DOUBLE; a nominal value as its code, the narrowest integer."""
     source = exp.column(f.name, quoted=True)
     if f.kind == CONTINUOUS:
         return as_double(source)
-    return as_double(
+    return exp.cast(
         case(
             *[(exp.EQ(this=source, expression=literal(v)), num(i)) for i, v in enumerate(f.values)],
             default=exp.null(),
-        )
+        ),
+        "SMALLINT" if len(f.values) < 32767 else "INT",
     )
 
 
 def bin_value(value: exp.Expression, edges: Sequence[float]) -> exp.Expression:
-    """The smallest of the sorted ``edges`` at or above ``value`` (NULL stays NULL).
+    """The index of the smallest of the sorted ``edges`` at or above ``value`` (NULL stays NULL).
 
     Two levels of CASE over about sqrt(bins) groups of edges: a value takes about
     2 sqrt(bins) comparisons, in few large vectorised steps (measured on DuckDB at 1M rows
     and 256 bins: 0.24 s per column, against 0.45 s for a bisecting CASE and 0.64 s for one
-    flat CASE). Values above the last edge (none: it is the maximum) get the last edge.
+    flat CASE). Values above the last edge (none: it is the maximum) get the last index. The
+    index is a SMALLINT: level tables stay narrow and histograms group small integers.
     """
     size = max(1, math.isqrt(len(edges) - 1) + 1)
-    groups = [edges[i : i + size] for i in range(0, len(edges), size)]
+    starts = list(range(0, len(edges), size))
 
-    def within(group: Sequence[float]) -> exp.Expression:
+    def within(start: int) -> exp.Expression:
+        group = edges[start : start + size]
         whens = [
-            (exp.LTE(this=value.copy(), expression=num(float(e))), num(float(e)))
-            for e in group[:-1]
+            (exp.LTE(this=value.copy(), expression=num(float(e))), num(start + i))
+            for i, e in enumerate(group[:-1])
         ]
-        last = num(float(group[-1]))
+        last = num(start + len(group) - 1)
         return case(*whens, default=last) if whens else last
 
     outer = [
-        (exp.LTE(this=value.copy(), expression=num(float(g[-1]))), within(g))
-        for g in groups[:-1]
+        (exp.LTE(this=value.copy(), expression=num(float(edges[min(s + size, len(edges)) - 1]))),
+         within(s))
+        for s in starts[:-1]
     ]
-    binned = case(*outer, default=within(groups[-1])) if outer else within(groups[-1])
-    return case((value.copy().is_(exp.null()), exp.cast(exp.null(), "DOUBLE")), default=binned)
+    binned = case(*outer, default=within(starts[-1])) if outer else within(starts[-1])
+    return exp.cast(
+        case((value.copy().is_(exp.null()), exp.null()), default=binned), "SMALLINT"
+    )
 
 
 def build_bin_edges(
@@ -940,7 +948,7 @@ def build_partition(
         exp.alias_(exp.Subquery(this=keyed), "k")
     )
     return exp.select(
-        exp.alias_(col("child", "r"), "node"),
+        exp.alias_(exp.cast(col("child", "r"), "INT"), "node"),
         exp.alias_(col("w", "x") * col("factor", "r"), "w"),
         col("y", "x"),
         *[col(f.column, "x") for f in features],

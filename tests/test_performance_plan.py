@@ -91,3 +91,75 @@ def test_levels_keep_two_scans_and_few_queries(frame):
         assert level.queries <= 7
     # Leaves at max_depth are counted from their parent's histogram: no level is read for them.
     assert all(level.depth < 8 for level in stats.levels)
+
+
+@pytest.mark.parametrize("options", [{}, {"algorithm": "id3"}, {"missing": "drop"}])
+def test_ordered_scan_scores_equal_windowed_scores(frame, options):
+    # DuckDB scores continuous cuts with one ordered streaming scan; the portable query uses
+    # windows per (node, attribute). Both must give the same best cut and scores everywhere.
+    from dataclasses import replace
+
+    from sqltree import queries as q
+    from sqltree.grower import score_options
+
+    engine = DuckDBEngine()
+    data = describe(frame, engine, "label")
+    grow_options = GrowOptions(max_depth=3, **options)
+    level = engine.materialize("level", q.build_level0(data))
+    hist = engine.materialize("hist", q.build_histogram(level, data.features, 3))
+    base = score_options(grow_options)
+    read = [
+        engine.execute(
+            q.build_split_scores(hist, data.features, 3, replace(base, ordered_scan=ordered))
+        )
+        for ordered in (False, True)
+    ]
+    assert len(read[0]) == len(read[1]) > 0
+    for windowed, ordered in zip(read[0], read[1]):
+        assert windowed[:4] == ordered[:4]  # node, attribute, threshold, next value
+        assert windowed[4:] == pytest.approx(ordered[4:], rel=1e-9, abs=1e-12)
+    engine.cleanup()
+
+
+def test_ordered_scan_grows_the_windowed_tree(frame, monkeypatch):
+    ordered = sqltree.train(frame, target="label", max_depth=6)
+    monkeypatch.setattr(DuckDBEngine, "SUPPORTS_ORDERED_SCAN", False)
+    windowed = sqltree.train(frame, target="label", max_depth=6)
+    assert ordered.text() == windowed.text()
+
+
+def test_bin_edges_closer_than_the_cut_gap_merge():
+    import pandas as pd
+
+    from sqltree.grower import _bin_edges
+
+    values = [0.0, 1.0, 1.000004, 1.000008, 2.0, 3.0, 3.000001]
+    frame = pd.DataFrame({"x": values * 3, "label": ["a", "b", "a"] * len(values)})
+    data = describe(frame, DuckDBEngine(), "label")
+    assert _bin_edges(data, 64)[0] == sorted(values)
+    # J48's 1e-5: 1.0 and 1.000004 go (1.000008 closes their bin); 3.0 goes, the maximum stays
+    assert _bin_edges(data, 64, 1e-5)[0] == [0.0, 1.000008, 2.0, 3.000001]
+
+
+def test_binned_level_table_holds_small_integers(frame):
+    engine = DuckDBEngine()
+    data = describe(frame, engine, "label")
+    from sqltree.grower import C45Strategy
+
+    strategy = C45Strategy(data, GrowOptions(max_bins=16))
+    level = engine.materialize("level", strategy.build_level0())
+    types = {name: dtype.sql("duckdb") for name, dtype in engine.columns(level)}
+    assert types["node"] == "INT" and types["y"] == "SMALLINT"
+    assert all(types[f.column] == "SMALLINT" for f in data.features)
+    engine.cleanup()
+
+
+def test_duckdb_settings_are_restored():
+    import duckdb
+
+    connection = duckdb.connect()
+    before = connection.execute("SELECT current_setting('perfect_ht_threshold')").fetchone()
+    engine = DuckDBEngine(connection)
+    engine.cleanup()
+    after = connection.execute("SELECT current_setting('perfect_ht_threshold')").fetchone()
+    assert after == before

@@ -45,6 +45,13 @@ class DuckDBEngine(Engine):
             self.connection.execute(f"SET threads = {int(threads)}")
         if memory_limit is not None:
             self.connection.execute("SET memory_limit = ?", [str(memory_limit)])
+        # Histograms group (node, bin or code) pairs whose ranges are small; DuckDB's array-based
+        # aggregate takes them up to 2^20 groups (its default, 2^12, leaves out most levels):
+        # 3.9 s instead of 7.0 s for 17 histograms of 10M rows and 512 nodes. Restored after.
+        (self._perfect_ht,) = self.connection.execute(
+            "SELECT current_setting('perfect_ht_threshold')"
+        ).fetchone()
+        self.connection.execute(f"SET perfect_ht_threshold = {max(int(self._perfect_ht), 20)}")
 
     def _run(self, sql: str) -> list[tuple[Any, ...]]:
         return self.connection.execute(sql).fetchall()
@@ -126,6 +133,7 @@ class DuckDBEngine(Engine):
 
     def cleanup(self) -> None:
         super().cleanup()
+        self.connection.execute(f"SET perfect_ht_threshold = {int(self._perfect_ht)}")
         for name in getattr(self, "_registered", []):
             self.connection.unregister(name)
         self._registered = []
