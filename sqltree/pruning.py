@@ -452,6 +452,146 @@ def build_route_counts_batch(
     return query, ids
 
 
+@dataclass
+class _Position:
+    """A place in the tree that rows are routed to while recounting raised branches.
+
+    ``node`` is the tree node whose test routes the rows on (or a leaf); inside a raised
+    branch (``raised``) unknown values are spread by shares recomputed from the rows that
+    reach the test, as J48 does when it raises a subtree, and class weights are counted;
+    on the path down to a branch the tree's stored shares apply.
+    """
+
+    node: Node
+    raised: bool
+    children: dict[int, _Position] = dataclasses.field(default_factory=dict)
+
+
+def _positions(entries: Sequence[tuple[Sequence[tuple[Node, int]], Node]]) -> _Position:
+    """The routing tree: every entry's path from the root, ending in its raised structure."""
+
+    def raised(node: Node) -> _Position:
+        return _Position(node, True, {b: raised(c) for b, c in enumerate(node.children)})
+
+    root: _Position | None = None
+    for path, structure in entries:
+        if not path:
+            return raised(structure)  # raising at the root: the only entry of its round
+        if root is None:
+            root = _Position(path[0][0], False)
+        at = root
+        for depth, (ancestor, branch) in enumerate(path):
+            assert at.node is ancestor and not at.raised
+            if depth + 1 < len(path):
+                at = at.children.setdefault(branch, _Position(path[depth + 1][0], False))
+            else:
+                at.children[branch] = raised(structure)
+    assert root is not None
+    return root
+
+
+def recount_raised(
+    router: _Router, entries: Sequence[tuple[Sequence[tuple[Node, int]], Node]]
+) -> dict[int, list[float]]:
+    """Class weights at every node of each structure receiving the rows at its path's end.
+
+    What :func:`build_route_counts_batch` computes, level by level like the grower: the rows
+    move down the tree through loaded tests and routes tables (``queries.build_partition``),
+    and one grouped count per level gives the raised nodes' class weights and the known
+    weight of each branch, from which the next level's shares come. Each statement stays
+    small whatever the tree's size, and rows are read once per level, not once per entry.
+    Keyed by ``id()`` of the structures' nodes that weight reached.
+    """
+    data = router.data
+    engine = data.engine
+    k = len(data.classes)
+    features = {f.name: f for f in data.features}
+    counts: dict[int, list[float]] = {}
+    frontier = {0: _positions(entries)}
+    level = router.rows
+    owned: list[exp.Table] = []
+    next_id = 1
+    try:
+        while frontier:
+            tests = []
+            for local, at in sorted(frontier.items()):
+                if at.children:
+                    split = at.node.split
+                    assert split is not None
+                    f = features[split.feature]
+                    tests.append((local, f.index, split.threshold))
+            tests_table = engine.load_rows(
+                "tests", [c for c, _ in q.TESTS_COLUMNS], [t for _, t in q.TESTS_COLUMNS], tests
+            )
+            owned.append(tests_table)
+            keyed: dict[int, dict[int, list[float]]] = {}
+            query = q.build_keyed_counts(level, data.features, tests_table, k)
+            for node, key, *weights in engine.execute(query):
+                keyed.setdefault(int(node), {})[int(key)] = [float(w or 0.0) for w in weights]
+            router.queries += 1
+            routes: list[tuple[int, int, int, float]] = []
+            below: dict[int, _Position] = {}
+            for local, at in sorted(frontier.items()):
+                by_key = keyed.get(local, {})
+                if at.raised:
+                    counts[id(at.node)] = [
+                        sum(w[c] for w in by_key.values()) for c in range(k)
+                    ]
+                if not at.children:
+                    continue
+                keys_of_branch = _keys_of_branches(at.node, features[at.node.split.feature])
+                known = [
+                    sum(sum(by_key.get(key, [0.0])) for key in keys) for keys in keys_of_branch
+                ]
+                for branch, child in sorted(at.children.items()):
+                    below[next_id] = child
+                    for key in keys_of_branch[branch]:
+                        routes.append((local, key, next_id, 1.0))
+                    factor = _unknown_share(at, branch, known)
+                    if factor > (SMALL if at.raised else 0.0):
+                        routes.append((local, q.UNKNOWN_KEY, next_id, factor))
+                    next_id += 1
+            if not routes:
+                break
+            routes_table = engine.load_rows(
+                "routes", [c for c, _ in q.ROUTES_COLUMNS], [t for _, t in q.ROUTES_COLUMNS],
+                routes,
+            )
+            owned.append(routes_table)
+            level = engine.materialize(
+                "raise", q.build_partition(level, data.features, tests_table, routes_table)
+            )
+            owned.append(level)
+            router.queries += 1
+            frontier = below
+    finally:
+        for table in owned:
+            engine.drop(table)
+    return counts
+
+
+def _keys_of_branches(node: Node, feature: Any) -> list[list[int]]:
+    """Partition keys (``queries.build_partition``) that each branch of ``node``'s test takes."""
+    split = node.split
+    assert split is not None
+    if split.kind == CONTINUOUS:
+        return [[0], [1]]
+    assert split.groups is not None
+    code = {v: i for i, v in enumerate(feature.values)}
+    return [[code[v] for v in group if v in code] for group in split.groups]
+
+
+def _unknown_share(at: _Position, branch: int, known: list[float]) -> float:
+    """The fraction of a row with an unknown value that ``branch`` of ``at``'s test receives."""
+    node = at.node
+    if node.unknown_branch is not None:
+        return 1.0 if branch == node.unknown_branch else 0.0
+    if at.raised:
+        total = sum(known)
+        return known[branch] / total if total > 0 else 1.0 / len(node.children)
+    return float(node.shares[branch]) if node.shares else 1.0 / len(node.children)
+
+
 def _apply_counts(structure: Node, counts: dict[int, list[float]], parent_proba: list[float]
                   ) -> None:
     """Store recounted class weights in ``structure``'s nodes; shares follow the new weights."""
@@ -624,12 +764,7 @@ def _prune_c45_rounds(root: Node, cf: float, router: _Router, stats: PruneStats)
             for node, path in round_
             if not node.children[_max_bag(node)].is_leaf
         ]
-        raised: dict[int, list[float]] = {}
-        if entries:
-            query, ids = build_route_counts_batch(router.data, router.rows, entries)
-            for row in router.data.engine.execute(query):
-                raised[id(ids[int(row[0])])] = [float(x or 0.0) for x in row[1:]]
-            router.queries += 1
+        raised = recount_raised(router, entries) if entries else {}
         for node, path in round_:
             branch = node.children[_max_bag(node)]
             own = None

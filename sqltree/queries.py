@@ -905,6 +905,59 @@ def _small_table(
     )
 
 
+def _test_key(features: Sequence[Feature]) -> tuple[exp.Expression, exp.Expression]:
+    """(the tested value of a level row joined to its test ``n``, the row's key for it)."""
+    value = case(
+        *[(exp.EQ(this=col("attr", "n"), expression=num(f.index)), col(f.column, "l"))
+          for f in features],
+        default=exp.cast(exp.null(), "DOUBLE"),
+    )
+    key = case(
+        (col("v").is_(exp.null()), num(float(UNKNOWN_KEY))),
+        (col("thr").is_(exp.null()), col("v")),
+        (exp.LTE(this=col("v"), expression=col("thr")), num(0.0)),
+        default=num(1.0),
+    )
+    return value, key
+
+
+def build_keyed_counts(
+    level: exp.Table,
+    features: Sequence[Feature],
+    tests: Sequence[tuple[int, int, float | None]] | exp.Expression,
+    n_classes: int,
+) -> exp.Select:
+    """Class weights per (node, key of the node's test) of a level table's rows.
+
+    Keys as in ``build_partition``; rows of a node without a test, and rows whose tested
+    value is unknown, have key -1.
+    """
+    n_table = _small_table(tests, "n", TESTS_COLUMNS)
+    value, key = _test_key(features)
+    keyed = (
+        exp.select(col("node", "l"), col("w", "l"), col("y", "l"), exp.alias_(value, "v"),
+                   exp.alias_(col("thr", "n"), "thr"))
+        .from_(exp.alias_(level.copy(), "l"))
+        .join(n_table, on=exp.EQ(this=col("node", "l"), expression=col("node", "n")),
+              join_type="left")
+    )
+    sums = [
+        exp.alias_(
+            exp.func(
+                "SUM",
+                case((exp.EQ(this=col("y"), expression=num(i)), col("w")), default=num(0.0)),
+            ),
+            name,
+        )
+        for i, name in enumerate(class_columns(n_classes))
+    ]
+    return (
+        exp.select(col("node"), exp.alias_(key, "key"), *sums)
+        .from_(exp.alias_(exp.Subquery(this=keyed), "k"))
+        .group_by(col("node"), key.copy())
+    )
+
+
 def build_partition(
     level: exp.Table,
     features: Sequence[Feature],
@@ -923,11 +976,7 @@ def build_partition(
     """
     n_table = _small_table(tests, "n", TESTS_COLUMNS)
     r_table = _small_table(routes, "r", ROUTES_COLUMNS)
-    value = case(
-        *[(exp.EQ(this=col("attr", "n"), expression=num(f.index)), col(f.column, "l"))
-          for f in features],
-        default=exp.cast(exp.null(), "DOUBLE"),
-    )
+    value, key = _test_key(features)
     keyed = exp.select(
         col("node", "l"),
         col("w", "l"),
@@ -937,12 +986,6 @@ def build_partition(
         exp.alias_(col("thr", "n"), "thr"),
     ).from_(exp.alias_(level.copy(), "l")).join(
         n_table, on=exp.EQ(this=col("node", "l"), expression=col("node", "n"))
-    )
-    key = case(
-        (col("v").is_(exp.null()), num(float(UNKNOWN_KEY))),
-        (col("thr").is_(exp.null()), col("v")),
-        (exp.LTE(this=col("v"), expression=col("thr")), num(0.0)),
-        default=num(1.0),
     )
     keyed2 = exp.select("*", exp.alias_(key, "key")).from_(
         exp.alias_(exp.Subquery(this=keyed), "k")

@@ -19,6 +19,7 @@ from sqltree.pruning import (
     _Router,
     add_errs,
     build_route_counts,
+    build_route_counts_batch,
     collapse,
     estimated_errors,
     pessimistic_decision,
@@ -26,6 +27,7 @@ from sqltree.pruning import (
     prune_c45,
     prune_pessimistic,
     prune_reduced_error,
+    recount_raised,
     route_counts,
 )
 from sqltree.tree import Node, Split
@@ -352,7 +354,55 @@ def test_rounds_give_j48s_one_at_a_time_result(labor: tuple[pd.DataFrame, str, A
     s2 = prune_c45(rounds, data)
     assert one.to_dict() == rounds.to_dict()
     assert (s1.raised, s1.pruned) == (s2.raised, s2.pruned)
-    assert s2.queries <= s1.queries
+
+
+@pytest.mark.parametrize("recount", ["level-wise", "one statement"])
+def test_recount_matches_the_reference(
+    labor: tuple[pd.DataFrame, str, Any, Node], recount: str
+) -> None:
+    """Hypothetical raising everywhere, every (node, internal child) at once as in a round."""
+    frame, target, data, root = labor
+    rows = frame.to_dict("records")
+    at_node = {}
+
+    def collect(node: Node, weighted: list, path: list) -> None:
+        at_node[id(node)] = (weighted, path)
+        for i, child in enumerate(node.children):
+            keep = []
+            for row, w in weighted:
+                b = node.split.branch_of(row.get(node.split.feature))
+                if b is None:
+                    keep.append((row, w * node.shares[i]))
+                elif b == i:
+                    keep.append((row, w))
+            collect(child, keep, [*path, (node, i)])
+
+    collect(root, [(r, 1.0) for r in rows], [])
+    router = _Router.open(data)
+    # entries of one round head disjoint subtrees: the highest nodes with an internal first child
+    entries, heads = [], []
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.is_leaf:
+            continue
+        if not node.children[0].is_leaf:
+            entries.append((at_node[id(node)][1], node.children[0]))
+            heads.append(node)
+        else:
+            stack.extend(node.children)
+    assert entries
+    if recount == "level-wise":
+        got = recount_raised(router, entries)
+    else:
+        query, ids = build_route_counts_batch(data, router.rows, entries)
+        got = {id(ids[int(r[0])]): [float(x or 0) for x in r[1:]]
+               for r in data.engine.execute(query)}
+    for (_, child), node in zip(entries, heads):
+        expected = _reference_weighted(child, at_node[id(node)][0], target, data.classes)
+        for n in child.walk():
+            assert got.get(id(n), [0.0] * 2) == pytest.approx(expected[id(n)], abs=1e-9)
+    router.close()
 
 
 def test_unknown_branch_takes_unknown_rows_whole() -> None:
