@@ -422,6 +422,7 @@ def build_cart_scores(
     min_weight_leaf: float = 0.0,
     all_candidates: bool = False,
     exhaustive: bool = False,
+    ordered_scan: bool = False,
 ) -> exp.Select:
     """Score every binary split of every node and feature of the histogram's level.
 
@@ -431,6 +432,8 @@ def build_cart_scores(
     ``impurity(node) - w_right/w * impurity(right) - w_left/w * impurity(left)``.
     ``exhaustive`` scores every two-way partition of nominal features up to
     ``EXACT_SUBSETS_MAX`` values, two classes included (for tests and worked examples).
+    ``ordered_scan``: continuous running sums from one ordered streaming scan
+    (``queries.ordered_running_sums``; DuckDB) instead of windows per (node, feature).
     """
     k = n_classes
     classes = q.class_columns(k)
@@ -499,38 +502,37 @@ def build_cart_scores(
 
     parts: list[exp.Select] = []
     if continuous:
-        part = [col("node"), col("attr")]
-        scan = (
-            exp.select(
-                col("node"),
-                col("attr"),
-                col("v"),
-                exp.alias_(
-                    q.window(exp.func("LEAD", col("v")), part, [col("v")]), "nv", copy=False
-                ),
-                exp.alias_(
-                    q.window(exp.func("SUM", col("n")), part, [col("v")], running=True),
-                    "ln",
-                    copy=False,
-                ),
-                *[
+        in_continuous = exp.In(this=col("attr"), expressions=[num(i) for i in continuous])
+        sums = ["n", *classes]
+        if ordered_scan:
+            scan = q.ordered_running_sums(hist, sums, in_continuous, prefix="r")
+            scan = exp.select(
+                "node", "attr", "v", "nv",
+                exp.alias_(col("r0"), "ln", copy=False),
+                *[exp.alias_(col(f"r{i + 1}"), f"l{i}", copy=False) for i in range(k)],
+            ).from_(scan.subquery("rs", copy=False), copy=False)
+        else:
+            part = [col("node"), col("attr")]
+            scan = (
+                exp.select(
+                    col("node"),
+                    col("attr"),
+                    col("v"),
                     exp.alias_(
-                        q.window(exp.func("SUM", col(c)), part, [col("v")], running=True),
-                        f"l{i}",
-                        copy=False,
-                    )
-                    for i, c in enumerate(classes)
-                ],
+                        q.window(exp.func("LEAD", col("v")), part, [col("v")]), "nv", copy=False
+                    ),
+                    *[
+                        exp.alias_(
+                            q.window(exp.func("SUM", col(c)), part, [col("v")], running=True),
+                            name,
+                            copy=False,
+                        )
+                        for c, name in zip(sums, ["ln", *[f"l{i}" for i in range(k)]])
+                    ],
+                )
+                .from_(hist.copy(), copy=False)
+                .where(exp.and_(is_known.copy(), in_continuous), copy=False)
             )
-            .from_(hist.copy(), copy=False)
-            .where(
-                exp.and_(
-                    is_known.copy(),
-                    exp.In(this=col("attr"), expressions=[num(i) for i in continuous]),
-                ),
-                copy=False,
-            )
-        )
         parts.append(
             exp.select(
                 *cand(
@@ -997,6 +999,7 @@ class CARTStrategy(Strategy):
             criterion=self.criterion,
             min_samples_leaf=r.min_samples_leaf,
             min_weight_leaf=r.min_weight_leaf,
+            ordered_scan=self.data.engine.SUPPORTS_ORDERED_SCAN,
         )
 
     def choose(self, rows: list[dict[str, Any]], p: Pending) -> CARTChoice | None:

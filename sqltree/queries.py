@@ -648,41 +648,10 @@ def _best_cuts_ordered(
         col("node"),
         col("attr"),
         col("v"),
-        # the next value of the same (attr, node) group; NULL after a group's last value
-        exp.alias_(
-            case(
-                (
-                    exp.and_(
-                        *[
-                            exp.EQ(this=window(exp.func("LEAD", col(c)), []), expression=col(c))
-                            for c in ("node", "attr")
-                        ]
-                    ),
-                    window(exp.func("LEAD", col("v")), []),
-                ),
-                default=exp.null(),
-            ),
-            "next_value",
-        ),
+        exp.alias_(_next_in_group(), "next_value"),
         *running,
     ).from_(exp.alias_(exp.Subquery(this=ordered), "o"))
-    before = [
-        exp.alias_(
-            exp.Sub(
-                this=exp.Window(
-                    this=exp.func("SUM", col(f"k{i}")),
-                    order=exp.Order(expressions=[exp.Ordered(this=col("attr")),
-                                                 exp.Ordered(this=col("node"))]),
-                    spec=exp.WindowSpec(
-                        kind="ROWS", start="UNBOUNDED", start_side="PRECEDING", end="CURRENT ROW"
-                    ),
-                ),
-                expression=col(f"k{i}"),
-            ),
-            f"o{i}",
-        )
-        for i in range(k)
-    ]
+    before = [_sum_before(f"k{i}", f"o{i}") for i in range(k)]
     totals = exp.select("*", *before).from_(exp.alias_(exp.Subquery(this=agg.copy()), "t")).where(
         continuous_filter.copy()
     )
@@ -758,6 +727,100 @@ def _best_cuts_ordered(
             )
         )
         .group_by(col("node", "c"), col("attr", "c"))
+    )
+
+
+def ordered_running_sums(
+    hist: exp.Table, columns: Sequence[str], where: exp.Expression, prefix: str = "l"
+) -> exp.Select:
+    """Running sums of ``columns`` over each (node, attr) group of ``hist`` in value order.
+
+    Rows: node, attr, v, nv (the group's next value, NULL after its last), and
+    ``<prefix><i>`` (the sum of ``columns[i]`` over the group's values up to v). The histogram
+    is read once in (attr, node, v) order by a streaming window, whose sums run across groups;
+    a group's sums before it come from its known totals, summed in the same order (see
+    ``_best_cuts_ordered``, which does the same with the totals it needs anyway).
+    """
+    known = exp.and_(col("v").is_(exp.null()).not_(), where.copy())
+    ordered = (
+        exp.select(col("node"), col("attr"), col("v"), *[col(c) for c in columns])
+        .from_(hist.copy())
+        .where(known)
+        .order_by(col("attr"), col("node"), col("v"))
+    )
+    scan = exp.select(
+        col("node"),
+        col("attr"),
+        col("v"),
+        exp.alias_(_next_in_group(), "nv"),
+        *[
+            exp.alias_(window(exp.func("SUM", col(c)), [], running=True), f"g{i}")
+            for i, c in enumerate(columns)
+        ],
+    ).from_(exp.alias_(exp.Subquery(this=ordered), "o"))
+    group_totals = (
+        exp.select(
+            col("node"), col("attr"),
+            *[exp.alias_(exp.func("SUM", col(c)), f"k{i}") for i, c in enumerate(columns)],
+        )
+        .from_(hist.copy())
+        .where(known.copy())
+        .group_by(col("node"), col("attr"))
+    )
+    offsets = exp.select(
+        col("node"), col("attr"), *[_sum_before(f"k{i}", f"o{i}") for i in range(len(columns))]
+    ).from_(exp.alias_(exp.Subquery(this=group_totals), "t"))
+    return (
+        exp.select(
+            col("node", "s"), col("attr", "s"), col("v", "s"), col("nv", "s"),
+            *[
+                exp.alias_(paren(col(f"g{i}", "s") - col(f"o{i}", "b")), f"{prefix}{i}")
+                for i in range(len(columns))
+            ],
+        )
+        .from_(exp.alias_(exp.Subquery(this=scan), "s"))
+        .join(
+            exp.alias_(exp.Subquery(this=offsets), "b"),
+            on=exp.and_(
+                exp.EQ(this=col("node", "s"), expression=col("node", "b")),
+                exp.EQ(this=col("attr", "s"), expression=col("attr", "b")),
+            ),
+        )
+    )
+
+
+def _next_in_group() -> exp.Expression:
+    """In an (attr, node, v)-ordered stream: the next value of the same group, else NULL."""
+    return case(
+        (
+            exp.and_(
+                *[
+                    exp.EQ(this=window(exp.func("LEAD", col(c)), []), expression=col(c))
+                    for c in ("node", "attr")
+                ]
+            ),
+            window(exp.func("LEAD", col("v")), []),
+        ),
+        default=exp.null(),
+    )
+
+
+def _sum_before(column: str, alias: str) -> exp.Expression:
+    """The sum of ``column`` over the rows before this one in (attr, node) order."""
+    return exp.alias_(
+        exp.Sub(
+            this=exp.Window(
+                this=exp.func("SUM", col(column)),
+                order=exp.Order(
+                    expressions=[exp.Ordered(this=col("attr")), exp.Ordered(this=col("node"))]
+                ),
+                spec=exp.WindowSpec(
+                    kind="ROWS", start="UNBOUNDED", start_side="PRECEDING", end="CURRENT ROW"
+                ),
+            ),
+            expression=col(column),
+        ),
+        alias,
     )
 
 

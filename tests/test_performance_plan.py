@@ -121,10 +121,11 @@ def test_ordered_scan_scores_equal_windowed_scores(frame, options):
     engine.cleanup()
 
 
-def test_ordered_scan_grows_the_windowed_tree(frame, monkeypatch):
-    ordered = sqltree.train(frame, target="label", max_depth=6)
+@pytest.mark.parametrize("algorithm", ["c4.5", "cart"])
+def test_ordered_scan_grows_the_windowed_tree(frame, monkeypatch, algorithm):
+    ordered = sqltree.train(frame, target="label", max_depth=6, algorithm=algorithm)
     monkeypatch.setattr(DuckDBEngine, "SUPPORTS_ORDERED_SCAN", False)
-    windowed = sqltree.train(frame, target="label", max_depth=6)
+    windowed = sqltree.train(frame, target="label", max_depth=6, algorithm=algorithm)
     assert ordered.text() == windowed.text()
 
 
