@@ -17,6 +17,7 @@ from .dataset import describe
 from .engines.duckdb import DuckDBEngine
 from .grower import GrowOptions, score_options
 from .model import render
+from .tree import CONTINUOUS
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "examples" / "data"
@@ -53,6 +54,15 @@ def reference_files() -> dict[str, str]:
         q.build_split_scores(hist, golf.features, k, score_options(GrowOptions())))
     put("golf_numeric/threshold_scan.sql", "window scan of continuous thresholds",
         q.build_split_scores(hist, numeric.features, k, score_options(GrowOptions())))
+    put("golf_numeric/threshold_scan_ordered.sql",
+        "continuous thresholds from one ordered streaming scan (DuckDB)",
+        q.build_split_scores(hist, numeric.features, k, dataclasses.replace(
+            score_options(GrowOptions()), ordered_scan=True)))
+    numeric_table = dataclasses.replace(
+        numeric, relation=exp.Table(this=exp.to_identifier("golf_numeric")))
+    put("golf_numeric/level0_binned.sql", "root level table, max_bins=4",
+        q.build_level0(numeric_table, {f.index: [70.0, 80.0, 90.0, 96.0]
+                                       for f in numeric.features if f.kind == CONTINUOUS}))
     put("golf_numeric/partition.sql", "routing a level's rows to the next level",
         q.build_partition(level, numeric.features, [(0, 1, None), (3, 2, 75.0)],
                           [(0, 0, 1, 1.0), (0, 1, 2, 1.0), (0, 2, 3, 1.0),
