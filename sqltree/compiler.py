@@ -23,24 +23,77 @@ walk on from its branch (``build_case`` with ``entry``), and add up the leaves t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import functools
+import gc
+import math
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from sqlglot import exp
 
-from .queries import literal, num, values_table
 from .tree import CONTINUOUS, Node, Split
 
 PROBA_TIE = 1e-9
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 PREFIX = "__sqltree_"
 """Prefix of the helper columns and relations scoring queries add."""
 
 
-def dnum(x: float) -> exp.Expression:
-    """A float literal typed DOUBLE by every engine (see ``queries.num``)."""
-    return num(float(x))
+# Literals are built directly: a large tree's SQL holds tens of thousands, and sqlglot's
+# Literal.number and Literal.string check and convert each one.
+def _number(text: str) -> exp.Expression:
+    if text.startswith("-"):
+        return exp.Neg(this=exp.Literal(this=text[1:], is_string=False))
+    return exp.Literal(this=text, is_string=False)
+
+
+def dnum(x: float, *, double: bool = True) -> exp.Expression:
+    """A float literal, exact; typed DOUBLE by every engine unless ``double=False`` (see
+    ``queries.num``)."""
+    x = float(x)
+    if math.isinf(x) or math.isnan(x):
+        raise ValueError(f"{x} cannot be written as a SQL literal")
+    text = repr(x)
+    return _number(text + "e0" if double and "e" not in text else text)
+
+
+def _int(i: int) -> exp.Expression:
+    return _number(str(i))
+
+
+def literal(value: Any) -> exp.Expression:
+    """A class label or nominal value (see ``queries.literal``)."""
+    if isinstance(value, bool):
+        return exp.Boolean(this=value)
+    if isinstance(value, int):
+        return _int(value)
+    if isinstance(value, float):
+        return dnum(value)
+    return exp.Literal(this=str(value), is_string=True)
+
+
+def _values(alias: str, columns: Sequence[str], rows: Sequence[Sequence[float]],
+            types: Sequence[str]) -> exp.Subquery:
+    """``(SELECT CAST(c AS type) AS c ... FROM (VALUES ...)) AS alias`` (see
+    ``queries.values_table``), with literals built directly: a leaf table has thousands."""
+    tuples = [
+        exp.Tuple(expressions=[_int(v) if isinstance(v, int) else dnum(v) for v in row])
+        for row in rows
+    ]
+    raw = exp.Values(expressions=tuples, alias=exp.TableAlias(
+        this=exp.to_identifier(f"{alias}_raw"), columns=[exp.to_identifier(c) for c in columns]))
+    casts = [
+        exp.Alias(this=exp.Cast(this=exp.column(c), to=exp.DataType.build(t)),
+                  alias=exp.to_identifier(c))
+        for c, t in zip(columns, types)
+    ]
+    return exp.Subquery(this=exp.Select(expressions=casts).from_(raw, copy=False),
+                        alias=exp.TableAlias(this=exp.to_identifier(alias)))
 
 
 def column(name: str, table: str | None = None) -> exp.Column:
@@ -59,6 +112,32 @@ def leaf_label(node: Node) -> int:
 def has_fractional(root: Node) -> bool:
     """Whether some test sends unknown values down every branch (C4.5's fractional cases)."""
     return any(not n.is_leaf and n.unknown_branch is None for n in root.walk())
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause Python's cycle collector while a large expression is built.
+
+    sqlglot nodes point to their parents, so every node is in a cycle, and the collector's
+    passes over a growing tree took three quarters of the time to build a 2,000-leaf tree's
+    SQL. Nothing built here is garbage until the caller drops it.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _builds_large(fn: Callable[P, R]) -> Callable[P, R]:
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        with _collector_paused():
+            return fn(*args, **kwargs)
+
+    return wrapper
 
 
 # -- building blocks -------------------------------------------------------------------------
@@ -120,7 +199,7 @@ def branch_condition(split: Split, branch: int, table: str | None = None) -> exp
     c = column(split.feature, table)
     if split.kind == CONTINUOUS:
         assert split.threshold is not None
-        t = num(float(split.threshold), double=False)
+        t = dnum(split.threshold, double=False)
         return exp.LTE(this=c, expression=t) if branch == 0 else exp.GT(this=c, expression=t)
     assert split.groups is not None
     return _in(c, split.groups[branch])
@@ -174,9 +253,9 @@ class Layout:
         """The (negative) code of a walk that stopped at ``node``."""
         return -1 - self.pre[id(node)]
 
-    def within(self, entry: exp.Expression, node: Node) -> exp.Expression:
-        return exp.Between(this=entry.copy(), low=num(self.pre[id(node)]),
-                           high=num(self.last[id(node)]))
+    def within(self, entry: exp.Column, node: Node) -> exp.Expression:
+        return exp.Between(this=column(entry.name, entry.table or None),
+                           low=_int(self.pre[id(node)]), high=_int(self.last[id(node)]))
 
 
 # -- fast path -------------------------------------------------------------------------------
@@ -186,7 +265,7 @@ def build_case(
     table: str | None = None,
     *,
     stop: Callable[[Node], exp.Expression] | None = None,
-    entry: exp.Expression | None = None,
+    entry: exp.Column | None = None,
     layout: Layout | None = None,
 ) -> exp.Expression:
     """The merged nested CASE over known values; ``leaf_value`` gives each leaf's output.
@@ -356,6 +435,7 @@ def build_closed_form_label(
 
 
 # -- single expressions ----------------------------------------------------------------------
+@_builds_large
 def compile_label(root: Node, classes: Sequence[Any], table: str | None = None) -> exp.Expression:
     """The predicted class as one SQL expression."""
     fast = build_case(root, lambda n: literal(classes[leaf_label(n)]), table)
@@ -364,6 +444,7 @@ def compile_label(root: Node, classes: Sequence[Any], table: str | None = None) 
     return exp.Coalesce(this=fast, expressions=[build_closed_form_label(root, classes, table)])
 
 
+@_builds_large
 def compile_proba(root: Node, n_classes: int, table: str | None = None) -> list[exp.Expression]:
     """One probability expression per class."""
     layout = Layout.of(root)
@@ -379,9 +460,10 @@ def compile_proba(root: Node, n_classes: int, table: str | None = None) -> list[
     return out
 
 
+@_builds_large
 def compile_leaf(root: Node, table: str | None = None) -> exp.Expression:
     """The id of the leaf a row reaches (NULL where a fractional test meets an unknown value)."""
-    return build_case(root, lambda n: num(n.node_id), table)
+    return build_case(root, lambda n: _int(n.node_id), table)
 
 
 # -- scoring queries -------------------------------------------------------------------------
@@ -402,16 +484,25 @@ def _from(select: exp.Select, relation: exp.Expression) -> exp.Select:
     return select.from_(relation, copy=False)
 
 
-def _sub(select: exp.Select, alias: str) -> exp.Subquery:
-    return exp.Subquery(this=select, alias=exp.TableAlias(this=_name(alias)))
+def _step(select: exp.Select, alias: str) -> exp.Subquery:
+    """``(select OFFSET 0) AS alias``: a step the planner keeps.
+
+    PostgreSQL pulls plain subqueries up into the query that reads them, writing each column's
+    expression wherever the column is used; the closed form uses each unknown flag and each
+    probability many times, so the pulled-up query grew without bound. ``OFFSET 0`` keeps the
+    subquery a step of its own.
+    """
+    return exp.Subquery(this=select.offset(0, copy=False),
+                        alias=exp.TableAlias(this=_name(alias)))
 
 
 def _label_case(code: exp.Expression, classes: Sequence[Any]) -> exp.Expression:
     """The class whose index ``code`` holds."""
-    return exp.Case(this=code, ifs=[exp.If(this=num(i), true=literal(c))
+    return exp.Case(this=code, ifs=[exp.If(this=_int(i), true=literal(c))
                                     for i, c in enumerate(classes)])
 
 
+@_builds_large
 def build_scoring_query(
     root: Node,
     classes: Sequence[Any],
@@ -481,7 +572,7 @@ def build_closed_form_query(
             known = _coalesce_false(_in(column(feature), values))
             marks.append("expressions", _as(
                 _case([(stopped.copy(), _not(known))], None), _name(name)))
-        step = _from(marks, _sub(step, "walk"))
+        step = _from(marks, _step(step, "walk"))
 
     def unknown(n: Node) -> exp.Expression:
         assert n.split is not None
@@ -493,7 +584,7 @@ def build_closed_form_query(
     spread = exp.Select(expressions=[exp.Star()])
     for c, p in enumerate(build_probabilities(root, k, unknown=unknown)):
         spread.append("expressions", _as(_case([(stopped.copy(), p)], None), _name(f"p{c}")))
-    spread = _from(spread, _sub(step, "flags"))
+    spread = _from(spread, _step(step, "flags"))
 
     out = exp.Select(expressions=[column(c) for c in source_columns])
     label = build_argmax([lambda c=c: _ref(f"p{c}") for c in range(k)],
@@ -504,7 +595,7 @@ def build_closed_form_query(
         for c, name in enumerate(proba_names):
             out.append("expressions", _as(
                 exp.Coalesce(this=_ref(f"fast{c}"), expressions=[_ref(f"p{c}")]), name))
-    return _from(out, _sub(spread, "spread"))
+    return _from(out, _step(spread, "spread"))
 
 
 def build_expansion_query(
@@ -536,10 +627,10 @@ def build_expansion_query(
     features = sorted({n.split.feature for n in layout.nodes if n.split is not None})
 
     def fast_value(n: Node) -> exp.Expression:
-        return num(layout.leaf[id(n)] if with_proba else leaf_label(n))
+        return _int(layout.leaf[id(n)] if with_proba else leaf_label(n))
 
     def stop(n: Node) -> exp.Expression:
-        return num(layout.stop_code(n))
+        return _int(layout.stop_code(n))
 
     scored = _from(exp.Select(expressions=[
         exp.Star(),
@@ -552,13 +643,13 @@ def build_expansion_query(
                 for n in layout.nodes if n.split is not None and n.unknown_branch is None
                 for share, child in zip(n.shares, n.children) if share > 0]
         names = [PREFIX + "stop", PREFIX + "entry", PREFIX + "share"]
-        return values_table("e", names, rows, ["INT", "INT", "DOUBLE"])
+        return _values("e", names, rows, ["INT", "INT", "DOUBLE"])
 
     def leaf_table() -> exp.Expression:
         rows = [(layout.leaf[id(n)], leaf_label(n), *[float(p) for p in n.proba])
                 for n in layout.nodes if n.is_leaf]
         names = [PREFIX + "leaf", PREFIX + "label", *[PREFIX + f"p{c}" for c in range(k)]]
-        return values_table("l", names, rows, ["INT", "INT"] + ["DOUBLE"] * k)
+        return _values("l", names, rows, ["INT", "INT"] + ["DOUBLE"] * k)
 
     def cte(name: str, alias: str) -> exp.Table:
         return exp.Table(this=_name(name), alias=exp.TableAlias(this=exp.to_identifier(alias)))
@@ -566,7 +657,7 @@ def build_expansion_query(
     base = exp.Select(expressions=[
         _ref("row"), dnum(1.0), _ref("at"), *[column(f) for f in features],
     ]).from_(_name("scored"), copy=False).where(
-        exp.LT(this=_ref("at"), expression=num(0)), copy=False)
+        exp.LT(this=_ref("at"), expression=_int(0)), copy=False)
     copies = exp.Select(expressions=[
         exp.Column(this=exp.Star(), table=exp.to_identifier("w")),
         _ref("entry", "e"), _ref("share", "e"),
@@ -578,7 +669,7 @@ def build_expansion_query(
     step = exp.Select(expressions=[
         _ref("row", "c"),
         exp.Mul(this=_ref("w", "c"), expression=_ref("share", "c")),
-        build_case(root, lambda n: num(layout.leaf[id(n)]), "c", stop=stop,
+        build_case(root, lambda n: _int(layout.leaf[id(n)]), "c", stop=stop,
                    entry=_ref("entry", "c"), layout=layout),
         *[column(f, "c") for f in features],
     ]).from_(exp.Subquery(this=copies, alias=exp.TableAlias(this=exp.to_identifier("c"))),
@@ -607,7 +698,7 @@ def build_expansion_query(
                               [literal(c) for c in classes])
     fast_label = _label_case(_ref("label", "l") if with_proba else at.copy(), classes)
     out = exp.Select(expressions=[column(c, "s") for c in source_columns])
-    out.append("expressions", _as(_case([(exp.GTE(this=at, expression=num(0)), fast_label)],
+    out.append("expressions", _as(_case([(exp.GTE(this=at, expression=_int(0)), fast_label)],
                                         slow_label), column_name))
     if proba_names is not None:
         for c, name in enumerate(proba_names):
