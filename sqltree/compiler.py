@@ -322,40 +322,89 @@ def build_closed_form(
     ``P(node) = sum over branches of factor(branch) * P(child)``, the factor 1 for the branch a
     known value takes, 0 for the others, and the branch's share where the value is unknown.
     A CASE skips a child's subtree for rows that do not reach it, so a row evaluates only the
-    branches its known and unknown values lead to. ``unknown(node)`` may replace the test for
-    an unknown value (a query can compute it once per row).
+    branches its known and unknown values lead to.
+
+    Each branch's term tests whether the value is unknown; for a nominal test that lists its
+    whole domain, so ``m`` branches name ``m * m`` values. Where that is more than the
+    branches' own size, the test instead sends known values to their branch and sums the
+    shares otherwise (``CASE WHEN x = a THEN P(a) ... ELSE s_a * P(a) + ... END``), which
+    writes each branch twice. ``unknown(node)`` may replace the test for an unknown value
+    (a query can compute it once per row); the terms then stay.
     """
-    if unknown is None:
-        def unknown(n: Node) -> exp.Expression:
+    test_unknown = unknown
+    if test_unknown is None:
+        def test_unknown(n: Node) -> exp.Expression:
             assert n.split is not None
             return unknown_condition(n.split, table)
 
     out: dict[int, exp.Expression | None] = {}
+    size: dict[int, int] = {}  # about how many nodes each node's closed form holds
     for node in reversed(list(root.walk())):  # children before parents, no recursion
         if node.is_leaf:
             v = value(node)
             out[id(node)] = dnum(v) if v != 0 else None
+            size[id(node)] = 1
             continue
         assert node.split is not None
         split = node.split
+        subs = [(i, child, out.pop(id(child)), size.pop(id(child)))
+                for i, child in enumerate(node.children)]
+        subs = [(i, child, sub, n) for i, child, sub, n in subs if sub is not None]
+        fractional = node.unknown_branch is None
+        m = len(node.children)
+        inner = sum(n for *_, n in subs)
+        by_terms = inner + len(subs) * (10 + (m if split.kind != CONTINUOUS else 2))
+        by_dispatch = 2 * inner + 6 * len(subs)
+        if (fractional and unknown is None and split.kind != CONTINUOUS
+                and by_dispatch < by_terms):
+            out[id(node)] = _dispatch(node, subs, value, table) if subs else None
+            size[id(node)] = by_dispatch
+            continue
         terms = []
-        for i, child in enumerate(node.children):
-            sub = out.pop(id(child))
-            if sub is None:
-                continue
-            share = node.shares[i] if node.unknown_branch is None else 0.0
+        for i, child, sub, _ in subs:
+            share = node.shares[i] if fractional else 0.0
             if share <= 0:
                 when = [(routed_condition(node, i, table), sub)]
             elif child.is_leaf:  # a constant: the share folds in
                 when = [(branch_condition(split, i, table), sub),
-                        (unknown(node), dnum(share * value(child)))]
+                        (test_unknown(node), dnum(share * value(child)))]
             else:
                 factor = _case([(branch_condition(split, i, table), dnum(1.0))], dnum(share))
-                when = [(_or(branch_condition(split, i, table), unknown(node)),
+                when = [(_or(branch_condition(split, i, table), test_unknown(node)),
                          exp.Mul(this=factor, expression=_paren(sub)))]
             terms.append(_case(when, dnum(0.0)))
         out[id(node)] = _balanced_sum(terms) if terms else None
+        size[id(node)] = by_terms
     return out[id(root)]
+
+
+def _dispatch(
+    node: Node,
+    subs: list[tuple[int, Node, exp.Expression, int]],
+    value: Callable[[Node], float],
+    table: str | None,
+) -> exp.Expression:
+    """Known values to their branch's closed form; unknown ones to the shares' sum."""
+    assert node.split is not None
+    spread: list[exp.Expression] = []
+    constant = 0.0  # leaves' shares add up here, in branch order as Node.predict_proba does
+    for i, child, sub, _ in subs:
+        share = node.shares[i]
+        if share <= 0:
+            continue
+        if child.is_leaf:
+            constant += share * value(child)
+        else:
+            spread.append(exp.Mul(this=dnum(share), expression=_paren(sub.copy())))
+    if constant != 0 or not spread:
+        spread.insert(0, dnum(constant))
+    ifs = [(branch_condition(node.split, i, table), sub) for i, _, sub, _ in subs]
+    # A branch whose closed form is 0 has no term above, and its known values must not fall
+    # to the ELSE that spreads unknown ones: they get an explicit 0.
+    listed = {i for i, *_ in subs}
+    ifs += [(branch_condition(node.split, i, table), dnum(0.0))
+            for i in range(len(node.children)) if i not in listed]
+    return _case(ifs, _balanced_sum(spread))
 
 
 def _balanced_sum(items: Sequence[exp.Expression]) -> exp.Expression:

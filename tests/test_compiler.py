@@ -196,7 +196,7 @@ def test_deep_and_wide_trees_score_on_every_engine(engine_factory, case):
 # -- C4.5's fractional unknowns: the walk stops, the slow path spreads -------------------------
 def fractional_tree(leaves: int, seed: int = 0, k: int = 3) -> Node:
     """A random C4.5-style tree: unknown values go down every branch by share (some 0),
-    binary tests on x0..x3, multiway tests on c, leaves with near-ties.
+    binary tests on x0..x3, multiway tests on c, pure leaves and leaves with near-ties.
 
     Grown mostly level by level, so it is about as deep as a C4.5 tree with these leaves: the
     closed form nests once per level, and SQLite's parser takes about 8.
@@ -205,7 +205,10 @@ def fractional_tree(leaves: int, seed: int = 0, k: int = 3) -> Node:
     ids = iter(range(10**6))
 
     def new_leaf() -> Node:
-        if rng.random() < 0.1:  # within the 1e-9 tie margin, either way round
+        if rng.random() < 0.1:  # pure: the closed form of the other classes skips it
+            proba = [0.0] * k
+            proba[rng.randrange(k)] = 1.0
+        elif rng.random() < 0.1:  # within the 1e-9 tie margin, either way round
             a = rng.random() / 2
             proba = [a, a + rng.choice([-5e-10, 5e-10]), 1 - 2 * a - 5e-10][:k]
         else:

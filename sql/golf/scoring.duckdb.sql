@@ -29,40 +29,24 @@ COALESCE(
     END + CASE
       WHEN "outlook" = 'rainy'
       OR NOT COALESCE("outlook" IN ('overcast', 'rainy', 'sunny'), FALSE)
-      THEN CASE WHEN "outlook" = 'rainy' THEN 1.0e0 ELSE 0.35714285714285715e0 END * (
-        CASE
-          WHEN "windy" = 'false'
-          THEN -1.0e0
-          WHEN NOT COALESCE("windy" IN ('false', 'true'), FALSE)
-          THEN -0.6e0
-          ELSE 0.0e0
-        END + CASE
-          WHEN "windy" = 'true'
-          THEN 1.0e0
-          WHEN NOT COALESCE("windy" IN ('false', 'true'), FALSE)
-          THEN 0.4e0
-          ELSE 0.0e0
-        END
-      )
+      THEN CASE WHEN "outlook" = 'rainy' THEN 1.0e0 ELSE 0.35714285714285715e0 END * CASE
+        WHEN "windy" = 'false'
+        THEN -1.0e0
+        WHEN "windy" = 'true'
+        THEN 1.0e0
+        ELSE -0.19999999999999996e0
+      END
       ELSE 0.0e0
     END + CASE
       WHEN "outlook" = 'sunny'
       OR NOT COALESCE("outlook" IN ('overcast', 'rainy', 'sunny'), FALSE)
-      THEN CASE WHEN "outlook" = 'sunny' THEN 1.0e0 ELSE 0.35714285714285715e0 END * (
-        CASE
-          WHEN "humidity" = 'high'
-          THEN 1.0e0
-          WHEN NOT COALESCE("humidity" IN ('high', 'normal'), FALSE)
-          THEN 0.6e0
-          ELSE 0.0e0
-        END + CASE
-          WHEN "humidity" = 'normal'
-          THEN -1.0e0
-          WHEN NOT COALESCE("humidity" IN ('high', 'normal'), FALSE)
-          THEN -0.4e0
-          ELSE 0.0e0
-        END
-      )
+      THEN CASE WHEN "outlook" = 'sunny' THEN 1.0e0 ELSE 0.35714285714285715e0 END * CASE
+        WHEN "humidity" = 'high'
+        THEN 1.0e0
+        WHEN "humidity" = 'normal'
+        THEN -1.0e0
+        ELSE 0.19999999999999996e0
+      END
       ELSE 0.0e0
     END >= -1e-09
     THEN 'no'

@@ -23,21 +23,13 @@ COALESCE(
     END + CASE
       WHEN [outlook] = 'Rain'
       OR NOT COALESCE([outlook] IN ('Overcast', 'Rain', 'Sun'), (1 = 0))
-      THEN CASE WHEN [outlook] = 'Rain' THEN 1.0e0 ELSE 0.35714285714285715e0 END * (
-        CASE
-          WHEN [wind] = 'High'
-          THEN 1.0e0
-          WHEN NOT COALESCE([wind] IN ('High', 'Low'), (1 = 0))
-          THEN 0.4e0
-          ELSE 0.0e0
-        END + CASE
-          WHEN [wind] = 'Low'
-          THEN -1.0e0
-          WHEN NOT COALESCE([wind] IN ('High', 'Low'), (1 = 0))
-          THEN -0.6e0
-          ELSE 0.0e0
-        END
-      )
+      THEN CASE WHEN [outlook] = 'Rain' THEN 1.0e0 ELSE 0.35714285714285715e0 END * CASE
+        WHEN [wind] = 'High'
+        THEN 1.0e0
+        WHEN [wind] = 'Low'
+        THEN -1.0e0
+        ELSE -0.19999999999999996e0
+      END
       ELSE 0.0e0
     END + CASE
       WHEN [outlook] = 'Sun'
