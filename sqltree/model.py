@@ -15,7 +15,6 @@ from sqlglot.errors import ErrorLevel
 
 from . import compiler
 from .errors import DataError, ModelFileError
-from .queries import literal
 from .tree import Node, Value, format_value
 
 FORMAT = "sqltree-model"
@@ -173,16 +172,22 @@ class Model:
         column: str = "prediction",
         proba: bool = False,
         source_columns: Sequence[str] | None = None,
+        expand: bool = False,
+        ordered: bool = True,
     ) -> exp.Select:
         """``SELECT *, <prediction> FROM relation`` as a sqlglot query.
 
-        Given the source's column names, a tree with C4.5 fractional tests computes the
-        closed-form class probabilities once per row in a subquery (and only for rows that
-        meet an unknown value), instead of repeating them inside one expression.
+        Given the source's column names, rows that meet an unknown value at a C4.5 test get
+        their class probabilities in a step of their own, once per row: in closed form, or,
+        with ``expand``, by copies of the row that walk on from every branch (see
+        ``compiler.build_expansion_query``; that keeps the source's row order only when
+        ``ordered``).
         """
-        check = compiler.guard(self.root)
-        if source_columns is not None and check is not None:
-            return self._two_step_query(relation, column, proba, source_columns, check)
+        if source_columns is not None and output == "label":
+            return compiler.build_scoring_query(
+                self.root, self.classes, relation, source_columns, column,
+                self.proba_columns() if proba else None, expand=expand, ordered=ordered,
+            )
         outputs: list[exp.Expression] = [
             exp.alias_(self.to_expression(output), exp.to_identifier(column, quoted=True))
         ]
@@ -192,49 +197,6 @@ class Model:
             ):
                 outputs.append(exp.alias_(expression, exp.to_identifier(name, quoted=True)))
         return exp.select(exp.Star(), *outputs).from_(relation)
-
-    def _two_step_query(
-        self,
-        relation: exp.Expression,
-        column: str,
-        proba: bool,
-        source_columns: Sequence[str],
-        check: exp.Expression,
-    ) -> exp.Select:
-        k = len(self.classes)
-        names = [f"__sqltree_p{c}" for c in range(k)]
-        closed = compiler.build_probabilities(self.root, k)
-        inner = exp.select(
-            exp.Star(),
-            *[
-                exp.alias_(
-                    exp.Case(ifs=[exp.If(this=check.copy(), true=exp.null())], default=p),
-                    exp.to_identifier(n, quoted=True),
-                )
-                for p, n in zip(closed, names)
-            ],
-        ).from_(relation)
-        refs: list[exp.Expression] = [exp.column(n, quoted=True) for n in names]
-        labels = [literal(c) for c in self.classes]
-        tree = compiler.build_case(self.root, lambda n: labels[n.label].copy())
-        label = exp.Case(
-            ifs=[exp.If(this=check.copy(), true=tree)],
-            default=compiler.build_argmax(refs, labels),
-        )
-        outputs: list[exp.Expression] = [
-            exp.column(c, quoted=True) for c in source_columns
-        ]
-        outputs.append(exp.alias_(label, exp.to_identifier(column, quoted=True)))
-        if proba:
-            for c, name in enumerate(self.proba_columns()):
-                by_tree = compiler.build_case(self.root, lambda n, c=c: compiler.dnum(n.proba[c]))
-                outputs.append(
-                    exp.alias_(
-                        exp.Case(ifs=[exp.If(this=check.copy(), true=by_tree)], default=refs[c]),
-                        exp.to_identifier(name, quoted=True),
-                    )
-                )
-        return exp.select(*outputs).from_(inner.subquery("scored"))
 
     def predict(
         self,
@@ -248,8 +210,9 @@ class Model:
         """Score ``source`` in the engine with the compiled SQL.
 
         Returns the source's columns plus ``prediction`` (and ``proba_<class>`` columns with
-        ``proba=True``) as a pandas DataFrame, or, with ``into``, writes them to that table and
-        returns None.
+        ``proba=True``) as a pandas DataFrame in the source's row order, or, with ``into``,
+        writes them to that table and returns None (the table's rows are in no particular
+        order: restoring it would sort the whole table).
         """
         from .dataset import resolve_relation
         from .engines import get_engine
@@ -270,7 +233,8 @@ class Model:
                     f"the source already has columns {clash}; choose another name with column="
                 )
             query = self.scoring_query(
-                relation, column=column, proba=proba, source_columns=names
+                relation, column=column, proba=proba, source_columns=names,
+                expand=scores_by_expansion(engine), ordered=into is None,
             )
             if into is not None:
                 engine.create_table(into, query)
@@ -325,6 +289,22 @@ def load(path: str | os.PathLike[str]) -> Model:
     except json.JSONDecodeError as e:
         raise ModelFileError(f"{path}: not a JSON model file ({e})") from e
     return Model.from_dict(data)
+
+
+VECTORIZED_DIALECTS = frozenset({"duckdb"})
+"""Engines that run a CASE a batch of rows at a time, read where an engine does not say so.
+
+Such an engine evaluates every branch that some row of a batch takes, so the closed form (a
+sum over the whole tree) costs about as much per batch as the tree is large; copies of the
+rows that stopped, walking on, cost a walk each. Row-at-a-time engines (PostgreSQL, Spark)
+evaluate only the branches each row takes, and keep the closed form.
+"""
+
+
+def scores_by_expansion(engine: Any) -> bool:
+    """Whether ``predict`` spreads rows that meet unknown values by copies (see above)."""
+    flag = getattr(engine, "VECTORIZED", None)
+    return bool(flag) if flag is not None else engine.dialect in VECTORIZED_DIALECTS
 
 
 def render(expression: exp.Expression, dialect: str, pretty: bool = False) -> str:

@@ -6,6 +6,7 @@ import random
 import sqlite3
 
 import duckdb
+import numpy as np
 import pandas as pd
 import pytest
 import sqlglot
@@ -190,3 +191,140 @@ def test_deep_and_wide_trees_score_on_every_engine(engine_factory, case):
         for r in frame.to_dict("records")
     ]
     assert got == expected
+
+
+# -- C4.5's fractional unknowns: the walk stops, the slow path spreads -------------------------
+def fractional_tree(leaves: int, seed: int = 0, k: int = 3) -> Node:
+    """A random C4.5-style tree: unknown values go down every branch by share (some 0),
+    binary tests on x0..x3, multiway tests on c, pure leaves and leaves with near-ties.
+
+    Grown mostly level by level, so it is about as deep as a C4.5 tree with these leaves: the
+    closed form nests once per level, and SQLite's parser takes about 8.
+    """
+    rng = random.Random(seed)
+    ids = iter(range(10**6))
+
+    def new_leaf() -> Node:
+        if rng.random() < 0.1:  # pure: the closed form of the other classes skips it
+            proba = [0.0] * k
+            proba[rng.randrange(k)] = 1.0
+        elif rng.random() < 0.1:  # within the 1e-9 tie margin, either way round
+            a = rng.random() / 2
+            proba = [a, a + rng.choice([-5e-10, 5e-10]), 1 - 2 * a - 5e-10][:k]
+        else:
+            raw = [rng.random() for _ in range(k)]
+            proba = [r / sum(raw) for r in raw]
+        return Node(counts=list(proba), proba=proba, node_id=next(ids))
+
+    root = new_leaf()
+    frontier = [root]
+    count = 1
+    while count < leaves:
+        node = frontier.pop(rng.randrange(min(len(frontier), 4)))
+        if rng.random() < 0.25:
+            values = ["a", "b", "c", "it's"]
+            node.split = Split("c", NOMINAL, groups=[[v] for v in values])
+        else:
+            node.split = Split(f"x{rng.randrange(4)}", CONTINUOUS, threshold=round(rng.random(), 3))
+        m = len(node.split.groups or [0, 0])
+        shares = [0.0 if rng.random() < 0.15 else rng.random() for _ in range(m)]
+        shares[rng.randrange(m)] += 0.5
+        node.shares = [s / sum(shares) for s in shares]
+        node.children = [new_leaf() for _ in range(m)]
+        frontier.extend(node.children)
+        count += m - 1
+    return root
+
+
+def unknown_rows(n: int, seed: int = 1) -> pd.DataFrame:
+    """Rows with NULLs in every feature and nominal values no branch lists."""
+    rng = random.Random(seed)
+    return pd.DataFrame([
+        {**{f"x{j}": (None if rng.random() < 0.15 else rng.random()) for j in range(4)},
+         "c": rng.choice(["a", "b", "c", "it's", None, "zzz"])}
+        for _ in range(n)
+    ])
+
+
+def python_rows(frame: pd.DataFrame) -> list[dict]:
+    return [{k: (None if pd.isna(v) else v) for k, v in r.items()}
+            for r in frame.to_dict("records")]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_fractional_tree_in_one_expression_equals_python(seed):
+    model = model_of(fractional_tree(300, seed), 3)
+    frame = unknown_rows(1500, seed)
+    check_engine_rows(model, frame, duckdb_runner(frame))
+    shallow = model_of(fractional_tree(100, seed), 3)
+    check_engine_rows(shallow, frame, sqlite_runner(frame))
+    con = duckdb.connect()
+    con.register("t", frame)
+    probs = compiler.compile_proba(model.root, 3)
+    got = con.execute("SELECT " + ", ".join(p.sql("duckdb") for p in probs) + " FROM t").fetchall()
+    want = [model.predict_proba_row(r) for r in python_rows(frame)]
+    assert np.allclose(np.array(got, dtype=float), np.array(want), atol=1e-12)
+
+
+@pytest.mark.parametrize("expand", [True, False], ids=["expansion", "closed-form"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_scoring_queries_equal_python_in_row_order(seed, expand):
+    model = model_of(fractional_tree(400, seed), 3)
+    frame = unknown_rows(3000, seed + 10).assign(rid=range(3000))
+    con = duckdb.connect()
+    con.register("t", frame)
+    query = model.scoring_query(sqlglot.exp.to_table("t"), proba=True,
+                                source_columns=list(frame.columns), expand=expand)
+    got = con.execute(query.sql("duckdb")).df()
+    assert list(got["rid"]) == list(range(3000))
+    rows = python_rows(frame)
+    assert list(got["prediction"]) == [model.predict_row(r) for r in rows]
+    want = np.array([model.predict_proba_row(r) for r in rows])
+    assert np.allclose(got[model.proba_columns()].to_numpy(dtype=float), want, atol=1e-12)
+
+
+def test_walk_stops_only_where_the_rows_path_meets_an_unknown():
+    # x <= 0.5: leaf 1; else c = a: leaf 3, c = b: leaf 4 (unknown c spreads)
+    root = Node(counts=[2, 2], proba=[0.5, 0.5], node_id=0,
+                split=Split("x", CONTINUOUS, threshold=0.5), shares=[0.5, 0.5],
+                children=[leaf(0, node_id=1),
+                          Node(counts=[1, 1], proba=[0.5, 0.5], node_id=2,
+                               split=Split("c", NOMINAL, groups=[["a"], ["b"]]),
+                               shares=[0.5, 0.5], children=[leaf(0, node_id=3),
+                                                            leaf(1, node_id=4)])])
+    frame = pd.DataFrame({"x": [0.1, 0.1, 0.9, 0.9, 0.9, None],
+                          "c": [None, "zzz", "a", None, "zzz", "b"]})
+    con = duckdb.connect()
+    con.register("t", frame)
+    got = [r[0] for r in con.execute(
+        f"SELECT {compiler.compile_leaf(root).sql('duckdb')} FROM t").fetchall()]
+    assert got == [1, 1, 3, None, None, None]
+
+
+def test_expansion_query_grows_linearly_and_builds_fast():
+    import time
+
+    sizes = []
+    for leaves in (1000, 4000):
+        model = model_of(fractional_tree(leaves, 3), 3)
+        start = time.perf_counter()
+        query = model.scoring_query(sqlglot.exp.to_table("t"), source_columns=["x0"],
+                                    expand=True)
+        sql = query.sql("duckdb")
+        seconds = time.perf_counter() - start
+        sizes.append(len(sql) / model.n_leaves)
+        assert seconds < 5  # about 0.3 s for 2,000 leaves; quadratic building took minutes
+    assert sizes[1] < 1.3 * sizes[0]
+
+
+@pytest.mark.parametrize("case", ["fractional-400"])
+def test_fractional_tree_predicts_as_python_on_every_engine(engine_factory, case):
+    """model.predict on each engine: DuckDB spreads by copies, the others in closed form."""
+    model = model_of(fractional_tree(400, 5), 3)
+    frame = unknown_rows(800, 7).assign(rid=range(800))
+    engine, source = engine_factory(frame, case)
+    got = model.predict(source, connection=engine, proba=True).sort_values("rid")
+    rows = python_rows(frame)
+    assert list(got["prediction"]) == [model.predict_row(r) for r in rows]
+    want = np.array([model.predict_proba_row(r) for r in rows])
+    assert np.allclose(got[model.proba_columns()].to_numpy(dtype=float), want, atol=1e-12)
