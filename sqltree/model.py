@@ -236,10 +236,12 @@ class Model:
                 relation, column=column, proba=proba, source_columns=names,
                 expand=scores_by_expansion(engine), ordered=into is None,
             )
-            if into is not None:
-                engine.create_table(into, query)
-                return None
-            return engine.frame(query)
+            # The engine copies the query before rendering it; see compiler.collector_paused.
+            with compiler.collector_paused():
+                if into is not None:
+                    engine.create_table(into, query)
+                    return None
+                return engine.frame(query)
         finally:
             engine.cleanup()
 
