@@ -342,6 +342,21 @@ def test_postgres_inside_callers_transaction(postgres_url: str) -> None:
 
 
 @pytest.mark.postgres
+def test_postgres_statements_run_without_jit(postgres_url: str) -> None:
+    """sqltree's statements run with JIT off; the connection's own setting is left as it was."""
+    from sqltree.engines.postgres import PostgresEngine
+
+    engine = PostgresEngine.connect(postgres_url)
+    try:
+        before = engine.connection.execute("SHOW jit").fetchone()
+        (row,) = engine.execute(exp.select(exp.func("CURRENT_SETTING", exp.Literal.string("jit"))))
+        assert row == ("off",)
+        assert engine.connection.execute("SHOW jit").fetchone() == before
+    finally:
+        engine.close()
+
+
+@pytest.mark.postgres
 def test_postgres_rows_are_python_numbers(postgres_url: str) -> None:
     from sqltree.engines.postgres import PostgresEngine
 

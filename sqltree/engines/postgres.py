@@ -96,6 +96,11 @@ class PostgresEngine(Engine):
         # query cancel) rolls back only this statement and leaves the connection usable for
         # the cleanup that follows.
         with self.connection.transaction(), self._cursor() as cur:
+            # LLVM compilation of sqltree's large expressions costs far more than it saves:
+            # scoring 200k rows with a 2,347-leaf tree took 196 s with JIT and 2.2 s without.
+            # LOCAL: the setting ends with this statement's transaction (inside a caller's
+            # transaction, with that transaction).
+            cur.execute("SET LOCAL jit = off")
             cur.execute(sql)
             if fetch and cur.description is not None:
                 return [tuple(r) for r in cur.fetchall()]
@@ -106,6 +111,11 @@ class PostgresEngine(Engine):
 
     def _run_columns(self, sql: str) -> list[tuple[str, str]]:
         with self.connection.transaction(), self._cursor() as cur:
+            # LLVM compilation of sqltree's large expressions costs far more than it saves:
+            # scoring 200k rows with a 2,347-leaf tree took 196 s with JIT and 2.2 s without.
+            # LOCAL: the setting ends with this statement's transaction (inside a caller's
+            # transaction, with that transaction).
+            cur.execute("SET LOCAL jit = off")
             cur.execute(sql)
             description = list(cur.description or [])
         out = []
