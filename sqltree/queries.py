@@ -631,7 +631,7 @@ def _best_cuts_ordered(
     for the next value), and a cut's left counts are the running sums less the known counts
     of the (attr, node) groups before it. The best cut per group (highest gain, ties within
     ``threshold_tie`` to the lowest threshold) then takes two GROUP BYs instead of windows.
-    Adds CTEs ``cand`` to ``ctes``.
+    Adds CTEs ``scan`` and ``cand`` to ``ctes``.
     """
     k = len(classes)
     running = [
@@ -655,6 +655,9 @@ def _best_cuts_ordered(
     totals = exp.select("*", *before).from_(exp.alias_(exp.Subquery(this=agg.copy()), "t")).where(
         continuous_filter.copy()
     )
+    # The streaming window runs on one thread and so would everything after it in the same
+    # pipeline; materialised, the join and the gain arithmetic run in parallel.
+    ctes.append(("scan", scan))
     left = [paren(col(f"g{i}", "s") - col(f"o{i}", "a")) for i in range(k)]
     lw: exp.Expression = left[0].copy()
     for e in left[1:]:
@@ -672,7 +675,7 @@ def _best_cuts_ordered(
             col("w_known", "a"),
             col("w_all", "a"),
         )
-        .from_(exp.alias_(exp.Subquery(this=scan), "s"))
+        .from_(exp.alias_(exp.to_table("scan"), "s"))
         .join(
             exp.alias_(exp.Subquery(this=totals), "a"),
             on=exp.and_(
@@ -1065,6 +1068,11 @@ def build_partition(
             exp.EQ(this=col("key", "x"), expression=col("key", "r")),
         ),
     )
+
+
+def ordered_by_node(query: exp.Expression) -> exp.Select:
+    """``query``'s rows sorted by node."""
+    return exp.select("*").from_(query.subquery("p")).order_by(col("node"))
 
 
 def values_table(

@@ -159,8 +159,14 @@ def test_duckdb_settings_are_restored():
     import duckdb
 
     connection = duckdb.connect()
-    before = connection.execute("SELECT current_setting('perfect_ht_threshold')").fetchone()
+    connection.execute("SET disabled_optimizers = 'top_n'")
+    settings = (
+        "SELECT current_setting('perfect_ht_threshold'), current_setting('disabled_optimizers')"
+    )
+    before = connection.execute(settings).fetchone()
     engine = DuckDBEngine(connection)
+    during = connection.execute(settings).fetchone()
+    assert during[0] >= 20 and set(during[1].split(",")) == {"top_n", "build_side_probe_side"}
     engine.cleanup()
-    after = connection.execute("SELECT current_setting('perfect_ht_threshold')").fetchone()
+    after = connection.execute(settings).fetchone()
     assert after == before

@@ -50,6 +50,9 @@ class Engine(ABC):
     """Whether a window with an empty ``OVER`` streams over a subquery's ``ORDER BY`` order
     (one pass, in parallel with nothing else) and ``ARG_MIN`` exists."""
 
+    KEEPS_ROW_ORDER: ClassVar[bool] = False
+    """Whether a table made from an ordered query is stored, and scanned, in that order."""
+
     CACHES_TEMP_TABLES: ClassVar[bool] = False
     """Whether a temp table must be cached explicitly to avoid recomputation (Spark)."""
 
