@@ -734,7 +734,11 @@ def _best_cuts_ordered(
 
 
 def ordered_running_sums(
-    hist: exp.Table, columns: Sequence[str], where: exp.Expression, prefix: str = "l"
+    hist: exp.Table,
+    columns: Sequence[str],
+    where: exp.Expression,
+    prefix: str = "l",
+    ctes: list[tuple[str, exp.Expression]] | None = None,
 ) -> exp.Select:
     """Running sums of ``columns`` over each (node, attr) group of ``hist`` in value order.
 
@@ -742,7 +746,9 @@ def ordered_running_sums(
     ``<prefix><i>`` (the sum of ``columns[i]`` over the group's values up to v). The histogram
     is read once in (attr, node, v) order by a streaming window, whose sums run across groups;
     a group's sums before it come from its known totals, summed in the same order (see
-    ``_best_cuts_ordered``, which does the same with the totals it needs anyway).
+    ``_best_cuts_ordered``, which does the same with the totals it needs anyway). With
+    ``ctes``, the scan becomes the materialised CTE ``running`` added to it, so that what
+    follows the one-thread streaming window runs in parallel.
     """
     known = exp.and_(col("v").is_(exp.null()).not_(), where.copy())
     ordered = (
@@ -773,6 +779,10 @@ def ordered_running_sums(
     offsets = exp.select(
         col("node"), col("attr"), *[_sum_before(f"k{i}", f"o{i}") for i in range(len(columns))]
     ).from_(exp.alias_(exp.Subquery(this=group_totals), "t"))
+    source: exp.Expression = exp.Subquery(this=scan)
+    if ctes is not None:
+        ctes.append(("running", scan))
+        source = exp.to_table("running")
     return (
         exp.select(
             col("node", "s"), col("attr", "s"), col("v", "s"), col("nv", "s"),
@@ -781,7 +791,7 @@ def ordered_running_sums(
                 for i in range(len(columns))
             ],
         )
-        .from_(exp.alias_(exp.Subquery(this=scan), "s"))
+        .from_(exp.alias_(source, "s"))
         .join(
             exp.alias_(exp.Subquery(this=offsets), "b"),
             on=exp.and_(
