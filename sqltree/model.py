@@ -234,7 +234,7 @@ class Model:
                 )
             query = self.scoring_query(
                 relation, column=column, proba=proba, source_columns=names,
-                expand=scores_by_expansion(engine), ordered=into is None,
+                expand=engine.VECTORIZED, ordered=into is None,
             )
             # The engine copies the query before rendering it; see compiler.collector_paused.
             with compiler.collector_paused():
@@ -291,22 +291,6 @@ def load(path: str | os.PathLike[str]) -> Model:
     except json.JSONDecodeError as e:
         raise ModelFileError(f"{path}: not a JSON model file ({e})") from e
     return Model.from_dict(data)
-
-
-VECTORIZED_DIALECTS = frozenset({"duckdb"})
-"""Engines that run a CASE a batch of rows at a time, read where an engine does not say so.
-
-Such an engine evaluates every branch that some row of a batch takes, so the closed form (a
-sum over the whole tree) costs about as much per batch as the tree is large; copies of the
-rows that stopped, walking on, cost a walk each. Row-at-a-time engines (PostgreSQL, Spark)
-evaluate only the branches each row takes, and keep the closed form.
-"""
-
-
-def scores_by_expansion(engine: Any) -> bool:
-    """Whether ``predict`` spreads rows that meet unknown values by copies (see above)."""
-    flag = getattr(engine, "VECTORIZED", None)
-    return bool(flag) if flag is not None else engine.dialect in VECTORIZED_DIALECTS
 
 
 def render(expression: exp.Expression, dialect: str, pretty: bool = False) -> str:

@@ -4,10 +4,10 @@ Every method keeps each node's ``counts`` exact: the (fractional) class weights 
 training rows that reach it. Error-based and pessimistic pruning read only those counts,
 except for C4.5's *subtree raising*: replacing a node by its largest branch sends all of the
 node's rows down that branch, so the counts of every node of the raised subtree change. They
-are recounted in the engine by :func:`route_counts`, one statement per evaluated branch, with
+are recounted in the engine by :func:`route_counts`, a few statements per tree level, with
 C4.5's fractional routing of unknown values (each node's branch shares recomputed from the
 rows that now reach it, as J48 does). Reduced-error pruning needs the class weights of
-validation rows at every node: one such statement over the validation source.
+validation rows at every node, counted the same way over the validation source.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from .tree import CONTINUOUS, Node, normalise
 __all__ = [
     "PruneStats",
     "add_errs",
-    "build_route_counts",
     "collapse",
     "estimated_errors",
     "prune",
@@ -165,69 +164,6 @@ class _Router:
             self._table = None
 
 
-def _case(*whens: tuple[exp.Expression, exp.Expression], default: exp.Expression) -> exp.Case:
-    """CASE built in place: sqlglot's builders copy the whole expression on every call, which
-    is quadratic for CASEs with one WHEN per node."""
-    c = exp.Case()
-    for cond, value in whens:
-        c.when(cond, value, copy=False)
-    return c.else_(default, copy=False)
-
-
-def _feature_column(data: Dataset, name: str) -> tuple[exp.Column, Any]:
-    f = data.feature(name)
-    return q.col(f.column), f
-
-
-def _branch_conditions(data: Dataset, node: Node) -> tuple[exp.Expression, list[exp.Expression]]:
-    """(value is unknown at the node's test, [value takes branch i]) on an encoded row."""
-    split = node.split
-    assert split is not None
-    column, feature = _feature_column(data, split.feature)
-    if split.kind == CONTINUOUS:
-        assert split.threshold is not None
-        t = q.as_double(q.num(float(split.threshold)))
-        return column.is_(exp.null()), [
-            exp.LTE(this=column.copy(), expression=t),
-            exp.GT(this=column.copy(), expression=t.copy()),
-        ]
-    assert split.groups is not None
-    code = {v: i for i, v in enumerate(feature.values)}
-    branches: list[exp.Expression] = []
-    listed: list[exp.Expression] = []
-    for group in split.groups:
-        codes = [q.num(code[v]) for v in group if v in code]
-        listed.extend(c.copy() for c in codes)
-        branches.append(
-            exp.In(this=column.copy(), expressions=codes) if codes else exp.false()
-        )
-    unknown = (
-        exp.or_(column.is_(exp.null()), exp.not_(exp.In(this=column.copy(), expressions=listed)))
-        if listed
-        else exp.true()
-    )
-    return unknown, branches
-
-
-def _path_weight(data: Dataset, path: Sequence[tuple[Node, int]]) -> exp.Expression:
-    """A row's weight at the end of ``path``: its weight times, per ancestor test, 1 when its
-    value takes the path's branch, 0 when it takes another, the branch share when unknown."""
-    weight: exp.Expression = q.col("w")
-    for ancestor, branch in path:
-        unknown, branches = _branch_conditions(data, ancestor)
-        if ancestor.unknown_branch is not None:  # unknown values take one branch
-            share = 1.0 if branch == ancestor.unknown_branch else 0.0
-        else:
-            share = float(ancestor.shares[branch])
-        factor = _case(
-            (unknown, q.as_double(q.num(share))),
-            (branches[branch], q.num(1.0)),
-            default=q.num(0.0),
-        )
-        weight = weight * factor
-    return weight
-
-
 def route_counts(
     router: _Router,
     path: Sequence[tuple[Node, int]],
@@ -236,220 +172,16 @@ def route_counts(
     recompute_shares: bool = True,
 ) -> dict[int, list[float]]:
     """Class weights at every node of ``structure`` when the rows at the end of ``path`` enter
-    it (see :func:`build_route_counts`), keyed by ``id()`` of each node that weight reached."""
-    query, ids = build_route_counts(
-        router.data, router.rows, path, structure, recompute_shares=recompute_shares
-    )
-    rows = router.data.engine.execute(query)
-    router.queries += 1
-    return {id(ids[int(r[0])]): [float(x or 0.0) for x in r[1:]] for r in rows}
-
-
-def build_route_counts(
-    data: Dataset,
-    source: exp.Expression,
-    path: Sequence[tuple[Node, int]],
-    structure: Node,
-    *,
-    recompute_shares: bool = True,
-) -> tuple[exp.Select, dict[int, Node]]:
-    """Class weights at every node of ``structure`` when the rows at the end of ``path`` enter it.
+    it, keyed by ``id()`` of each node that weight reached.
 
     ``path`` lists (ancestor, branch) from the root to the place where ``structure`` is (or
     would be) attached; the rows there carry their fractional weights. Inside ``structure``
     a row whose value is unknown at a test goes down every branch with the branch's share of
     the known weight: recomputed from the rows that reach the test (``recompute_shares``, as
     C4.5 does when it raises a subtree), or the shares stored in the tree (scoring rows that
-    trained nothing, such as validation rows). One SQL statement, one CTE chain per depth.
-
-    ``source`` holds the encoded rows (``queries.build_level0``). Returns the query, whose
-    rows are (local node id, class weights...), and the nodes by local id.
+    trained nothing, such as validation rows). See :func:`recount_raised`.
     """
-    return build_route_counts_batch(
-        data, source, [(path, structure)], recompute_shares=recompute_shares
-    )
-
-
-def build_route_counts_batch(
-    data: Dataset,
-    source: exp.Expression,
-    entries: Sequence[tuple[Sequence[tuple[Node, int]], Node]],
-    *,
-    recompute_shares: bool = True,
-) -> tuple[exp.Select, dict[int, Node]]:
-    """:func:`build_route_counts` for several (path, structure) pairs in one statement.
-
-    The structures must be distinct subtrees (no node in two of them); every node gets its
-    own local id, so the per-depth routing serves all of them at once.
-    """
-    k = len(data.classes)
-    ids: dict[int, Node] = {}
-    levels: list[list[tuple[int, Node]]] = []
-    frontier = [structure for _, structure in entries]
-    while frontier:
-        level = []
-        for node in frontier:
-            local = len(ids)
-            ids[local] = node
-            level.append((local, node))
-        levels.append(level)
-        frontier = [c for _, n in level if not n.is_leaf for c in n.children]
-    local_of = {id(n): i for i, n in ids.items()}
-
-    features = [q.col(f.column) for f in data.features]
-    starts: list[exp.Select] = []
-    for path, structure in entries:
-        weight = _path_weight(data, path)
-        starts.append(
-            exp.select(
-                exp.alias_(exp.cast(q.num(local_of[id(structure)]), "BIGINT"), "node"),
-                exp.alias_(weight, "w"),
-                q.col("y"),
-                *[f.copy() for f in features],
-            )
-            .from_(source.copy())
-            .where(exp.GT(this=weight.copy(), expression=q.num(0.0)))
-        )
-    first: exp.Expression = starts[0]
-    for more in starts[1:]:
-        first = exp.union(first, more, distinct=False)
-    ctes: list[tuple[str, exp.Expression]] = [("r0", first)]
-    row_tables = ["r0"]
-    for depth, level in enumerate(levels):
-        internal = [(i, n) for i, n in level if not n.is_leaf]
-        if not internal:
-            break
-        child_case = exp.Case()
-        kids_rows: list[tuple[int, int, float, float]] = []
-        for local, node in internal:
-            unknown, branches = _branch_conditions(data, node)
-            # -1 marks a row to spread over the branches; a node with an unknown_branch sends
-            # unknown values down that branch whole instead.
-            to = -1 if node.unknown_branch is None else local_of[
-                id(node.children[node.unknown_branch])
-            ]
-            inner = exp.Case().when(unknown, q.num(to), copy=False)
-            for branch, cond in enumerate(branches):
-                inner.when(cond, q.num(local_of[id(node.children[branch])]), copy=False)
-            inner.else_(q.num(-1), copy=False)
-            child_case.when(
-                exp.EQ(this=q.col("node"), expression=q.num(local)), inner, copy=False
-            )
-            n_branches = len(node.children)
-            for branch, child in enumerate(node.children):
-                share = float(node.shares[branch]) if node.shares else 1.0 / n_branches
-                kids_rows.append((local, local_of[id(child)], 1.0 / n_branches, share))
-        child_case.else_(q.num(-1), copy=False)
-        keyed = f"k{depth}"
-        ctes.append(
-            (
-                keyed,
-                exp.select(
-                    "node", "w", "y", *[f.copy() for f in features],
-                    exp.alias_(child_case, "child", copy=False), copy=False,
-                )
-                .from_(row_tables[-1], copy=False)
-                .where(
-                    exp.In(this=q.col("node"), expressions=[q.num(i) for i, _ in internal]),
-                    copy=False,
-                ),
-            )
-        )
-        kids = q.values_table(
-            "kids", ["node", "child", "uniform", "stored"], kids_rows,
-            ["BIGINT", "BIGINT", "DOUBLE", "DOUBLE"],
-        )
-        if recompute_shares:
-            known = (
-                exp.select("node", "child", exp.alias_(exp.func("SUM", q.col("w")), "kw"))
-                .from_(keyed)
-                .where(exp.GTE(this=q.col("child"), expression=q.num(0)))
-                .group_by("node", "child")
-            )
-            totals = (
-                exp.select("node", exp.alias_(exp.func("SUM", q.col("kw")), "tw"))
-                .from_(known.subquery("kk"))
-                .group_by("node")
-            )
-            share = _case(
-                (
-                    exp.GT(this=exp.func("COALESCE", q.col("tw", "t"), q.num(0.0)),
-                           expression=q.num(0.0)),
-                    exp.func("COALESCE", q.col("kw", "b"), q.num(0.0)) / q.col("tw", "t"),
-                ),
-                default=q.col("uniform", "kids"),
-            )
-            shares = (
-                exp.select(q.col("node", "kids"), q.col("child", "kids"),
-                           exp.alias_(share, "share"))
-                .from_(kids)
-                .join(
-                    known.subquery("b"),
-                    on=exp.and_(
-                        exp.EQ(this=q.col("node", "b"), expression=q.col("node", "kids")),
-                        exp.EQ(this=q.col("child", "b"), expression=q.col("child", "kids")),
-                    ),
-                    join_type="left",
-                )
-                .join(
-                    totals.subquery("t"),
-                    on=exp.EQ(this=q.col("node", "t"), expression=q.col("node", "kids")),
-                    join_type="left",
-                )
-            )
-        else:
-            shares = exp.select(
-                q.col("node", "kids"), q.col("child", "kids"),
-                exp.alias_(q.col("stored", "kids"), "share"),
-            ).from_(kids)
-        share_table = f"s{depth}"
-        ctes.append((share_table, shares))
-        known_rows = (
-            exp.select(exp.alias_(q.col("child"), "node"), "w", "y", *[f.copy() for f in features])
-            .from_(keyed)
-            .where(exp.GTE(this=q.col("child"), expression=q.num(0)))
-        )
-        unknown_rows = (
-            exp.select(
-                exp.alias_(q.col("child", "s"), "node"),
-                exp.alias_(q.col("w", "k") * q.col("share", "s"), "w"),
-                q.col("y", "k"),
-                *[q.col(f.name, "k") for f in features],
-            )
-            .from_(exp.alias_(exp.to_table(keyed), "k"))
-            .join(
-                exp.alias_(exp.to_table(share_table), "s"),
-                on=exp.EQ(this=q.col("node", "k"), expression=q.col("node", "s")),
-            )
-            .where(
-                exp.and_(
-                    exp.EQ(this=q.col("child", "k"), expression=q.num(-1)),
-                    exp.GT(this=q.col("share", "s"), expression=q.num(SMALL)),
-                )
-            )
-        )
-        nxt = f"r{depth + 1}"
-        ctes.append((nxt, exp.union(known_rows, unknown_rows, distinct=False)))
-        row_tables.append(nxt)
-
-    every: exp.Expression = exp.select("node", "w", "y").from_(row_tables[0])
-    for name in row_tables[1:]:
-        every = exp.union(every, exp.select("node", "w", "y").from_(name), distinct=False)
-    sums = [
-        exp.alias_(
-            exp.func(
-                "SUM",
-                _case((exp.EQ(this=q.col("y"), expression=q.num(i)), q.col("w")),
-                      default=q.num(0.0)),
-            ),
-            f"c{i}",
-        )
-        for i in range(k)
-    ]
-    query = exp.select("node", *sums).from_(every.subquery("a")).group_by("node")
-    for name, body in ctes:
-        query.with_(name, as_=body, copy=False)
-    return query, ids
+    return recount_raised(router, [(path, structure)], recompute_shares=recompute_shares)
 
 
 @dataclass
@@ -491,16 +223,21 @@ def _positions(entries: Sequence[tuple[Sequence[tuple[Node, int]], Node]]) -> _P
 
 
 def recount_raised(
-    router: _Router, entries: Sequence[tuple[Sequence[tuple[Node, int]], Node]]
+    router: _Router,
+    entries: Sequence[tuple[Sequence[tuple[Node, int]], Node]],
+    *,
+    recompute_shares: bool = True,
 ) -> dict[int, list[float]]:
     """Class weights at every node of each structure receiving the rows at its path's end.
 
-    What :func:`build_route_counts_batch` computes, level by level like the grower: the rows
-    move down the tree through loaded tests and routes tables (``queries.build_partition``),
-    and one grouped count per level gives the raised nodes' class weights and the known
-    weight of each branch, from which the next level's shares come. Each statement stays
-    small whatever the tree's size, and rows are read once per level, not once per entry.
-    Keyed by ``id()`` of the structures' nodes that weight reached.
+    :func:`route_counts` for several (path, structure) pairs at once; the structures must be
+    distinct subtrees (no node in two of them). Level by level like the grower, the rows move
+    down the tree through loaded tests and routes tables (``queries.build_partition``), and
+    one grouped count per level gives the structures' class weights and the known weight of
+    each branch, from which the next level's shares come. Each statement stays small
+    whatever the tree's size, and rows are read once per level, not once per entry. A
+    nominal value that no branch lists is unknown at that test. Keyed by ``id()`` of the
+    structures' nodes that weight reached.
     """
     data = router.data
     engine = data.engine
@@ -539,17 +276,20 @@ def recount_raised(
                     ]
                 if not at.children:
                     continue
-                keys_of_branch = _keys_of_branches(at.node, features[at.node.split.feature])
+                feature = features[at.node.split.feature]
+                keys_of_branch = _keys_of_branches(at.node, feature)
                 known = [
                     sum(sum(by_key.get(key, [0.0])) for key in keys) for keys in keys_of_branch
                 ]
+                recompute = recompute_shares and at.raised
+                unknown_keys = [q.UNKNOWN_KEY, *_unlisted_codes(feature, keys_of_branch)]
                 for branch, child in sorted(at.children.items()):
                     below[next_id] = child
                     for key in keys_of_branch[branch]:
                         routes.append((local, key, next_id, 1.0))
-                    factor = _unknown_share(at, branch, known)
-                    if factor > (SMALL if at.raised else 0.0):
-                        routes.append((local, q.UNKNOWN_KEY, next_id, factor))
+                    factor = _unknown_share(at.node, branch, known, recompute)
+                    if factor > (SMALL if recompute else 0.0):
+                        routes += [(local, key, next_id, factor) for key in unknown_keys]
                     next_id += 1
             if not routes:
                 break
@@ -581,12 +321,20 @@ def _keys_of_branches(node: Node, feature: Any) -> list[list[int]]:
     return [[code[v] for v in group if v in code] for group in split.groups]
 
 
-def _unknown_share(at: _Position, branch: int, known: list[float]) -> float:
-    """The fraction of a row with an unknown value that ``branch`` of ``at``'s test receives."""
-    node = at.node
+def _unlisted_codes(feature: Any, keys_of_branch: list[list[int]]) -> list[int]:
+    """Codes of a nominal feature's values that no branch of a test lists."""
+    if feature.kind == CONTINUOUS:
+        return []
+    listed = {key for keys in keys_of_branch for key in keys}
+    return [code for code in range(len(feature.values)) if code not in listed]
+
+
+def _unknown_share(node: Node, branch: int, known: list[float], recompute: bool) -> float:
+    """The fraction of a row with an unknown value that ``branch`` of ``node``'s test receives:
+    from the known weight of each branch (``recompute``), or the share stored in the tree."""
     if node.unknown_branch is not None:
         return 1.0 if branch == node.unknown_branch else 0.0
-    if at.raised:
+    if recompute:
         total = sum(known)
         return known[branch] / total if total > 0 else 1.0 / len(node.children)
     return float(node.shares[branch]) if node.shares else 1.0 / len(node.children)
@@ -811,8 +559,8 @@ def prune_pessimistic(root: Node) -> PruneStats:
 def prune_reduced_error(root: Node, data: Dataset, validation: Any) -> PruneStats:
     """Reduced-error pruning (Quinlan 1987) with a validation source.
 
-    One statement routes the validation rows through the tree (unknown values spread by the
-    tree's stored shares) and returns their class weights at every node. Then, bottom up, a
+    The validation rows are routed through the tree (unknown values spread by the tree's
+    stored shares), giving their class weights at every node. Then, bottom up, a
     subtree becomes a leaf when the leaf (predicting the node's training class) misclassifies
     no more validation weight than the pruned subtree does. Training counts are unchanged.
     """

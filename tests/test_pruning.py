@@ -18,8 +18,6 @@ from sqltree.grower import GrowOptions, grow
 from sqltree.pruning import (
     _Router,
     add_errs,
-    build_route_counts,
-    build_route_counts_batch,
     collapse,
     estimated_errors,
     pessimistic_decision,
@@ -282,12 +280,20 @@ def _golf_tree() -> tuple[Any, Node, DuckDBEngine]:
     return data, root, engine
 
 
+def _paths(node: Node, path: tuple[int, ...] = ()) -> Iterator[tuple[int, ...]]:
+    yield path
+    for i, child in enumerate(node.children):
+        yield from _paths(child, (*path, i))
+
+
 def test_reduced_error_keeps_a_tree_the_validation_rows_confirm() -> None:
     data, root, engine = _golf_tree()
     before = copy.deepcopy(root)
     queries = engine.stats.queries
     stats = prune_reduced_error(root, data, read_csv(GOLF))
-    assert stats.queries == 1 and engine.stats.queries - queries == 1  # one statement in all
+    depth = max(len(path) for path in _paths(root))
+    # per tree level: one grouped count, and one partition below all but the last level
+    assert stats.queries == engine.stats.queries - queries == 2 * depth + 1
     assert stats.pruned == 0
     assert root.to_dict() == before.to_dict()
     engine.cleanup()
@@ -327,23 +333,22 @@ def test_reduced_error_routes_unknown_values_by_shares() -> None:
 def test_recount_sql_renders_for_every_dialect(
     labor: tuple[pd.DataFrame, str, Any, Node], dialect: str
 ) -> None:
-    """The raising recount is plain SQL: CTEs, CASE, a VALUES table, UNION ALL, GROUP BY (the
-    training engines and the warehouses; SQLite lacks VALUES column aliases, as for growth)."""
+    """The raising recount is plain SQL: joins with small tables, CASE, GROUP BY (the training
+    engines and the warehouses)."""
     from sqlglot.errors import ErrorLevel
 
     from sqltree import queries
 
     _, _, data, root = labor
-    internal = next(c for c in root.children if not c.is_leaf)
-    for recompute in (True, False):
-        query, ids = build_route_counts(
-            data, exp.to_table("encoded_rows"), [(root, root.children.index(internal))],
-            internal, recompute_shares=recompute,
-        )
-        sql = query.sql(dialect=dialect, unsupported_level=ErrorLevel.RAISE)
-        assert "WITH" in sql and len(ids) == sum(1 for _ in internal.walk())
-    level0 = queries.build_level0(data).sql(dialect=dialect, unsupported_level=ErrorLevel.RAISE)
-    assert level0
+    level = exp.to_table("encoded_rows")
+    tests = [(0, data.feature(root.split.feature).index, root.split.threshold)]
+    routes = [(0, 0, 1, 1.0), (0, queries.UNKNOWN_KEY, 1, 0.5)]
+    for query in (
+        queries.build_level0(data),
+        queries.build_keyed_counts(level, data.features, tests, len(data.classes)),
+        queries.build_partition(level, data.features, tests, routes),
+    ):
+        assert query.sql(dialect=dialect, unsupported_level=ErrorLevel.RAISE)
 
 
 def test_rounds_give_j48s_one_at_a_time_result(labor: tuple[pd.DataFrame, str, Any, Node]) -> None:
@@ -356,10 +361,7 @@ def test_rounds_give_j48s_one_at_a_time_result(labor: tuple[pd.DataFrame, str, A
     assert (s1.raised, s1.pruned) == (s2.raised, s2.pruned)
 
 
-@pytest.mark.parametrize("recount", ["level-wise", "one statement"])
-def test_recount_matches_the_reference(
-    labor: tuple[pd.DataFrame, str, Any, Node], recount: str
-) -> None:
+def test_recount_matches_the_reference(labor: tuple[pd.DataFrame, str, Any, Node]) -> None:
     """Hypothetical raising everywhere, every (node, internal child) at once as in a round."""
     frame, target, data, root = labor
     rows = frame.to_dict("records")
@@ -392,12 +394,7 @@ def test_recount_matches_the_reference(
         else:
             stack.extend(node.children)
     assert entries
-    if recount == "level-wise":
-        got = recount_raised(router, entries)
-    else:
-        query, ids = build_route_counts_batch(data, router.rows, entries)
-        got = {id(ids[int(r[0])]): [float(x or 0) for x in r[1:]]
-               for r in data.engine.execute(query)}
+    got = recount_raised(router, entries)
     for (_, child), node in zip(entries, heads):
         expected = _reference_weighted(child, at_node[id(node)][0], target, data.classes)
         for n in child.walk():
@@ -423,6 +420,21 @@ def test_unknown_branch_takes_unknown_rows_whole() -> None:
     counts = route_counts(router, [(root, 1)], below, recompute_shares=True)
     assert counts[id(below)] == [1.0, 3.0]  # the rows at root's branch 1
     assert counts[id(below.children[0])] == [1.0, 1.0]  # its unknown rows, whole
+    engine.cleanup()
+
+
+def test_value_no_branch_lists_is_unknown_at_the_test() -> None:
+    frame = pd.DataFrame({"a": ["x", "y", "z", "z"], "c": ["p", "q", "p", "q"]})
+    engine = DuckDBEngine()
+    data = describe(frame, engine, "c")
+    root = nominal("a", ["x", "y"], [leaf([1.0, 0.0]), leaf([0.0, 1.0])])
+    root.shares = [0.25, 0.75]
+    router = _Router.open(data, frame, materialize=False)
+    counts = route_counts(router, [], root, recompute_shares=False)
+    assert counts[id(root.children[0])] == pytest.approx([1.25, 0.25])
+    assert counts[id(root.children[1])] == pytest.approx([0.75, 1.75])
+    counts = route_counts(router, [], root, recompute_shares=True)  # known x: 1, y: 1
+    assert counts[id(root.children[0])] == pytest.approx([1.5, 0.5])
     engine.cleanup()
 
 

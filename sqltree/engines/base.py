@@ -50,6 +50,13 @@ class Engine(ABC):
     """Whether a window with an empty ``OVER`` streams over a subquery's ``ORDER BY`` order
     (one pass, in parallel with nothing else) and ``ARG_MIN`` exists."""
 
+    VECTORIZED: ClassVar[bool] = False
+    """Whether a CASE runs a batch of rows at a time, evaluating every branch that some row
+    of the batch takes. Then the closed form of C4.5's spread of unknown values (a sum over the
+    whole tree) costs about as much per batch as the tree is large, and ``Model.predict``
+    instead walks copies of the rows that stopped at an unknown value. Row-at-a-time engines
+    (PostgreSQL, Spark) evaluate only the branches each row takes and keep the closed form."""
+
     KEEPS_ROW_ORDER: ClassVar[bool] = False
     """Whether a table made from an ordered query is stored, and scanned, in that order."""
 

@@ -31,6 +31,7 @@ class DuckDBEngine(Engine):
     SUPPORTS_ROW_SAMPLE: ClassVar[bool] = True
     SUPPORTS_ORDERED_SCAN: ClassVar[bool] = True
     KEEPS_ROW_ORDER: ClassVar[bool] = True
+    VECTORIZED: ClassVar[bool] = True
 
     def __init__(
         self,
