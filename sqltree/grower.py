@@ -225,7 +225,7 @@ class C45Strategy(Strategy):
             # J48 never cuts between values closer than its 1e-5, so neither do bin edges.
             gap = score_options(options).cut_gap
             self.bins = _bin_edges(self.data, options.max_bins, gap)
-        return q.build_level0(self.data, self.bins)
+        return q.build_level0(self.data, self.bins, lookup=self.data.engine.VECTORIZED)
 
     def on_histogram(self, engine: Any, hist: exp.Table, depth: int) -> None:
         if self.bins:  # thresholds are bin edges, observed values already

@@ -20,6 +20,7 @@ of the chosen splits.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -69,10 +70,11 @@ def paren(e: exp.Expression) -> exp.Expression:
 
 
 def case(*whens: tuple[exp.Expression, exp.Expression], default: exp.Expression) -> exp.Case:
+    # Copies each part once; sqlglot's own builder copies the whole CASE on every WHEN.
     c = exp.Case()
     for cond, value in whens:
-        c = c.when(cond, value)
-    return c.else_(default)
+        c.when(cond.copy(), value.copy(), copy=False)
+    return c.else_(default.copy(), copy=False)
 
 
 def xlogx(e: exp.Expression) -> exp.Expression:
@@ -120,12 +122,15 @@ def window(
 
 
 # -- level 0 -----------------------------------------------------------------------------------
-def build_level0(data: Dataset, bins: dict[int, list[float]] | None = None) -> exp.Select:
+def build_level0(
+    data: Dataset, bins: dict[int, list[float]] | None = None, *, lookup: bool = False
+) -> exp.Select:
     """Rows of the source as the root level: node 0, weight, class index, encoded features.
 
     With ``bins`` (feature index -> sorted bin edges, the last one the feature's maximum), a
-    continuous value becomes the smallest edge at or above it, so histograms have one row per
-    bin and every threshold is an edge: a value of the training data.
+    continuous value becomes the index of the smallest edge at or above it, so histograms
+    have one row per bin and every threshold is an edge: a value of the training data.
+    ``lookup``: bin by list lookups (``bin_by_lookup``; DuckDB) where the edges allow it.
     """
     target = exp.column(data.target, quoted=True)
     w = as_double(exp.column(data.weight, quoted=True)) if data.weight else num(1.0)
@@ -141,11 +146,16 @@ def build_level0(data: Dataset, bins: dict[int, list[float]] | None = None) -> e
     for f in data.features:
         encoded = encode_feature(f)
         if bins and f.index in bins:
-            encoded = bin_value(encoded, bins[f.index])
-        columns.append(exp.alias_(encoded, f.column))
-    query = exp.select(*columns).from_(data.relation.copy()).where(target.is_(exp.null()).not_())
+            binned = bin_by_lookup(encoded, bins[f.index]) if lookup else None
+            encoded = binned if binned is not None else bin_value(encoded, bins[f.index])
+        columns.append(exp.alias_(encoded, f.column, copy=False))
+    # copy=False: the select holds thousands of nodes in binned mode, and builders deep-copy
+    query = exp.select(*columns, copy=False).from_(data.relation.copy(), copy=False)
+    query = query.where(target.is_(exp.null()).not_(), copy=False)
     if data.weight:
-        query = query.where(exp.GT(this=exp.column(data.weight, quoted=True), expression=num(0)))
+        query = query.where(
+            exp.GT(this=exp.column(data.weight, quoted=True), expression=num(0)), copy=False
+        )
     return query
 
 
@@ -193,6 +203,67 @@ def bin_value(value: exp.Expression, edges: Sequence[float]) -> exp.Expression:
     return exp.cast(
         case((value.copy().is_(exp.null()), exp.null()), default=binned), "SMALLINT"
     )
+
+
+LOOKUP_CELLS = (4, 8, 16)
+"""Grid cells per bin edge that ``bin_by_lookup`` tries, finest last."""
+LOOKUP_EDGES_PER_CELL = 2
+"""At most this many edges in one grid cell, else ``bin_by_lookup`` declines."""
+
+
+def bin_by_lookup(value: exp.Expression, edges: Sequence[float]) -> exp.Expression | None:
+    """``bin_value`` by list lookups on a uniform grid between the first and last edge (DuckDB).
+
+    A value's cell is ``floor((value - lo) * scale)``, clamped to the grid. That is monotone in
+    the value, so every edge in an earlier cell is below the value and every edge in a later
+    cell above it: the index is the number of edges in earlier cells (one lookup) plus one
+    comparison per edge in the value's own cell (one lookup each). The cells of the edges are
+    computed here with the same double arithmetic, so the result is exactly ``bin_value``'s.
+    A CASE over 256 edges keeps about 300 comparison steps per column in flight; ten such
+    columns took 8.4 s at 10M rows on DuckDB, the lookups 2.9 s. None when no grid keeps
+    ``LOOKUP_EDGES_PER_CELL`` edges per cell (edges crowded in a small part of the range).
+    """
+    lo, hi = float(edges[0]), float(edges[-1])
+    if len(edges) < 3 or not hi > lo:
+        return None
+    for per_edge in LOOKUP_CELLS:
+        cells = per_edge * len(edges)
+        scale = cells / (hi - lo)
+        within: list[list[float]] = [[] for _ in range(cells)]
+        for e in edges:
+            within[min(max(math.floor((float(e) - lo) * scale), 0), cells - 1)].append(float(e))
+        depth = max(len(w) for w in within)
+        if depth <= LOOKUP_EDGES_PER_CELL:
+            break
+    else:
+        return None
+    # 1-based list index; NaN and infinity sort above every number in DuckDB: the last cell.
+    raw = exp.func("FLOOR", paren(value.copy() - num(lo)) * num(scale))
+    cell = exp.cast(
+        exp.func("LEAST", exp.func("GREATEST", raw, num(0)), num(cells - 1)), "INT"
+    ) + num(1)
+    before: list[exp.Expression] = []
+    count = 0
+    for w in within:
+        before.append(num(count))
+        count += len(w)
+    # Built node by node: sqlglot's operators and builders copy their operands, and these
+    # lists have thousands of literals.
+    index: exp.Expression = exp.Anonymous(
+        this="list_extract", expressions=[exp.Array(expressions=before), cell]
+    )
+    for k in range(depth):
+        # an empty slot compares with the largest double: no finite value is above it
+        slot = [num(w[k]) if len(w) > k else num(sys.float_info.max) for w in within]
+        looked_up = exp.Anonymous(
+            this="list_extract", expressions=[exp.Array(expressions=slot), cell.copy()]
+        )
+        above = exp.GT(this=value.copy(), expression=looked_up)
+        index = exp.Add(this=index, expression=exp.Cast(this=above, to=exp.DataType.build("INT")))
+    index = exp.Anonymous(this="LEAST", expressions=[index, num(len(edges) - 1)])
+    unknown = exp.Is(this=value.copy(), expression=exp.null())
+    binned = exp.Case(ifs=[exp.If(this=unknown, true=exp.null())], default=index)
+    return exp.Cast(this=binned, to=exp.DataType.build("SMALLINT"))
 
 
 def build_bin_edges(

@@ -57,6 +57,49 @@ def test_binned_predictions_match_compiled_sql(frame):
     assert list(scored["prediction"]) == [model.predict_row(r) for r in rows]
 
 
+@pytest.mark.parametrize(
+    "edges",
+    [
+        [-3.5, -1.0, 0.0, 0.25, 2.0, 7.0, 7.5, 100.0],  # spread out: one edge per cell
+        [0.0, 1e-9, 2e-9, 3e-9, 0.5, 1.0],  # crowded at the bottom: the grid declines
+        [float(i) for i in range(10)] + [100.0],  # 3 edges in a cell of the coarsest grid
+    ],
+)
+def test_bins_by_lookup_equal_bins_by_case(edges):
+    import math
+
+    import duckdb
+    import numpy as np
+    from sqlglot import exp
+
+    from sqltree import queries as q
+
+    rng = np.random.default_rng(7)
+    values = np.concatenate([
+        rng.uniform(edges[0] - 5, edges[-1] + 1, 5_000), rng.choice(edges, 2_000),
+        np.nextafter(np.array(edges), np.inf), np.nextafter(np.array(edges), -np.inf),
+        [np.nan, np.inf, -np.inf, 0.0, -0.0],
+    ])
+    connection = duckdb.connect()
+    connection.execute("CREATE TABLE t (x DOUBLE)")
+    connection.executemany("INSERT INTO t VALUES (?)", [[float(v)] for v in values] + [[None]])
+    x = q.as_double(exp.column("x"))
+    lookup = q.bin_by_lookup(x, edges)
+    crowded = edges[1] - edges[0] < 1e-6
+    assert (lookup is None) == crowded
+    if lookup is None:
+        return
+    by_case = q.bin_value(x, edges).sql("duckdb")
+    rows = connection.execute(
+        f"SELECT x, {by_case}, {lookup.sql('duckdb')} FROM t"
+    ).fetchall()
+    differ = [r for r in rows if r[1] != r[2]]
+    assert not differ, differ[:5]
+    expected = [None if x is None else min(sum(e < x for e in edges), len(edges) - 1)
+                for x, _, _ in rows if x is None or not math.isnan(x)]
+    assert [r[2] for r in rows if r[0] is None or not math.isnan(r[0])] == expected
+
+
 def test_max_bins_below_two_is_refused(frame):
     with pytest.raises(ValueError, match="max_bins"):
         sqltree.train(frame, target="label", max_bins=1)
