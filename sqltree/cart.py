@@ -60,7 +60,7 @@ from .cost_complexity import (
     prune_ccp,
 )
 from .dataset import Dataset, Feature
-from .grower import GrowOptions, Pending, Plan, Strategy
+from .grower import GrowOptions, Pending, Plan, Strategy, bin_edges
 from .queries import col, num, paren
 from .tree import CONTINUOUS, NOMINAL, Node, Split
 
@@ -132,12 +132,19 @@ def case(*whens: tuple[exp.Expression, exp.Expression], default: exp.Expression)
     return c.else_(default, copy=False)
 
 
-def build_cart_level0(data: Dataset, class_weight: Sequence[float] | None) -> exp.Expression:
+def build_cart_level0(
+    data: Dataset,
+    class_weight: Sequence[float] | None,
+    bins: dict[int, list[float]] | None = None,
+    *,
+    lookup: bool = False,
+) -> exp.Expression:
     """The root level, each row's weight multiplied by its class weight when there are any.
 
     Rows of weight zero are left out, as scikit-learn leaves them out of ``n_node_samples``.
+    ``bins`` and ``lookup`` as in ``queries.build_level0``.
     """
-    base = q.build_level0(data)
+    base = q.build_level0(data, bins, lookup=lookup)
     if class_weight is None:
         return base
     factor = case(
@@ -961,6 +968,7 @@ class CARTStrategy(Strategy):
         self.root_weight = 0.0
         self._class_weight = _class_weights(data, options.class_weight)
         self.score_columns = SCORE_COLUMNS
+        self.bins: dict[int, list[float]] | None = None
 
     @property
     def max_depth(self) -> int | None:
@@ -975,7 +983,12 @@ class CARTStrategy(Strategy):
         return [w / total for w in weights] if total > 0 else [1.0 / k] * k
 
     def build_level0(self) -> exp.Expression:
-        return build_cart_level0(self.data, self._class_weight)
+        if self.options.max_bins:
+            # scikit-learn never cuts between values closer than FEATURE_THRESHOLD
+            self.bins = bin_edges(self.data, self.options.max_bins, FEATURE_THRESHOLD)
+        return build_cart_level0(
+            self.data, self._class_weight, self.bins, lookup=self.data.engine.VECTORIZED
+        )
 
     def build_histogram(self, level: exp.Table, features: list[Feature]) -> exp.Expression:
         return build_cart_histogram(level, features, self.n_classes)
@@ -1126,11 +1139,17 @@ class CARTStrategy(Strategy):
                 if kind == _KNOWN_LEFT:
                     threshold = INFINITE_THRESHOLD
                     info.infinite_threshold = True
+                    test: float | None = threshold
+                elif self.bins:
+                    # the level table holds bin indexes; the tree cuts at the left bin's top
+                    # edge, a training value, as Spark and MADlib cut at bin boundaries
+                    test = float(row["threshold"])
+                    threshold = self.bins[f.index][int(test)]
                 else:
                     threshold = midpoint(float(row["threshold"]), float(row["next_value"]))
+                    test = threshold
                 split = Split(f.name, CONTINUOUS, threshold=threshold)
                 keys: list[list[int]] = [[0], [1]]
-                test: float | None = threshold
             else:
                 values = ranks.get((node_id, f.index), [])
                 codes = sorted({int(v) for v, _, _, _ in values})

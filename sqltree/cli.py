@@ -55,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--min-cases", type=float, metavar="W",
                    help="least weight in two branches of a split (J48 -M; default 2)")
     t.add_argument("--missing", choices=["fractional", "majority", "drop"], default="fractional")
+    t.add_argument("--max-bins", type=int, metavar="N",
+                   help="cut each continuous feature into at most N quantile bins, computed "
+                        "once in the engine (faster on large data; default: every value)")
     t.add_argument("--pruning", choices=["c4.5", "pessimistic", "none"],
                    help="post-pruning (default: c4.5 for C4.5, none otherwise)")
     t.add_argument("--cf", type=float, default=0.25, help="C4.5 pruning confidence (J48 -C)")
@@ -63,6 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
     cart.add_argument("--min-samples-leaf", type=float, metavar="N")
     cart.add_argument("--max-leaf-nodes", type=int, metavar="N")
     cart.add_argument("--ccp-alpha", type=float, metavar="ALPHA")
+    duck = t.add_argument_group("DuckDB (the default engine)")
+    duck.add_argument("--threads", type=int, metavar="N", help="DuckDB threads (default: cores)")
+    duck.add_argument("--memory-limit", metavar="SIZE",
+                      help="DuckDB memory_limit, e.g. 4GB: larger data spills to disk")
     t.add_argument("--quiet", "-q", action="store_true", help="print neither progress nor tree")
     add_connection(t)
 
@@ -133,11 +140,20 @@ def _dispatch(args: argparse.Namespace) -> int:
         if "min_samples_leaf" in cart_options and cart_options["min_samples_leaf"] >= 1:
             cart_options["min_samples_leaf"] = int(cart_options["min_samples_leaf"])
         pruning = {None: "default", "none": None}.get(args.pruning, args.pruning)
+        connection = _connection(args.connect)
+        if args.threads is not None or args.memory_limit is not None:
+            if isinstance(connection, str):
+                raise SqlTreeError("--threads and --memory-limit apply to DuckDB only")
+            from sqltree.engines.duckdb import DuckDBEngine
+
+            connection = DuckDBEngine(
+                connection, threads=args.threads, memory_limit=args.memory_limit
+            )
         model = sqltree.train(
             args.source,
             target=args.target,
             algorithm=args.algorithm,
-            connection=_connection(args.connect),
+            connection=connection,
             features=_csv(args.features),
             nominal=_csv(args.nominal) or (),
             continuous=_csv(args.continuous) or (),
@@ -145,6 +161,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             max_depth=args.max_depth,
             min_cases=args.min_cases,
             missing=args.missing,
+            max_bins=args.max_bins,
             pruning=pruning,
             cf=args.cf,
             progress=not args.quiet,

@@ -38,7 +38,7 @@ class GrowOptions:
     min_samples_split: float = 0.0
     min_gain: float = 0.0
     missing: str = "fractional"
-    max_bins: int | None = None  # C4.5/ID3: continuous features cut into quantile bins
+    max_bins: int | None = None  # continuous features cut into quantile bins
     # CART only
     criterion: str = "gini"
     min_samples_leaf: float = 1
@@ -224,7 +224,7 @@ class C45Strategy(Strategy):
         if options.max_bins:
             # J48 never cuts between values closer than its 1e-5, so neither do bin edges.
             gap = score_options(options).cut_gap
-            self.bins = _bin_edges(self.data, options.max_bins, gap)
+            self.bins = bin_edges(self.data, options.max_bins, gap)
         return q.build_level0(self.data, self.bins, lookup=self.data.engine.VECTORIZED)
 
     def on_histogram(self, engine: Any, hist: exp.Table, depth: int) -> None:
@@ -375,8 +375,6 @@ def make_strategy(data: Dataset, options: GrowOptions) -> Strategy:
     if options.algorithm == "cart":
         from .cart import CARTStrategy
 
-        if options.max_bins:
-            raise ValueError("max_bins is not available for CART yet")
         return CARTStrategy(data, options)
     if options.algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {ALGORITHMS}, not {options.algorithm!r}")
@@ -651,7 +649,7 @@ BIN_SAMPLE_ROWS = 200_000
 """Rows sampled for quantile bin edges on engines that sample rows (about 800 per bin at 256)."""
 
 
-def _bin_edges(
+def bin_edges(
     data: Dataset, max_bins: int, min_gap: float = 0.0
 ) -> dict[int, list[float]] | None:
     """Quantile bin edges of every continuous feature, from one query over the source.

@@ -100,6 +100,42 @@ def test_bins_by_lookup_equal_bins_by_case(edges):
     assert [r[2] for r in rows if r[0] is None or not math.isnan(r[0])] == expected
 
 
+def test_cart_binned_with_a_bin_per_value_grows_the_exact_tree(frame):
+    options = {"algorithm": "cart", "max_depth": 5, "pruning": None}
+    exact = sqltree.train(frame, target="label", **options)
+    binned = sqltree.train(frame, target="label", max_bins=20_000, **options)
+    assert shape(binned.root) == shape(exact.root)
+    rows = frame.to_dict("records")
+    assert [binned.predict_row(r) for r in rows] == [exact.predict_row(r) for r in rows]
+
+
+def test_cart_binned_thresholds_are_observed_values_and_sql_agrees(frame):
+    model = sqltree.train(frame, target="label", algorithm="cart", max_depth=6, max_bins=8)
+    observed = {c: set(frame[c].dropna().astype(float)) for c in CONTINUOUS}
+    tests = [n.split for n in model.root.walk() if n.split and n.split.kind == "continuous"]
+    assert tests
+    for split in tests:
+        assert split.threshold in observed[split.feature]
+    scored = model.predict(frame)
+    assert list(scored["prediction"]) == [model.predict_row(r) for r in frame.to_dict("records")]
+
+
+def test_cli_trains_binned_with_duckdb_settings(tmp_path, frame):
+    from sqltree.cli import main
+
+    source = tmp_path / "mixed.parquet"
+    frame.to_parquet(source)
+    model_path = tmp_path / "model.json"
+    status = main([
+        "train", str(source), "--target", "label", "--max-bins", "8", "--threads", "1",
+        "--memory-limit", "512MB", "--max-depth", "4", "-q", "-o", str(model_path),
+    ])
+    assert status == 0
+    model = sqltree.load(model_path)
+    direct = sqltree.train(frame, target="label", max_bins=8, max_depth=4)
+    assert model.root.to_dict() == direct.root.to_dict()
+
+
 def test_max_bins_below_two_is_refused(frame):
     with pytest.raises(ValueError, match="max_bins"):
         sqltree.train(frame, target="label", max_bins=1)
@@ -175,14 +211,14 @@ def test_ordered_scan_grows_the_windowed_tree(frame, monkeypatch, algorithm):
 def test_bin_edges_closer_than_the_cut_gap_merge():
     import pandas as pd
 
-    from sqltree.grower import _bin_edges
+    from sqltree.grower import bin_edges
 
     values = [0.0, 1.0, 1.000004, 1.000008, 2.0, 3.0, 3.000001]
     frame = pd.DataFrame({"x": values * 3, "label": ["a", "b", "a"] * len(values)})
     data = describe(frame, DuckDBEngine(), "label")
-    assert _bin_edges(data, 64)[0] == sorted(values)
+    assert bin_edges(data, 64)[0] == sorted(values)
     # J48's 1e-5: 1.0 and 1.000004 go (1.000008 closes their bin); 3.0 goes, the maximum stays
-    assert _bin_edges(data, 64, 1e-5)[0] == [0.0, 1.000008, 2.0, 3.000001]
+    assert bin_edges(data, 64, 1e-5)[0] == [0.0, 1.000008, 2.0, 3.000001]
 
 
 def test_binned_level_table_holds_small_integers(frame):
