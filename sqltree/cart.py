@@ -968,7 +968,6 @@ class CARTStrategy(Strategy):
         self.root_weight = 0.0
         self._class_weight = _class_weights(data, options.class_weight)
         self.score_columns = SCORE_COLUMNS
-        self.bins: dict[int, list[float]] | None = None
 
     @property
     def max_depth(self) -> int | None:
@@ -990,7 +989,9 @@ class CARTStrategy(Strategy):
             self.data, self._class_weight, self.bins, lookup=self.data.engine.VECTORIZED
         )
 
-    def build_histogram(self, level: exp.Table, features: list[Feature]) -> exp.Expression:
+    def build_histogram(
+        self, level: exp.Table, features: list[Feature], nodes: int = 1
+    ) -> exp.Expression:
         return build_cart_histogram(level, features, self.n_classes)
 
     def read_counts(self, engine: Any, hist: exp.Table) -> dict[int, list[float]]:
