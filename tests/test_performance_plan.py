@@ -136,6 +136,26 @@ def test_cli_trains_binned_with_duckdb_settings(tmp_path, frame):
     assert model.root.to_dict() == direct.root.to_dict()
 
 
+def test_histogram_summed_by_class_first_is_the_same(frame):
+    from sqltree import queries as q
+
+    engine = DuckDBEngine()
+    data = describe(frame, engine, "label")
+    level = engine.materialize("level", q.build_level0(data))
+    k = len(data.classes)
+    every = [f.index for f in data.features]
+
+    def rows(by_class):
+        query = q.build_histogram(level, data.features, k, by_class)
+        return sorted(
+            (r[0], r[1], -1e300 if r[2] is None else r[2], *(round(c, 9) for c in r[3:]))
+            for r in engine.execute(query)
+        )
+
+    assert rows(every) == rows(())
+    engine.cleanup()
+
+
 def test_max_bins_below_two_is_refused(frame):
     with pytest.raises(ValueError, match="max_bins"):
         sqltree.train(frame, target="label", max_bins=1)
