@@ -395,6 +395,33 @@ def test_spark_reads_csv_like_duckdb_and_counts_jobs(spark: Any) -> None:
     assert engine.stats.jobs is not None and engine.stats.jobs >= len(stats.levels)
 
 
+@pytest.mark.spark
+def test_spark_runs_large_statements_without_whole_stage_codegen(spark: Any) -> None:
+    """A large statement (a big tree's scoring query) runs interpreted; the setting returns."""
+    from sqltree.engines.spark import SparkEngine
+
+    key = "spark.sql.codegen.wholeStage"
+    engine = SparkEngine(spark)
+    before = spark.conf.get(key, None)
+    seen = []
+    probe = exp.select(exp.Literal.number(1).as_("one"))
+    original = engine.spark.sql
+
+    def spy(sql: str) -> Any:
+        seen.append(spark.conf.get(key, None))
+        return original(sql)
+
+    engine.spark = type("Session", (), {"sql": staticmethod(spy), "conf": spark.conf})()
+    engine.LARGE_STATEMENT = 10**9
+    assert engine.execute(probe) == [(1,)]
+    engine.LARGE_STATEMENT = 1
+    assert engine.execute(probe) == [(1,)]
+    assert seen == [before, "false"]
+    assert spark.conf.get(key, None) == before
+    engine.spark = spark
+    engine.cleanup()
+
+
 # -- the public API on every engine --------------------------------------------------------------
 API_CASES = {
     "c4.5-pruned-nulls": ("nulls", {"algorithm": "c4.5"}),
