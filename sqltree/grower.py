@@ -19,6 +19,9 @@ from . import queries as q
 from .dataset import Dataset, Feature
 from .tree import CONTINUOUS, NOMINAL, Node, Split, argmax, normalise
 
+ROWS_PER_CLASS_GROUP = 16
+"""Rows per (node, value, class) group from which a histogram is summed per class first."""
+
 ALGORITHMS = ("c4.5", "id3")
 """Algorithms grown by ``C45Strategy``; ``"cart"`` is ``sqltree.cart.CARTStrategy``."""
 MISSING = ("fractional", "majority", "drop")
@@ -158,8 +161,8 @@ class Strategy:
         """Features whose histogram is summed per class first (``queries.build_histogram``).
 
         Those with a known domain (nominal, or binned) whose (node, value, class) groups number
-        at most a sixteenth of the rows, on engines that evaluate a batch at a time (measured
-        on DuckDB only).
+        at most ``1 / ROWS_PER_CLASS_GROUP`` of the rows, on engines that evaluate a batch at a
+        time (measured on DuckDB only).
         """
         if not self.data.engine.VECTORIZED:
             return []
@@ -169,7 +172,8 @@ class Strategy:
                 size: int | None = len(f.values)
             else:
                 size = len(self.bins[f.index]) if self.bins and f.index in self.bins else None
-            if size is not None and nodes * (size + 1) * self.n_classes * 16 <= self.data.n_rows:
+            groups = None if size is None else nodes * (size + 1) * self.n_classes
+            if groups is not None and groups * ROWS_PER_CLASS_GROUP <= self.data.n_rows:
                 out.append(f.index)
         return out
 
