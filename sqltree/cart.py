@@ -772,7 +772,7 @@ def build_cart_scores(
     part = [col("node"), col("attr")]
     columns = [c for c in SCORE_COLUMNS if c != "n_near"]
     if all_candidates:
-        return _with_ctes(
+        return q.with_materialized(
             exp.select(*columns, exp.alias_(exp.cast(num(1), "BIGINT"), "n_near", copy=False))
             .from_(with_gain.subquery("w", copy=False), copy=False)
             .order_by(
@@ -841,13 +841,7 @@ def build_cart_scores(
         .where(exp.EQ(this=col("rank_in_ties"), expression=num(1)), copy=False)
         .order_by(col("node"), col("attr"), copy=False)
     )
-    return _with_ctes(query, ctes)
-
-
-def _with_ctes(query: exp.Select, ctes: list[tuple[str, exp.Expression]]) -> exp.Select:
-    for name, body in ctes:
-        query = query.with_(name, as_=body, materialized=True, copy=False)
-    return query
+    return q.with_materialized(query, ctes)
 
 
 def build_nominal_ranks(

@@ -609,6 +609,11 @@ def build_split_scores(
         ),
         "candidates", "w_known", "w_all", "big_branches",
     ).from_(scored.subquery("m")).order_by(col("node"), col("attr"), col("threshold"))
+    return with_materialized(query, ctes)
+
+
+def with_materialized(query: exp.Select, ctes: Sequence[tuple[str, exp.Expression]]) -> exp.Select:
+    """``query`` with each (name, body) of ``ctes`` as a ``MATERIALIZED`` CTE, in order."""
     for name, body in ctes:
         query = query.with_(name, as_=body, materialized=True, copy=False)
     return query
