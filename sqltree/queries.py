@@ -523,8 +523,13 @@ def build_split_scores(
     # Continuous: running class sums over the sorted distinct values of each (node, feature).
     lw_total = total([f"l{i}" for i in range(n_classes)], "s")
 
-    def scores_of(left: list[exp.Expression], lw: exp.Expression) -> dict[str, exp.Expression]:
-        """Gain, split info and validity of a cut whose left side holds ``left`` (``lw``)."""
+    def scores_of(
+        left: list[exp.Expression], lw: exp.Expression, scan: str = "s"
+    ) -> dict[str, exp.Expression]:
+        """Gain, split info and validity of a cut whose left side holds ``left`` (``lw``).
+
+        ``scan`` names the relation of the cut's value and next value.
+        """
         right = [paren(col(f"k{i}", "a") - left[i].copy()) for i in range(n_classes)]
         rw = paren(col("w_known", "a") - lw.copy())
         min_split: exp.Expression = num(float(options.min_cases))
@@ -546,8 +551,8 @@ def build_split_scores(
             valid = exp.and_(
                 valid,
                 exp.LT(
-                    this=paren(col("v", "s") + num(options.cut_gap)),
-                    expression=col("next_value", "s"),
+                    this=paren(col("v", scan) + num(options.cut_gap)),
+                    expression=col("next_value", scan),
                 ),
             )
         gain = safe_div(
@@ -619,7 +624,7 @@ def with_materialized(query: exp.Select, ctes: Sequence[tuple[str, exp.Expressio
     return query
 
 
-ScoresOf = Callable[[list[exp.Expression], exp.Expression], dict[str, exp.Expression]]
+ScoresOf = Callable[..., dict[str, exp.Expression]]
 
 BEST_CUT_COLUMNS = (
     "node", "attr", "threshold", "next_value", "gain", "split_info", "candidates", "w_known",
@@ -722,61 +727,61 @@ def _best_cuts_ordered(
     is slow when a level holds few large nodes. Instead the histogram is read once in
     (attr, node, v) order by a streaming window (running sums over the whole scan, and LEAD
     for the next value), and a cut's left counts are the running sums less the known counts
-    of the (attr, node) groups before it. The best cut per group (highest gain, ties within
-    ``threshold_tie`` to the lowest threshold) then takes two GROUP BYs instead of windows.
+    of the (attr, node) groups before it, both in exact fixed point (``to_fixed``). The best
+    cut per group (highest gain, ties within ``threshold_tie`` to the lowest threshold) then
+    takes two GROUP BYs instead of windows.
     Adds CTEs ``scan`` and ``cand`` to ``ctes``.
     """
     k = len(classes)
-    running = [
-        exp.alias_(window(exp.func("SUM", col(c)), [], running=True), f"g{i}")
-        for i, c in enumerate(classes)
-    ]
-    ordered = (
-        exp.select(col("node"), col("attr"), col("v"), *[col(c) for c in classes])
-        .from_(hist.copy())
-        .where(exp.and_(col("v").is_(exp.null()).not_(), continuous_filter.copy()))
-        .order_by(col("attr"), col("node"), col("v"))
-    )
-    scan = exp.select(
-        col("node"),
-        col("attr"),
-        col("v"),
-        exp.alias_(_next_in_group(), "next_value"),
-        *running,
-    ).from_(exp.alias_(exp.Subquery(this=ordered), "o"))
-    before = [_sum_before(f"k{i}", f"o{i}") for i in range(k)]
-    totals = exp.select("*", *before).from_(exp.alias_(exp.Subquery(this=agg.copy()), "t")).where(
-        continuous_filter.copy()
+    known = exp.and_(col("v").is_(exp.null()).not_(), continuous_filter.copy())
+    scan = _ordered_scan(hist, classes, known, "next_value")
+    offsets = _group_offsets(hist, classes, known)
+    totals = (
+        exp.select(exp.Star(), *[col(f"o{i}", "b") for i in range(k)])
+        .from_(exp.alias_(exp.Subquery(this=agg.copy()), "t"))
+        .join(exp.alias_(exp.Subquery(this=offsets), "b"), on=_same_group("t", "b"))
     )
     # The streaming window runs on one thread and so would everything after it in the same
     # pipeline; materialised, the join and the gain arithmetic run in parallel.
     ctes.append(("scan", scan))
-    left = [paren(col(f"g{i}", "s") - col(f"o{i}", "a")) for i in range(k)]
+    # Each left count once per cut: the gain uses it many times, and the subtraction and
+    # conversion of 128-bit sums cost more than the arithmetic on doubles.
+    joined = (
+        exp.select(
+            col("node", "s"),
+            col("attr", "s"),
+            col("v", "s"),
+            col("next_value", "s"),
+            *[col(c, "t") for c in ("w_all", "w_known", "w_unknown")],
+            *[col(f"k{i}", "t") for i in range(k)],
+            *[
+                exp.alias_(from_fixed(col(f"g{i}", "s") - col(f"o{i}", "t")), f"l{i}")
+                for i in range(k)
+            ],
+        )
+        .from_(exp.alias_(exp.to_table("scan"), "s"))
+        .join(exp.alias_(exp.Subquery(this=totals), "t"), on=_same_group("s", "t"))
+        .where(col("next_value", "s").is_(exp.null()).not_())
+    )
+    left = [col(f"l{i}", "a") for i in range(k)]
     lw: exp.Expression = left[0].copy()
     for e in left[1:]:
         lw = lw + e.copy()
     lw = paren(lw)
-    scores = scores_of(left, lw)
+    scores = scores_of(left, lw, "a")
     cand = (
         exp.select(
-            col("node", "s"),
-            col("attr", "s"),
-            exp.alias_(col("v", "s"), "threshold"),
-            col("next_value", "s"),
+            col("node", "a"),
+            col("attr", "a"),
+            exp.alias_(col("v", "a"), "threshold"),
+            col("next_value", "a"),
             exp.alias_(scores["gain"], "gain"),
             exp.alias_(scores["split_info"], "split_info"),
             col("w_known", "a"),
             col("w_all", "a"),
         )
-        .from_(exp.alias_(exp.to_table("scan"), "s"))
-        .join(
-            exp.alias_(exp.Subquery(this=totals), "a"),
-            on=exp.and_(
-                exp.EQ(this=col("node", "s"), expression=col("node", "a")),
-                exp.EQ(this=col("attr", "s"), expression=col("attr", "a")),
-            ),
-        )
-        .where(exp.and_(col("next_value", "s").is_(exp.null()).not_(), scores["valid"]))
+        .from_(exp.alias_(exp.Subquery(this=joined), "a"))
+        .where(scores["valid"])
     )
     ctes.append(("cand", cand))
     best = (
@@ -844,34 +849,8 @@ def ordered_running_sums(
     follows the one-thread streaming window runs in parallel.
     """
     known = exp.and_(col("v").is_(exp.null()).not_(), where.copy())
-    ordered = (
-        exp.select(col("node"), col("attr"), col("v"), *[col(c) for c in columns])
-        .from_(hist.copy())
-        .where(known)
-        .order_by(col("attr"), col("node"), col("v"))
-    )
-    scan = exp.select(
-        col("node"),
-        col("attr"),
-        col("v"),
-        exp.alias_(_next_in_group(), "nv"),
-        *[
-            exp.alias_(window(exp.func("SUM", col(c)), [], running=True), f"g{i}")
-            for i, c in enumerate(columns)
-        ],
-    ).from_(exp.alias_(exp.Subquery(this=ordered), "o"))
-    group_totals = (
-        exp.select(
-            col("node"), col("attr"),
-            *[exp.alias_(exp.func("SUM", col(c)), f"k{i}") for i, c in enumerate(columns)],
-        )
-        .from_(hist.copy())
-        .where(known.copy())
-        .group_by(col("node"), col("attr"))
-    )
-    offsets = exp.select(
-        col("node"), col("attr"), *[_sum_before(f"k{i}", f"o{i}") for i in range(len(columns))]
-    ).from_(exp.alias_(exp.Subquery(this=group_totals), "t"))
+    scan = _ordered_scan(hist, columns, known, "nv")
+    offsets = _group_offsets(hist, columns, known)
     source: exp.Expression = exp.Subquery(this=scan)
     if ctes is not None:
         ctes.append(("running", scan))
@@ -880,18 +859,85 @@ def ordered_running_sums(
         exp.select(
             col("node", "s"), col("attr", "s"), col("v", "s"), col("nv", "s"),
             *[
-                exp.alias_(paren(col(f"g{i}", "s") - col(f"o{i}", "b")), f"{prefix}{i}")
+                exp.alias_(from_fixed(col(f"g{i}", "s") - col(f"o{i}", "b")), f"{prefix}{i}")
                 for i in range(len(columns))
             ],
         )
         .from_(exp.alias_(source, "s"))
-        .join(
-            exp.alias_(exp.Subquery(this=offsets), "b"),
-            on=exp.and_(
-                exp.EQ(this=col("node", "s"), expression=col("node", "b")),
-                exp.EQ(this=col("attr", "s"), expression=col("attr", "b")),
-            ),
+        .join(exp.alias_(exp.Subquery(this=offsets), "b"), on=_same_group("s", "b"))
+    )
+
+
+FIXED_POINT_BITS = 40
+"""Fractional bits of the fixed-point weights that ordered scans add up."""
+
+
+def to_fixed(e: exp.Expression) -> exp.Expression:
+    """A weight as a 128-bit integer count of 2^-40ths.
+
+    The streaming sums of an ordered scan run across every group of a level, so a group's
+    own sums are differences of two large running totals. In floating point that loses
+    about 1e-6 at a million rows with fractional weights, enough to move a cut across the
+    minimum-weight rule or a tie; integer sums are exact in any order.
+    """
+    return exp.cast(paren(e * num(float(2**FIXED_POINT_BITS))), "HUGEINT")
+
+
+def from_fixed(e: exp.Expression) -> exp.Expression:
+    return paren(exp.cast(paren(e), "DOUBLE") * num(2.0**-FIXED_POINT_BITS))
+
+
+def _ordered_scan(
+    hist: exp.Table, columns: Sequence[str], known: exp.Expression, next_name: str
+) -> exp.Select:
+    """The known rows of ``hist`` in (attr, node, v) order with running fixed-point sums.
+
+    Columns: node, attr, v, ``next_name`` (the group's next value, else NULL) and ``g<i>``,
+    the sum of ``to_fixed(columns[i])`` over every row so far, across groups.
+    """
+    ordered = (
+        exp.select(col("node"), col("attr"), col("v"), *[col(c) for c in columns])
+        .from_(hist.copy())
+        .where(known.copy())
+        .order_by(col("attr"), col("node"), col("v"))
+    )
+    return exp.select(
+        col("node"),
+        col("attr"),
+        col("v"),
+        exp.alias_(_next_in_group(), next_name),
+        *[
+            exp.alias_(window(exp.func("SUM", to_fixed(col(c))), [], running=True), f"g{i}")
+            for i, c in enumerate(columns)
+        ],
+    ).from_(exp.alias_(exp.Subquery(this=ordered), "o"))
+
+
+def _group_offsets(
+    hist: exp.Table, columns: Sequence[str], known: exp.Expression
+) -> exp.Select:
+    """Per (node, attr): ``o<i>``, the fixed-point sums of the groups before it in the scan."""
+    group_totals = (
+        exp.select(
+            col("node"), col("attr"),
+            *[
+                exp.alias_(exp.func("SUM", to_fixed(col(c))), f"f{i}")
+                for i, c in enumerate(columns)
+            ],
         )
+        .from_(hist.copy())
+        .where(known.copy())
+        .group_by(col("node"), col("attr"))
+    )
+    return exp.select(
+        col("node"), col("attr"), *[_sum_before(f"f{i}", f"o{i}") for i in range(len(columns))]
+    ).from_(exp.alias_(exp.Subquery(this=group_totals), "t"))
+
+
+def _same_group(a: str, b: str) -> exp.Expression:
+    return exp.and_(
+        exp.EQ(this=col("node", a), expression=col("node", b)),
+        exp.EQ(this=col("attr", a), expression=col("attr", b)),
     )
 
 

@@ -5,6 +5,8 @@ Nothing here is timed; the benchmarks in benchmarks/ measure speed.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 import sqltree
@@ -196,8 +198,6 @@ def test_levels_keep_two_scans_and_few_queries(frame):
 def test_ordered_scan_scores_equal_windowed_scores(frame, options):
     # DuckDB scores continuous cuts with one ordered streaming scan; the portable query uses
     # windows per (node, attribute). Both must give the same best cut and scores everywhere.
-    from dataclasses import replace
-
     from sqltree import queries as q
     from sqltree.grower import score_options
 
@@ -217,6 +217,67 @@ def test_ordered_scan_scores_equal_windowed_scores(frame, options):
     for windowed, ordered in zip(read[0], read[1]):
         assert windowed[:4] == ordered[:4]  # node, attribute, threshold, next value
         assert windowed[4:] == pytest.approx(ordered[4:], rel=1e-9, abs=1e-12)
+    engine.cleanup()
+
+
+def _heavy_then_fractional_hist(engine):
+    """A histogram whose first group weighs 6e11 and whose second holds fractional weights.
+
+    An ordered scan's sums run across groups, so the second group's counts are differences
+    of sums near 6e11, where a double's spacing is 1e-4.
+    """
+    rows = [(0, 0, 1.0, 3e11, 0.0), (0, 0, 2.0, 0.0, 3e11)]
+    weights = [(0.7, 0.1), (1.3, 0.2), (0.25, 0.9), (0.05, 1.45), (0.6, 0.3), (0.15, 0.85)]
+    rows += [(1, 0, float(v), c0, c1) for v, (c0, c1) in enumerate(weights, start=1)]
+    columns = ["node", "attr", "v", "c0", "c1"]
+    return engine.load_rows("hist", columns, ["BIGINT", "INT", "DOUBLE", "DOUBLE", "DOUBLE"], rows)
+
+
+def test_ordered_running_sums_are_exact_after_heavy_groups():
+    from sqlglot import exp
+
+    from sqltree import queries as q
+
+    engine = DuckDBEngine()
+    hist = _heavy_then_fractional_hist(engine)
+    got = engine.execute(
+        exp.select("*")
+        .from_(q.ordered_running_sums(hist, ["c0", "c1"], exp.true()).subquery("r"))
+        .where("node = 1")
+        .order_by("v")
+    )
+    weights = [(0.7, 0.1), (1.3, 0.2), (0.25, 0.9), (0.05, 1.45), (0.6, 0.3), (0.15, 0.85)]
+    left0 = left1 = 0.0
+    for (node, attr, _, _, l0, l1), (c0, c1) in zip(got, weights, strict=True):
+        left0, left1 = left0 + c0, left1 + c1
+        assert (node, attr) == (1, 0)
+        assert (l0, l1) == pytest.approx((left0, left1), rel=0, abs=1e-11)
+    engine.cleanup()
+
+
+def test_ordered_scan_scores_are_exact_after_heavy_groups():
+    # The cut after the second value leaves exactly 2.0 on the left, J48's minimum: the
+    # ordered scan must see it as the windowed one does.
+    import pandas as pd
+
+    from sqltree import queries as q
+    from sqltree.grower import score_options
+
+    engine = DuckDBEngine()
+    frame = pd.DataFrame({"a": [1.0, 2.0], "label": ["x", "y"]})
+    data = describe(frame, engine, "label")
+    hist = _heavy_then_fractional_hist(engine)
+    base = score_options(GrowOptions())
+    windowed, ordered = (
+        engine.execute(
+            q.build_split_scores(hist, data.features, 2, replace(base, ordered_scan=flag))
+        )
+        for flag in (False, True)
+    )
+    assert [r[:4] for r in ordered] == [r[:4] for r in windowed]
+    assert windowed[1][:3] == (1, 0, 2.0)  # node 1: the cut after the second value
+    for w, o in zip(windowed, ordered, strict=True):
+        assert o[4:] == pytest.approx(w[4:], rel=1e-9, abs=1e-12)
     engine.cleanup()
 
 

@@ -9,8 +9,12 @@ WITH scan AS MATERIALIZED (
       THEN LEAD(v) OVER ()
       ELSE NULL
     END AS next_value,
-    SUM(c0) OVER (ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS g0,
-    SUM(c1) OVER (ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS g1
+    SUM(CAST((
+      c0 * 1099511627776.0e0
+    ) AS INT128)) OVER (ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS g0,
+    SUM(CAST((
+      c1 * 1099511627776.0e0
+    ) AS INT128)) OVER (ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS g1
   FROM (
     SELECT
       node,
@@ -28,10 +32,10 @@ WITH scan AS MATERIALIZED (
   ) AS o
 ), cand AS MATERIALIZED (
   SELECT
-    s.node,
-    s.attr,
-    s.v AS threshold,
-    s.next_value,
+    a.node,
+    a.attr,
+    a.v AS threshold,
+    a.next_value,
     CASE
       WHEN a.w_all * 0.6931471805599453e0 > 0
       THEN (
@@ -46,119 +50,61 @@ WITH scan AS MATERIALIZED (
         ) - (
           CASE
             WHEN (
-              (
-                s.g0 - a.o0
-              ) + (
-                s.g1 - a.o1
-              )
+              a.l0 + a.l1
             ) > 0
             THEN (
               (
-                (
-                  s.g0 - a.o0
-                ) + (
-                  s.g1 - a.o1
-                )
+                a.l0 + a.l1
               ) * LN((
-                (
-                  s.g0 - a.o0
-                ) + (
-                  s.g1 - a.o1
-                )
+                a.l0 + a.l1
               ))
             )
             ELSE 0.0e0
-          END - CASE
-            WHEN (
-              s.g0 - a.o0
-            ) > 0
-            THEN (
-              (
-                s.g0 - a.o0
-              ) * LN((
-                s.g0 - a.o0
-              ))
-            )
-            ELSE 0.0e0
-          END - CASE
-            WHEN (
-              s.g1 - a.o1
-            ) > 0
-            THEN (
-              (
-                s.g1 - a.o1
-              ) * LN((
-                s.g1 - a.o1
-              ))
-            )
-            ELSE 0.0e0
-          END
+          END - CASE WHEN a.l0 > 0 THEN (
+            a.l0 * LN(a.l0)
+          ) ELSE 0.0e0 END - CASE WHEN a.l1 > 0 THEN (
+            a.l1 * LN(a.l1)
+          ) ELSE 0.0e0 END
         ) - (
           CASE
             WHEN (
               a.w_known - (
-                (
-                  s.g0 - a.o0
-                ) + (
-                  s.g1 - a.o1
-                )
+                a.l0 + a.l1
               )
             ) > 0
             THEN (
               (
                 a.w_known - (
-                  (
-                    s.g0 - a.o0
-                  ) + (
-                    s.g1 - a.o1
-                  )
-                )
-              ) * LN(
-                (
-                  a.w_known - (
-                    (
-                      s.g0 - a.o0
-                    ) + (
-                      s.g1 - a.o1
-                    )
-                  )
-                )
-              )
-            )
-            ELSE 0.0e0
-          END - CASE
-            WHEN (
-              a.k0 - (
-                s.g0 - a.o0
-              )
-            ) > 0
-            THEN (
-              (
-                a.k0 - (
-                  s.g0 - a.o0
+                  a.l0 + a.l1
                 )
               ) * LN((
-                a.k0 - (
-                  s.g0 - a.o0
+                a.w_known - (
+                  a.l0 + a.l1
                 )
               ))
             )
             ELSE 0.0e0
           END - CASE
             WHEN (
-              a.k1 - (
-                s.g1 - a.o1
-              )
+              a.k0 - a.l0
             ) > 0
             THEN (
               (
-                a.k1 - (
-                  s.g1 - a.o1
-                )
+                a.k0 - a.l0
               ) * LN((
-                a.k1 - (
-                  s.g1 - a.o1
-                )
+                a.k0 - a.l0
+              ))
+            )
+            ELSE 0.0e0
+          END - CASE
+            WHEN (
+              a.k1 - a.l1
+            ) > 0
+            THEN (
+              (
+                a.k1 - a.l1
+              ) * LN((
+                a.k1 - a.l1
               ))
             )
             ELSE 0.0e0
@@ -176,58 +122,32 @@ WITH scan AS MATERIALIZED (
           a.w_all * LN(a.w_all)
         ) ELSE 0.0e0 END - CASE
           WHEN (
-            (
-              s.g0 - a.o0
-            ) + (
-              s.g1 - a.o1
-            )
+            a.l0 + a.l1
           ) > 0
           THEN (
             (
-              (
-                s.g0 - a.o0
-              ) + (
-                s.g1 - a.o1
-              )
+              a.l0 + a.l1
             ) * LN((
-              (
-                s.g0 - a.o0
-              ) + (
-                s.g1 - a.o1
-              )
+              a.l0 + a.l1
             ))
           )
           ELSE 0.0e0
         END - CASE
           WHEN (
             a.w_known - (
-              (
-                s.g0 - a.o0
-              ) + (
-                s.g1 - a.o1
-              )
+              a.l0 + a.l1
             )
           ) > 0
           THEN (
             (
               a.w_known - (
-                (
-                  s.g0 - a.o0
-                ) + (
-                  s.g1 - a.o1
-                )
+                a.l0 + a.l1
               )
-            ) * LN(
-              (
-                a.w_known - (
-                  (
-                    s.g0 - a.o0
-                  ) + (
-                    s.g1 - a.o1
-                  )
-                )
+            ) * LN((
+              a.w_known - (
+                a.l0 + a.l1
               )
-            )
+            ))
           )
           ELSE 0.0e0
         END - CASE WHEN a.w_unknown > 0 THEN (
@@ -240,32 +160,77 @@ WITH scan AS MATERIALIZED (
     END AS split_info,
     a.w_known,
     a.w_all
-  FROM scan AS s
-  JOIN (
+  FROM (
     SELECT
-      *,
-      SUM(k0) OVER (ORDER BY attr, node ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) - k0 AS o0,
-      SUM(k1) OVER (ORDER BY attr, node ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) - k1 AS o1
-    FROM (
+      s.node,
+      s.attr,
+      s.v,
+      s.next_value,
+      t.w_all,
+      t.w_known,
+      t.w_unknown,
+      t.k0,
+      t.k1,
+      (
+        CAST((
+          s.g0 - t.o0
+        ) AS DOUBLE) * 9.094947017729282e-13
+      ) AS l0,
+      (
+        CAST((
+          s.g1 - t.o1
+        ) AS DOUBLE) * 9.094947017729282e-13
+      ) AS l1
+    FROM scan AS s
+    JOIN (
       SELECT
-        node,
-        attr,
-        SUM((
-          c0 + c1
-        )) AS w_all,
-        SUM(CASE WHEN NOT v IS NULL THEN (
-          c0 + c1
-        ) ELSE 0.0e0 END) AS w_known,
-        SUM(CASE WHEN v IS NULL THEN (
-          c0 + c1
-        ) ELSE 0.0e0 END) AS w_unknown,
-        SUM(CASE WHEN NOT v IS NULL THEN c0 ELSE 0.0e0 END) AS k0,
-        SUM(CASE WHEN NOT v IS NULL THEN c1 ELSE 0.0e0 END) AS k1,
-        SUM(
-          CASE
-            WHEN NOT v IS NULL
-            THEN (
-              CASE
+        *,
+        b.o0,
+        b.o1
+      FROM (
+        SELECT
+          node,
+          attr,
+          SUM((
+            c0 + c1
+          )) AS w_all,
+          SUM(CASE WHEN NOT v IS NULL THEN (
+            c0 + c1
+          ) ELSE 0.0e0 END) AS w_known,
+          SUM(CASE WHEN v IS NULL THEN (
+            c0 + c1
+          ) ELSE 0.0e0 END) AS w_unknown,
+          SUM(CASE WHEN NOT v IS NULL THEN c0 ELSE 0.0e0 END) AS k0,
+          SUM(CASE WHEN NOT v IS NULL THEN c1 ELSE 0.0e0 END) AS k1,
+          SUM(
+            CASE
+              WHEN NOT v IS NULL
+              THEN (
+                CASE
+                  WHEN (
+                    c0 + c1
+                  ) > 0
+                  THEN (
+                    (
+                      c0 + c1
+                    ) * LN((
+                      c0 + c1
+                    ))
+                  )
+                  ELSE 0.0e0
+                END - CASE WHEN c0 > 0 THEN (
+                  c0 * LN(c0)
+                ) ELSE 0.0e0 END - CASE WHEN c1 > 0 THEN (
+                  c1 * LN(c1)
+                ) ELSE 0.0e0 END
+              )
+              ELSE 0.0e0
+            END
+          ) AS bags_ent,
+          SUM(
+            CASE
+              WHEN NOT v IS NULL
+              THEN CASE
                 WHEN (
                   c0 + c1
                 ) > 0
@@ -277,102 +242,93 @@ WITH scan AS MATERIALIZED (
                   ))
                 )
                 ELSE 0.0e0
-              END - CASE WHEN c0 > 0 THEN (
-                c0 * LN(c0)
-              ) ELSE 0.0e0 END - CASE WHEN c1 > 0 THEN (
-                c1 * LN(c1)
-              ) ELSE 0.0e0 END
-            )
-            ELSE 0.0e0
-          END
-        ) AS bags_ent,
-        SUM(
-          CASE
-            WHEN NOT v IS NULL
-            THEN CASE
-              WHEN (
-                c0 + c1
-              ) > 0
-              THEN (
-                (
-                  c0 + c1
-                ) * LN((
-                  c0 + c1
-                ))
-              )
+              END
               ELSE 0.0e0
             END
-            ELSE 0.0e0
-          END
-        ) AS bags_xlogx,
-        SUM(CASE WHEN NOT v IS NULL AND (
-          c0 + c1
-        ) > 1.999999e0 THEN 1 ELSE 0 END) AS big_branches,
-        COUNT(v) AS n_values
-      FROM hist
-      WHERE
-        attr >= 0
-      GROUP BY
-        node,
-        attr
+          ) AS bags_xlogx,
+          SUM(CASE WHEN NOT v IS NULL AND (
+            c0 + c1
+          ) > 1.999999e0 THEN 1 ELSE 0 END) AS big_branches,
+          COUNT(v) AS n_values
+        FROM hist
+        WHERE
+          attr >= 0
+        GROUP BY
+          node,
+          attr
+      ) AS t
+      JOIN (
+        SELECT
+          node,
+          attr,
+          SUM(f0) OVER (ORDER BY attr, node ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) - f0 AS o0,
+          SUM(f1) OVER (ORDER BY attr, node ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) - f1 AS o1
+        FROM (
+          SELECT
+            node,
+            attr,
+            SUM(CAST((
+              c0 * 1099511627776.0e0
+            ) AS INT128)) AS f0,
+            SUM(CAST((
+              c1 * 1099511627776.0e0
+            ) AS INT128)) AS f1
+          FROM hist
+          WHERE
+            NOT v IS NULL AND attr IN (2)
+          GROUP BY
+            node,
+            attr
+        ) AS t
+      ) AS b
+        ON t.node = b.node AND t.attr = b.attr
     ) AS t
+      ON s.node = t.node AND s.attr = t.attr
     WHERE
-      attr IN (2)
+      NOT s.next_value IS NULL
   ) AS a
-    ON s.node = a.node AND s.attr = a.attr
   WHERE
-    NOT s.next_value IS NULL
-    AND (
+    (
       (
-        (
-          (
-            s.g0 - a.o0
-          ) + (
-            s.g1 - a.o1
-          )
-        ) > (
-          CASE
-            WHEN (
-              0.1e0 * a.w_known
-            ) / 2.0e0 <= 2.0e0
-            THEN 2.0e0
-            WHEN (
-              0.1e0 * a.w_known
-            ) / 2.0e0 > 25.0e0
-            THEN 25.0e0
-            ELSE (
-              0.1e0 * a.w_known
-            ) / 2.0e0
-          END - 1e-06
-        )
-        AND (
-          a.w_known - (
-            (
-              s.g0 - a.o0
-            ) + (
-              s.g1 - a.o1
-            )
-          )
-        ) > (
-          CASE
-            WHEN (
-              0.1e0 * a.w_known
-            ) / 2.0e0 <= 2.0e0
-            THEN 2.0e0
-            WHEN (
-              0.1e0 * a.w_known
-            ) / 2.0e0 > 25.0e0
-            THEN 25.0e0
-            ELSE (
-              0.1e0 * a.w_known
-            ) / 2.0e0
-          END - 1e-06
-        )
+        a.l0 + a.l1
+      ) > (
+        CASE
+          WHEN (
+            0.1e0 * a.w_known
+          ) / 2.0e0 <= 2.0e0
+          THEN 2.0e0
+          WHEN (
+            0.1e0 * a.w_known
+          ) / 2.0e0 > 25.0e0
+          THEN 25.0e0
+          ELSE (
+            0.1e0 * a.w_known
+          ) / 2.0e0
+        END - 1e-06
       )
       AND (
-        s.v + 1e-05
-      ) < s.next_value
+        a.w_known - (
+          a.l0 + a.l1
+        )
+      ) > (
+        CASE
+          WHEN (
+            0.1e0 * a.w_known
+          ) / 2.0e0 <= 2.0e0
+          THEN 2.0e0
+          WHEN (
+            0.1e0 * a.w_known
+          ) / 2.0e0 > 25.0e0
+          THEN 25.0e0
+          ELSE (
+            0.1e0 * a.w_known
+          ) / 2.0e0
+        END - 1e-06
+      )
     )
+    AND (
+      a.v + 1e-05
+    ) < a.next_value
 )
 SELECT
   node,
