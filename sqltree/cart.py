@@ -430,6 +430,7 @@ def build_cart_scores(
     all_candidates: bool = False,
     exhaustive: bool = False,
     ordered_scan: bool = False,
+    fractional: bool = True,
 ) -> exp.Select:
     """Score every binary split of every node and feature of the histogram's level.
 
@@ -441,6 +442,8 @@ def build_cart_scores(
     ``EXACT_SUBSETS_MAX`` values, two classes included (for tests and worked examples).
     ``ordered_scan``: continuous running sums from one ordered streaming scan
     (``queries.ordered_running_sums``; DuckDB) instead of windows per (node, feature).
+    ``fractional``: weights may be fractional (class or sample weights), so the ordered scan
+    sums in fixed point.
     """
     k = n_classes
     classes = q.class_columns(k)
@@ -513,7 +516,9 @@ def build_cart_scores(
         in_continuous = exp.In(this=col("attr"), expressions=[num(i) for i in continuous])
         sums = ["n", *classes]
         if ordered_scan:
-            scan = q.ordered_running_sums(hist, sums, in_continuous, prefix="r", ctes=ctes)
+            scan = q.ordered_running_sums(
+                hist, sums, in_continuous, prefix="r", ctes=ctes, fixed=fractional
+            )
             scan = exp.select(
                 "node", "attr", "v", "nv",
                 exp.alias_(col("r0"), "ln", copy=False),
@@ -1043,6 +1048,7 @@ class CARTStrategy(Strategy):
             min_samples_leaf=r.min_samples_leaf,
             min_weight_leaf=r.min_weight_leaf,
             ordered_scan=self.data.engine.SUPPORTS_ORDERED_SCAN,
+            fractional=self._class_weight is not None or self.data.weight is not None,
         )
 
     def choose(self, rows: list[dict[str, Any]], p: Pending) -> CARTChoice | None:

@@ -21,6 +21,12 @@ from .tree import CONTINUOUS, NOMINAL, Node, Split, argmax, normalise
 
 ROWS_PER_CLASS_GROUP = 16
 """Rows per (node, value, class) group from which a histogram is summed per class first."""
+DENSE_VALUES = 0.8
+"""Cuts per unit of known weight from which a continuous feature's histogram is not grouped.
+
+Level 8 of the 1M-row benchmark, histogram and scores: 5.4 s grouped, 4.6 s with the five
+features above 0.9 distinct (node, value) pairs per row ungrouped, 5.2 s with all ten.
+"""
 
 ALGORITHMS = ("c4.5", "id3")
 """Algorithms grown by ``C45Strategy``; ``"cart"`` is ``sqltree.cart.CARTStrategy``."""
@@ -154,8 +160,16 @@ class Strategy:
         self, level: exp.Table, features: list[Feature], nodes: int = 1
     ) -> exp.Expression:
         return q.build_histogram(
-            level, features, self.n_classes, self.summed_by_class(features, nodes)
+            level,
+            features,
+            self.n_classes,
+            self.summed_by_class(features, nodes),
+            self.rowwise(features),
         )
+
+    def rowwise(self, features: list[Feature]) -> list[int]:
+        """Continuous features whose histogram holds a row per level row, not per value."""
+        return []
 
     def summed_by_class(self, features: list[Feature], nodes: int) -> list[int]:
         """Features whose histogram is summed per class first (``queries.build_histogram``).
@@ -188,6 +202,9 @@ class Strategy:
 
     def may_split(self, p: Pending) -> bool:
         raise NotImplementedError
+
+    def on_scores(self, by_node: dict[int, list[dict[str, Any]]]) -> None:
+        """Called once per level with every scored row, by node."""
 
     def build_scores(self, hist: exp.Table, features: list[Feature]) -> exp.Expression:
         raise NotImplementedError
@@ -247,6 +264,35 @@ class C45Strategy(Strategy):
         self.values_table: exp.Table | None = None
         self.branch_counts: dict[int, dict[int, list[float]]] = {}
         self.loaded: list[exp.Table] = []
+        self.dense: set[int] = set()
+        # Whether the level's rows may carry fractional weights (set for good once a
+        # partition spreads unknown values over branches).
+        self.fractional = data.weight is not None
+
+    def rowwise(self, features: list[Feature]) -> list[int]:
+        """Continuous features that were nearly all distinct within nodes at the last level.
+
+        Splitting only makes (node, value) pairs rarer, so a feature stays dense below.
+        Only the ordered scan reads such a histogram (it cuts between distinct values only).
+        """
+        return [f.index for f in features if f.index in self.dense]
+
+    def on_scores(self, by_node: dict[int, list[dict[str, Any]]]) -> None:
+        if self.bins or not self.data.engine.SUPPORTS_ORDERED_SCAN:
+            return
+        continuous = {f.index for f in self.data.features if f.kind == CONTINUOUS}
+        cuts: dict[int, float] = {}
+        weight: dict[int, float] = {}
+        for rows in by_node.values():
+            for row in rows:
+                attr = int(row["attr"])
+                if attr in continuous and row["candidates"] is not None:
+                    cuts[attr] = cuts.get(attr, 0.0) + float(row["candidates"]) + 1
+                    weight[attr] = weight.get(attr, 0.0) + float(row["w_known"] or 0.0)
+        self.dense = {
+            attr for attr, n in cuts.items()
+            if weight[attr] > 0 and n >= DENSE_VALUES * weight[attr]
+        }
 
     def build_level0(self) -> exp.Expression:
         options = self.options
@@ -269,7 +315,9 @@ class C45Strategy(Strategy):
 
     def build_scores(self, hist: exp.Table, features: list[Feature]) -> exp.Expression:
         options = replace(
-            score_options(self.options), ordered_scan=self.data.engine.SUPPORTS_ORDERED_SCAN
+            score_options(self.options),
+            ordered_scan=self.data.engine.SUPPORTS_ORDERED_SCAN,
+            fractional=self.fractional,
         )
         return q.build_split_scores(hist, features, self.n_classes, options)
 
@@ -346,6 +394,8 @@ class C45Strategy(Strategy):
         routes: list[tuple[int, int, int, float]],
     ) -> exp.Expression:
         """``queries.build_partition`` over loaded tests and routes tables (no SQL literals)."""
+        if any(factor not in (0.0, 1.0) for *_, factor in routes):
+            self.fractional = True
         engine = self.data.engine
         tests_table = _load(engine, "tests", q.TESTS_COLUMNS, tests)
         routes_table = _load(engine, "routes", q.ROUTES_COLUMNS, routes)
@@ -462,6 +512,7 @@ def grow(
                     by_node.setdefault(int(row[0]), []).append(
                         dict(zip(strategy.score_columns, row, strict=True))
                     )
+                strategy.on_scores(by_node)
                 for p in splittable:
                     choice = strategy.choose(by_node.get(p.node.node_id, []), p)
                     if choice is not None:

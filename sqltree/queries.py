@@ -338,6 +338,7 @@ def build_histogram(
     features: Sequence[Feature],
     n_classes: int,
     by_class: Collection[int] = (),
+    rowwise: Collection[int] = (),
 ) -> exp.Expression:
     """Weighted class counts per (node, feature, value); ``attr = -1`` rows hold node totals.
 
@@ -346,6 +347,12 @@ def build_histogram(
     the few groups that leaves are turned into class columns: faster when a feature has far
     fewer (node, value) pairs than the level has rows (10M rows, 16 features, 64 nodes:
     1.0 s instead of 1.7 s on DuckDB), slower when it has nearly as many.
+
+    The continuous features in ``rowwise`` are not grouped at all: a row per level row, its
+    weight in its class's column. Where nearly every (node, value) pair is a row of its own,
+    grouping costs a hash table as large as the level and saves nothing; the histogram is
+    then a bag, whose sums per (node, feature) and running sums in value order are the same.
+    Only readers that add up rows, and cut only between distinct values, may read it.
     """
     classes = class_columns(n_classes)
     sums = [
@@ -369,6 +376,23 @@ def build_histogram(
         .group_by(col("node"))
     ]
     for f in features:
+        if f.index in rowwise and f.kind == CONTINUOUS:
+            weights = [
+                exp.alias_(
+                    case((exp.EQ(this=col("y"), expression=num(i)), col("w")), default=num(0.0)),
+                    name,
+                )
+                for i, name in enumerate(classes)
+            ]
+            parts.append(
+                exp.select(
+                    col("node"),
+                    exp.alias_(exp.cast(num(f.index), "INT"), "attr"),
+                    exp.alias_(col(f.column), "v"),
+                    *weights,
+                ).from_(level.copy())
+            )
+            continue
         source: exp.Expression = level.copy()
         part_sums = [s.copy() for s in sums]
         if f.index in by_class:
@@ -416,6 +440,7 @@ class ScoreOptions:
     mdl: bool = True  # subtract log2(candidates) / N from a continuous gain (C4.5 release 8)
     all_thresholds: bool = False  # return every candidate threshold (split_scores), not the best
     ordered_scan: bool = False  # running sums by one streaming scan in (attr, node, v) order
+    fractional: bool = True  # weights may be fractional: ordered scans sum in fixed point
     unknown: str = "fractional"  # "drop": unknown weight leaves the node's gain and split info
     cut_gap: float = 0.0  # J48: no cut between sorted values v, v' unless v + 1e-5 < v'
     threshold_tie: float = TIE_TOLERANCE  # cuts whose gains are this close: the lowest wins
@@ -485,6 +510,14 @@ def build_split_scores(
                 "big_branches",
             ),
             exp.alias_(exp.func("COUNT", col("v")), "n_values"),
+            *[
+                exp.alias_(
+                    exp.func("SUM", to_fixed(case((is_known.copy(), col(c)), default=num(0.0)))),
+                    f"f{i}",
+                )
+                for i, c in enumerate(classes)
+                if options.ordered_scan and options.fractional and not options.all_thresholds
+            ],
         )
         .from_(hist.copy())
         .where(exp.GTE(this=col("attr"), expression=num(0)))
@@ -734,12 +767,12 @@ def _best_cuts_ordered(
     """
     k = len(classes)
     known = exp.and_(col("v").is_(exp.null()).not_(), continuous_filter.copy())
-    scan = _ordered_scan(hist, classes, known, "next_value")
-    offsets = _group_offsets(hist, classes, known)
-    totals = (
-        exp.select(exp.Star(), *[col(f"o{i}", "b") for i in range(k)])
-        .from_(exp.alias_(exp.Subquery(this=agg.copy()), "t"))
-        .join(exp.alias_(exp.Subquery(this=offsets), "b"), on=_same_group("t", "b"))
+    fixed = options.fractional
+    scan = _ordered_scan(hist, classes, known, "next_value", fixed)
+    # ``agg`` holds each group's known sums, in fixed point as ``f<i>`` when ``fixed``.
+    before = [_sum_before(f"f{i}" if fixed else f"k{i}", f"o{i}") for i in range(k)]
+    totals = exp.select("*", *before).from_(exp.alias_(exp.Subquery(this=agg.copy()), "t")).where(
+        continuous_filter.copy()
     )
     # The streaming window runs on one thread and so would everything after it in the same
     # pipeline; materialised, the join and the gain arithmetic run in parallel.
@@ -755,13 +788,17 @@ def _best_cuts_ordered(
             *[col(c, "t") for c in ("w_all", "w_known", "w_unknown")],
             *[col(f"k{i}", "t") for i in range(k)],
             *[
-                exp.alias_(from_fixed(col(f"g{i}", "s") - col(f"o{i}", "t")), f"l{i}")
+                exp.alias_(
+                    _left_sum(col(f"g{i}", "s") - col(f"o{i}", "t"), fixed), f"l{i}"
+                )
                 for i in range(k)
             ],
         )
         .from_(exp.alias_(exp.to_table("scan"), "s"))
         .join(exp.alias_(exp.Subquery(this=totals), "t"), on=_same_group("s", "t"))
-        .where(col("next_value", "s").is_(exp.null()).not_())
+        # A histogram with rows per level row (``build_histogram``'s ``rowwise``) repeats a
+        # value; only its last row, whose sums hold every repeat, is a cut.
+        .where(exp.LT(this=col("v", "s"), expression=col("next_value", "s")))
     )
     left = [col(f"l{i}", "a") for i in range(k)]
     lw: exp.Expression = left[0].copy()
@@ -837,6 +874,7 @@ def ordered_running_sums(
     where: exp.Expression,
     prefix: str = "l",
     ctes: list[tuple[str, exp.Expression]] | None = None,
+    fixed: bool = True,
 ) -> exp.Select:
     """Running sums of ``columns`` over each (node, attr) group of ``hist`` in value order.
 
@@ -846,11 +884,12 @@ def ordered_running_sums(
     a group's sums before it come from its known totals, summed in the same order (see
     ``_best_cuts_ordered``, which does the same with the totals it needs anyway). With
     ``ctes``, the scan becomes the materialised CTE ``running`` added to it, so that what
-    follows the one-thread streaming window runs in parallel.
+    follows the one-thread streaming window runs in parallel. ``fixed``: sum in fixed point
+    (``to_fixed``), needed unless every weight is a whole number.
     """
     known = exp.and_(col("v").is_(exp.null()).not_(), where.copy())
-    scan = _ordered_scan(hist, columns, known, "nv")
-    offsets = _group_offsets(hist, columns, known)
+    scan = _ordered_scan(hist, columns, known, "nv", fixed)
+    offsets = _group_offsets(hist, columns, known, fixed)
     source: exp.Expression = exp.Subquery(this=scan)
     if ctes is not None:
         ctes.append(("running", scan))
@@ -859,7 +898,9 @@ def ordered_running_sums(
         exp.select(
             col("node", "s"), col("attr", "s"), col("v", "s"), col("nv", "s"),
             *[
-                exp.alias_(from_fixed(col(f"g{i}", "s") - col(f"o{i}", "b")), f"{prefix}{i}")
+                exp.alias_(
+                    _left_sum(col(f"g{i}", "s") - col(f"o{i}", "b"), fixed), f"{prefix}{i}"
+                )
                 for i in range(len(columns))
             ],
         )
@@ -878,22 +919,27 @@ def to_fixed(e: exp.Expression) -> exp.Expression:
     The streaming sums of an ordered scan run across every group of a level, so a group's
     own sums are differences of two large running totals. In floating point that loses
     about 1e-6 at a million rows with fractional weights, enough to move a cut across the
-    minimum-weight rule or a tie; integer sums are exact in any order.
+    minimum-weight rule or a tie; integer sums are exact in any order. Whole-number weights
+    need none of this: their double sums are exact up to 2^53.
     """
     return exp.cast(paren(e * num(float(2**FIXED_POINT_BITS))), "HUGEINT")
 
 
-def from_fixed(e: exp.Expression) -> exp.Expression:
-    return paren(exp.cast(paren(e), "DOUBLE") * num(2.0**-FIXED_POINT_BITS))
+def _left_sum(difference: exp.Expression, fixed: bool) -> exp.Expression:
+    """A difference of running sums as a weight."""
+    if not fixed:
+        return paren(difference)
+    return paren(exp.cast(paren(difference), "DOUBLE") * num(2.0**-FIXED_POINT_BITS))
 
 
 def _ordered_scan(
-    hist: exp.Table, columns: Sequence[str], known: exp.Expression, next_name: str
+    hist: exp.Table, columns: Sequence[str], known: exp.Expression, next_name: str, fixed: bool
 ) -> exp.Select:
-    """The known rows of ``hist`` in (attr, node, v) order with running fixed-point sums.
+    """The known rows of ``hist`` in (attr, node, v) order with running sums.
 
     Columns: node, attr, v, ``next_name`` (the group's next value, else NULL) and ``g<i>``,
-    the sum of ``to_fixed(columns[i])`` over every row so far, across groups.
+    the sum of ``columns[i]`` (``to_fixed`` of it if ``fixed``) over every row so far,
+    across groups.
     """
     ordered = (
         exp.select(col("node"), col("attr"), col("v"), *[col(c) for c in columns])
@@ -907,21 +953,24 @@ def _ordered_scan(
         col("v"),
         exp.alias_(_next_in_group(), next_name),
         *[
-            exp.alias_(window(exp.func("SUM", to_fixed(col(c))), [], running=True), f"g{i}")
+            exp.alias_(
+                window(exp.func("SUM", to_fixed(col(c)) if fixed else col(c)), [], running=True),
+                f"g{i}",
+            )
             for i, c in enumerate(columns)
         ],
     ).from_(exp.alias_(exp.Subquery(this=ordered), "o"))
 
 
 def _group_offsets(
-    hist: exp.Table, columns: Sequence[str], known: exp.Expression
+    hist: exp.Table, columns: Sequence[str], known: exp.Expression, fixed: bool
 ) -> exp.Select:
-    """Per (node, attr): ``o<i>``, the fixed-point sums of the groups before it in the scan."""
+    """Per (node, attr): ``o<i>``, the sums of the groups before it in the ordered scan."""
     group_totals = (
         exp.select(
             col("node"), col("attr"),
             *[
-                exp.alias_(exp.func("SUM", to_fixed(col(c))), f"f{i}")
+                exp.alias_(exp.func("SUM", to_fixed(col(c)) if fixed else col(c)), f"f{i}")
                 for i, c in enumerate(columns)
             ],
         )

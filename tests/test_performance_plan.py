@@ -194,10 +194,12 @@ def test_levels_keep_two_scans_and_few_queries(frame):
     assert all(level.depth < 8 for level in stats.levels)
 
 
+@pytest.mark.parametrize("fractional", [True, False])
 @pytest.mark.parametrize("options", [{}, {"algorithm": "id3"}, {"missing": "drop"}])
-def test_ordered_scan_scores_equal_windowed_scores(frame, options):
+def test_ordered_scan_scores_equal_windowed_scores(frame, options, fractional):
     # DuckDB scores continuous cuts with one ordered streaming scan; the portable query uses
-    # windows per (node, attribute). Both must give the same best cut and scores everywhere.
+    # windows per (node, attribute). Both must give the same best cut and scores everywhere,
+    # in fixed point or (whole-number weights, as at the root) in floating point.
     from sqltree import queries as q
     from sqltree.grower import score_options
 
@@ -206,7 +208,7 @@ def test_ordered_scan_scores_equal_windowed_scores(frame, options):
     grow_options = GrowOptions(max_depth=3, **options)
     level = engine.materialize("level", q.build_level0(data))
     hist = engine.materialize("hist", q.build_histogram(level, data.features, 3))
-    base = score_options(grow_options)
+    base = replace(score_options(grow_options), fractional=fractional)
     read = [
         engine.execute(
             q.build_split_scores(hist, data.features, 3, replace(base, ordered_scan=ordered))
@@ -279,6 +281,31 @@ def test_ordered_scan_scores_are_exact_after_heavy_groups():
     for w, o in zip(windowed, ordered, strict=True):
         assert o[4:] == pytest.approx(w[4:], rel=1e-9, abs=1e-12)
     engine.cleanup()
+
+
+@pytest.mark.parametrize("options", [{}, {"algorithm": "id3"}, {"missing": "drop"}])
+def test_ungrouped_histograms_grow_the_grouped_tree(frame, monkeypatch, options):
+    # Features whose (node, value) pairs are nearly all distinct get a histogram row per
+    # level row; "b" (1,000 values over 4,000 rows) repeats values within nodes.
+    from sqltree import grower
+
+    seen: list[list[int]] = []
+    rowwise = grower.C45Strategy.rowwise
+
+    def spy(self, features):
+        seen.append(rowwise(self, features))
+        return seen[-1]
+
+    trees = []
+    for dense in (float("inf"), 0.0):
+        monkeypatch.setattr(grower, "DENSE_VALUES", dense)
+        monkeypatch.setattr(grower.C45Strategy, "rowwise", spy)
+        seen.clear()
+        model = sqltree.train(frame, target="label", max_depth=6, pruning=None, **options)
+        trees.append(model.text())
+    assert any(seen), "no level read an ungrouped histogram"
+    assert {1} <= set().union(*seen)  # "b"
+    assert trees[0] == trees[1]
 
 
 @pytest.mark.parametrize("algorithm", ["c4.5", "cart"])

@@ -185,8 +185,8 @@ WITH scan AS MATERIALIZED (
     JOIN (
       SELECT
         *,
-        b.o0,
-        b.o1
+        SUM(f0) OVER (ORDER BY attr, node ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) - f0 AS o0,
+        SUM(f1) OVER (ORDER BY attr, node ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) - f1 AS o1
       FROM (
         SELECT
           node,
@@ -249,7 +249,17 @@ WITH scan AS MATERIALIZED (
           SUM(CASE WHEN NOT v IS NULL AND (
             c0 + c1
           ) > 1.999999e0 THEN 1 ELSE 0 END) AS big_branches,
-          COUNT(v) AS n_values
+          COUNT(v) AS n_values,
+          SUM(
+            CAST((
+              CASE WHEN NOT v IS NULL THEN c0 ELSE 0.0e0 END * 1099511627776.0e0
+            ) AS INT128)
+          ) AS f0,
+          SUM(
+            CAST((
+              CASE WHEN NOT v IS NULL THEN c1 ELSE 0.0e0 END * 1099511627776.0e0
+            ) AS INT128)
+          ) AS f1
         FROM hist
         WHERE
           attr >= 0
@@ -257,35 +267,12 @@ WITH scan AS MATERIALIZED (
           node,
           attr
       ) AS t
-      JOIN (
-        SELECT
-          node,
-          attr,
-          SUM(f0) OVER (ORDER BY attr, node ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) - f0 AS o0,
-          SUM(f1) OVER (ORDER BY attr, node ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) - f1 AS o1
-        FROM (
-          SELECT
-            node,
-            attr,
-            SUM(CAST((
-              c0 * 1099511627776.0e0
-            ) AS INT128)) AS f0,
-            SUM(CAST((
-              c1 * 1099511627776.0e0
-            ) AS INT128)) AS f1
-          FROM hist
-          WHERE
-            NOT v IS NULL AND attr IN (2)
-          GROUP BY
-            node,
-            attr
-        ) AS t
-      ) AS b
-        ON t.node = b.node AND t.attr = b.attr
+      WHERE
+        attr IN (2)
     ) AS t
       ON s.node = t.node AND s.attr = t.attr
     WHERE
-      NOT s.next_value IS NULL
+      s.v < s.next_value
   ) AS a
   WHERE
     (
@@ -464,7 +451,17 @@ FROM (
         SUM(CASE WHEN NOT v IS NULL AND (
           c0 + c1
         ) > 1.999999e0 THEN 1 ELSE 0 END) AS big_branches,
-        COUNT(v) AS n_values
+        COUNT(v) AS n_values,
+        SUM(
+          CAST((
+            CASE WHEN NOT v IS NULL THEN c0 ELSE 0.0e0 END * 1099511627776.0e0
+          ) AS INT128)
+        ) AS f0,
+        SUM(
+          CAST((
+            CASE WHEN NOT v IS NULL THEN c1 ELSE 0.0e0 END * 1099511627776.0e0
+          ) AS INT128)
+        ) AS f1
       FROM hist
       WHERE
         attr >= 0
