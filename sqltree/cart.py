@@ -45,7 +45,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,7 +60,7 @@ from .cost_complexity import (
     prune_ccp,
 )
 from .dataset import Dataset, Feature
-from .grower import GrowOptions, Pending, Plan, Strategy, bin_edges
+from .grower import DENSE_VALUES, GrowOptions, Pending, Plan, Strategy, bin_edges
 from .queries import col, num, paren
 from .tree import CONTINUOUS, NOMINAL, Node, Split
 
@@ -163,13 +163,17 @@ def build_cart_level0(
 
 
 def build_cart_histogram(
-    level: exp.Table, features: Sequence[Feature], n_classes: int
+    level: exp.Table,
+    features: Sequence[Feature],
+    n_classes: int,
+    rowwise: Collection[int] = (),
 ) -> exp.Expression:
     """Row count ``n`` and weighted class counts per (node, feature, value).
 
     Like ``queries.build_histogram`` plus the row count, which scikit-learn's
     ``min_samples_*`` rules count in rows, not in weight. ``attr = -1`` rows hold node totals;
-    ``v`` is NULL for the rows whose value is unknown.
+    ``v`` is NULL for the rows whose value is unknown. The continuous features in ``rowwise``
+    get a row per level row, ungrouped (see ``queries.build_histogram``).
     """
     classes = q.class_columns(n_classes)
     # The class indicator columns are projected once (a CTE) rather than once per feature,
@@ -204,13 +208,22 @@ def build_cart_histogram(
         .group_by(col("node"), copy=False)
     ]
     for f in features:
-        parts.append(
-            exp.select(
-                col("node"),
-                exp.alias_(exp.cast(num(f.index), "INT"), "attr", copy=False),
-                exp.alias_(col(f.column), "v", copy=False),
-                *sums(),
+        head = [
+            col("node"),
+            exp.alias_(exp.cast(num(f.index), "INT"), "attr", copy=False),
+            exp.alias_(col(f.column), "v", copy=False),
+        ]
+        if f.index in rowwise and f.kind == CONTINUOUS:
+            parts.append(
+                exp.select(
+                    *head,
+                    exp.alias_(exp.cast(num(1), "BIGINT"), "n", copy=False),
+                    *[col(c) for c in classes],
+                ).from_("oh", copy=False)
             )
+            continue
+        parts.append(
+            exp.select(*head, *sums())
             .from_("oh", copy=False)
             .group_by(col("node"), col(f.column), copy=False)
         )
@@ -991,7 +1004,33 @@ class CARTStrategy(Strategy):
     def build_histogram(
         self, level: exp.Table, features: list[Feature], nodes: int = 1
     ) -> exp.Expression:
-        return build_cart_histogram(level, features, self.n_classes)
+        return build_cart_histogram(level, features, self.n_classes, self.rowwise(features))
+
+    dense: frozenset[int] = frozenset()
+
+    def rowwise(self, features: list[Feature]) -> list[int]:
+        """Continuous features nearly all of whose (node, value) pairs were distinct at the
+        last level (only the ordered scan reads their ungrouped histograms)."""
+        return [f.index for f in features if f.index in self.dense]
+
+    def _measure_density(self, engine: Any, hist: exp.Table) -> None:
+        if self.bins or not engine.SUPPORTS_ORDERED_SCAN:
+            return
+        rows = engine.execute(
+            exp.select(
+                col("attr"),
+                exp.func("COUNT", exp.Star()),
+                exp.func("SUM", col("n")),
+            )
+            .from_(hist.copy(), copy=False)
+            .group_by(col("attr"), copy=False)
+        )
+        level_rows = sum(float(n) for attr, _, n in rows if attr == -1)
+        continuous = {f.index for f in self.data.features if f.kind == CONTINUOUS}
+        self.dense = frozenset(
+            int(attr) for attr, groups, _ in rows
+            if attr in continuous and level_rows > 0 and groups >= DENSE_VALUES * level_rows
+        )
 
     def read_counts(self, engine: Any, hist: exp.Table) -> dict[int, list[float]]:
         classes = q.class_columns(self.n_classes)
@@ -1103,6 +1142,7 @@ class CARTStrategy(Strategy):
         if depth == 0:
             self._parent_keys = {}
             self._keyed = []
+        self._measure_density(engine, hist)
 
     def on_child(self, parent: Pending, branch: int, child: Node) -> None:
         self._parent_keys[child.node_id] = self.info[parent.node.node_id].key

@@ -22,7 +22,8 @@ from .tree import CONTINUOUS, NOMINAL, Node, Split, argmax, normalise
 ROWS_PER_CLASS_GROUP = 16
 """Rows per (node, value, class) group from which a histogram is summed per class first."""
 DENSE_VALUES = 0.8
-"""Cuts per unit of known weight from which a continuous feature's histogram is not grouped.
+"""Distinct (node, value) pairs per level row from which a continuous feature's histogram is
+not grouped (C4.5 estimates them by cuts per unit of known weight).
 
 Level 8 of the 1M-row benchmark, histogram and scores: 5.4 s grouped, 4.6 s with the five
 features above 0.9 distinct (node, value) pairs per row ungrouped, 5.2 s with all ten.

@@ -308,6 +308,28 @@ def test_ungrouped_histograms_grow_the_grouped_tree(frame, monkeypatch, options)
     assert trees[0] == trees[1]
 
 
+@pytest.mark.parametrize("options", [{}, {"class_weight": "balanced"}])
+def test_ungrouped_cart_histograms_grow_the_grouped_tree(frame, monkeypatch, options):
+    from sqltree import cart
+
+    seen: list[list[int]] = []
+    rowwise = cart.CARTStrategy.rowwise
+
+    def spy(self, features):
+        seen.append(rowwise(self, features))
+        return seen[-1]
+
+    trees = []
+    for dense in (float("inf"), 0.0):
+        monkeypatch.setattr(cart, "DENSE_VALUES", dense)
+        monkeypatch.setattr(cart.CARTStrategy, "rowwise", spy)
+        seen.clear()
+        model = sqltree.train(frame, target="label", algorithm="cart", max_depth=6, **options)
+        trees.append(model.text())
+    assert {0, 1, 2} <= set().union(*seen)  # every continuous feature, below the root
+    assert trees[0] == trees[1]
+
+
 @pytest.mark.parametrize("algorithm", ["c4.5", "cart"])
 def test_ordered_scan_grows_the_windowed_tree(frame, monkeypatch, algorithm):
     ordered = sqltree.train(frame, target="label", max_depth=6, algorithm=algorithm)
