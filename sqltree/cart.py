@@ -60,6 +60,7 @@ from .cost_complexity import (
     prune_ccp,
 )
 from .dataset import Dataset, Feature
+from .errors import DataError
 from .grower import DENSE_VALUES, GrowOptions, Pending, Plan, Strategy, bin_edges
 from .queries import col, num, paren
 from .tree import CONTINUOUS, NOMINAL, Node, Split
@@ -973,6 +974,12 @@ class CARTStrategy(Strategy):
         super().__init__(data, options)
         if options.criterion not in CRITERIA:
             raise ValueError(f"criterion must be one of {CRITERIA}, not {options.criterion!r}")
+        if data.infinite:
+            # Its "known values left, unknown right" test compares with the largest double.
+            raise DataError(
+                f"columns holding +infinity: {data.infinite}; CART (like scikit-learn) needs "
+                "finite values: replace them, or use C4.5, which takes infinity as a value"
+            )
         self.criterion = "gini" if options.criterion == "gini" else "entropy"
         self.info: dict[int, NodeInfo] = {}
         self.resolved: ResolvedOptions | None = None

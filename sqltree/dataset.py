@@ -17,6 +17,7 @@ from .errors import DataError, UnsupportedError
 from .tree import CONTINUOUS, NOMINAL, Value
 
 NUMERIC_TYPES = exp.DataType.NUMERIC_TYPES
+FLOAT_TYPES = {exp.DataType.Type.FLOAT, exp.DataType.Type.DOUBLE}
 TEXT_TYPES = exp.DataType.TEXT_TYPES | {exp.DataType.Type.BOOLEAN}
 
 
@@ -50,6 +51,8 @@ class Dataset:
     class_weights: list[float]
     n_rows: int
     n_null_target: int
+    infinite: list[str] = field(default_factory=list)
+    """Continuous features holding +infinity (C4.5 takes it as a value; CART cannot)."""
 
     def feature(self, name: str) -> Feature:
         for f in self.features:
@@ -178,6 +181,28 @@ def describe(
         ),
         *[exp.func("COUNT", col(f.name)) for f in feats],
     ]
+    # NaN orders above every number in DuckDB, PostgreSQL and Spark, where it also equals
+    # itself; it would be a value above the largest, not a missing one.
+    floats = [
+        f for f in feats
+        if f.kind == CONTINUOUS and types[f.name].is_type(*FLOAT_TYPES)
+    ]
+    checks += [
+        exp.func(
+            "SUM",
+            exp.Case()
+            .when(
+                exp.EQ(
+                    this=col(f.name),
+                    expression=exp.cast(exp.Literal.string(special), "DOUBLE"),
+                ),
+                exp.Literal.number(1),
+            )
+            .else_(exp.Literal.number(0)),
+        )
+        for special in ("NaN", "Infinity")
+        for f in floats
+    ]
     row = engine.execute(exp.select(*checks).from_(relation))[0]
     n_rows, n_target = int(row[0]), int(row[1])
     bad_weights = int(row[2] or 0)
@@ -187,10 +212,18 @@ def describe(
         raise DataError(f"every value of the target {target!r} is NULL")
     if bad_weights:
         raise DataError(f"{bad_weights} rows have a NULL or negative weight in {weight!r}")
-    empty = [f.name for f, n in zip(feats, row[3:]) if int(n) == 0]
+    empty = [f.name for f, n in zip(feats, row[3:3 + len(feats)]) if int(n) == 0]
     if empty:
         raise DataError(
             f"columns with no values (all NULL): {empty}; leave them out with features=[...]"
+        )
+    specials = row[3 + len(feats):]
+    with_nan = [f.name for f, n in zip(floats, specials) if int(n or 0) > 0]
+    infinite = [f.name for f, n in zip(floats, specials[len(floats):]) if int(n or 0) > 0]
+    if with_nan:
+        raise DataError(
+            f"columns holding NaN: {with_nan}; sqltree reads a missing value as NULL, so "
+            "replace NaN by NULL first (in SQL: NULLIF(x, 'NaN'))"
         )
 
     target_type = types[target]
@@ -242,6 +275,7 @@ def describe(
         class_weights=[s for _, s in pairs],
         n_rows=n_rows,
         n_null_target=n_null,
+        infinite=infinite,
     )
 
 

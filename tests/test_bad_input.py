@@ -123,3 +123,37 @@ def test_sql_keyword_table_name():
                 "['BIGINT','DOUBLE','VARCHAR'])", [str(GOLF)])
     model = sqltree.train('"order"', target="play", connection=con)
     assert model.n_leaves == 5
+
+
+def _special_values_table(con, special: str) -> None:
+    con.execute(
+        f"""CREATE TABLE t AS SELECT
+              CASE WHEN i % 10 = 0 THEN '{special}'::DOUBLE
+                   WHEN i % 10 = 1 THEN NULL ELSE (i * 37 % 100)::DOUBLE END AS x,
+              CASE WHEN i % 10 = 0 OR i * 37 % 100 > 50 THEN 'a' ELSE 'b' END AS y
+            FROM range(300) r(i)"""
+    )
+
+
+def test_nan_values_are_refused_and_nullif_reads_them_as_missing():
+    # NaN sorts above every number and equals itself in the engines: not a missing value.
+    con = duckdb.connect()
+    _special_values_table(con, "NaN")
+    with pytest.raises(sqltree.DataError, match=r"columns holding NaN: \['x'\].*NULLIF"):
+        sqltree.train("t", target="y", connection=con)
+    con.execute("CREATE VIEW v AS SELECT NULLIF(x, 'NaN') AS x, y FROM t")
+    model = sqltree.train("v", target="y", connection=con)
+    assert model.n_leaves >= 2
+
+
+def test_infinity_is_a_value_for_c45_and_refused_by_cart():
+    con = duckdb.connect()
+    _special_values_table(con, "Infinity")
+    con.execute("INSERT INTO t VALUES ('-Infinity'::DOUBLE, 'b'), ('-Infinity'::DOUBLE, 'b')")
+    model = sqltree.train("t", target="y", connection=con, pruning=None)
+    scored = model.predict("t", connection=con)
+    rows = con.execute("SELECT * FROM t").df()
+    rows = rows.astype(object).where(rows.notna(), None).to_dict("records")
+    assert list(scored["prediction"]) == [model.predict_row(r) for r in rows]
+    with pytest.raises(sqltree.DataError, match=r"\+infinity: \['x'\]"):
+        sqltree.train("t", target="y", connection=con, algorithm="cart")

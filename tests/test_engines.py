@@ -19,7 +19,7 @@ from sqlglot import exp
 from sqltree.dataset import describe
 from sqltree.engines.base import Engine
 from sqltree.engines.duckdb import DuckDBEngine
-from sqltree.errors import UnsupportedError
+from sqltree.errors import DataError, UnsupportedError
 from sqltree.grower import GrowOptions, GrowStats, grow
 from sqltree.tree import Node
 
@@ -477,3 +477,47 @@ def test_postgres_url_trains_a_dataframe_and_closes(postgres_admin: Any, postgre
     model = sqltree.train(golf_numeric(), "play", connection=postgres_url)
     assert_same_tree(model.root.to_dict(), sqltree.train(golf_numeric(), "play").root.to_dict())
     assert postgres_admin.execute(clients).fetchone() == before
+
+
+SPECIAL_VALUES = (
+    "SELECT CAST(x AS DOUBLE) AS x, CAST(y AS DOUBLE) AS y, label FROM (VALUES "
+    "('1', '1', 'a'), ('2', 'NaN', 'b'), ('3', 'Infinity', 'a'), ('4', '4', 'b')) AS t(x, y, label)"
+)
+
+
+@pytest.mark.postgres
+def test_postgres_refuses_nan_and_reports_infinity(postgres_admin: Any, postgres_url: str) -> None:
+    from sqltree.engines.postgres import PostgresEngine
+
+    postgres_admin.execute("DROP TABLE IF EXISTS sqltree_special")
+    query = exp.maybe_parse(SPECIAL_VALUES, dialect="duckdb").sql("postgres")
+    postgres_admin.execute(f"CREATE TABLE sqltree_special AS {query}")
+    engine = PostgresEngine.connect(postgres_url)
+    try:
+        with pytest.raises(DataError, match=r"columns holding NaN: \['y'\]"):
+            describe("sqltree_special", engine, "label")
+        data = describe("SELECT x, label FROM sqltree_special", engine, "label")
+        assert data.infinite == []
+        data = describe("SELECT NULLIF(y, 'NaN') AS y, label FROM sqltree_special", engine, "label")
+        assert data.infinite == ["y"]
+    finally:
+        engine.close()
+        postgres_admin.execute("DROP TABLE sqltree_special")
+
+
+@pytest.mark.spark
+def test_spark_refuses_nan_and_reports_infinity(spark: Any) -> None:
+    from sqltree.engines.spark import SparkEngine
+
+    query = exp.maybe_parse(SPECIAL_VALUES, dialect="duckdb").sql("spark")
+    spark.sql(query).createOrReplaceTempView("sqltree_special")
+    engine = SparkEngine(spark)
+    try:
+        with pytest.raises(DataError, match=r"columns holding NaN: \['y'\]"):
+            describe("sqltree_special", engine, "label")
+        nullif = "SELECT NULLIF(y, CAST('NaN' AS DOUBLE)) AS y, label FROM sqltree_special"
+        data = describe(nullif, engine, "label")
+        assert data.infinite == ["y"]
+    finally:
+        engine.cleanup()
+        spark.catalog.dropTempView("sqltree_special")
