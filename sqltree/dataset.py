@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import math
 import os
 import warnings
 from collections.abc import Sequence
@@ -241,6 +242,10 @@ def describe(
         .group_by(col(target))
     )
     pairs = sorted(((v, float(s)) for v, s in rows), key=lambda p: sort_key(p[0]))
+    if any(isinstance(v, float) and math.isnan(v) for v, _ in pairs):
+        raise DataError(
+            f"the target {target!r} holds NaN; a missing label is NULL (NULLIF(y, 'NaN'))"
+        )
     classes = [v for v, _ in pairs]
     if len(classes) < 2:
         raise DataError(

@@ -157,3 +157,13 @@ def test_infinity_is_a_value_for_c45_and_refused_by_cart():
     assert list(scored["prediction"]) == [model.predict_row(r) for r in rows]
     with pytest.raises(sqltree.DataError, match=r"\+infinity: \['x'\]"):
         sqltree.train("t", target="y", connection=con, algorithm="cart")
+
+
+def test_nan_target_is_refused():
+    con = duckdb.connect()
+    con.execute(
+        "CREATE TABLE t AS SELECT i::DOUBLE AS x, "
+        "CASE WHEN i % 7 = 0 THEN 'NaN'::DOUBLE ELSE (i % 2)::DOUBLE END AS y FROM range(50) r(i)"
+    )
+    with pytest.raises(sqltree.DataError, match="target 'y' holds NaN"):
+        sqltree.train("t", target="y", connection=con)
