@@ -1013,14 +1013,8 @@ class CARTStrategy(Strategy):
     ) -> exp.Expression:
         return build_cart_histogram(level, features, self.n_classes, self.rowwise(features))
 
-    dense: frozenset[int] = frozenset()
-
-    def rowwise(self, features: list[Feature]) -> list[int]:
-        """Continuous features nearly all of whose (node, value) pairs were distinct at the
-        last level (only the ordered scan reads their ungrouped histograms)."""
-        return [f.index for f in features if f.index in self.dense]
-
     def _measure_density(self, engine: Any, hist: exp.Table) -> None:
+        """Density from the histogram: its rows per feature against the level's rows."""
         if self.bins or not engine.SUPPORTS_ORDERED_SCAN:
             return
         rows = engine.execute(

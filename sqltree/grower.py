@@ -168,9 +168,17 @@ class Strategy:
             self.rowwise(features),
         )
 
+    dense: frozenset[int] = frozenset()
+    """Continuous features nearly all of whose (node, value) pairs were distinct at the last
+    level; each strategy measures it its own way, on engines with the ordered scan only."""
+
     def rowwise(self, features: list[Feature]) -> list[int]:
-        """Continuous features whose histogram holds a row per level row, not per value."""
-        return []
+        """Continuous features whose histogram holds a row per level row, not per value.
+
+        Splitting only makes (node, value) pairs rarer, so a dense feature stays dense below.
+        Only the ordered scan reads such a histogram (it cuts between distinct values only).
+        """
+        return [f.index for f in features if f.index in self.dense]
 
     def summed_by_class(self, features: list[Feature], nodes: int) -> list[int]:
         """Features whose histogram is summed per class first (``queries.build_histogram``).
@@ -265,20 +273,12 @@ class C45Strategy(Strategy):
         self.values_table: exp.Table | None = None
         self.branch_counts: dict[int, dict[int, list[float]]] = {}
         self.loaded: list[exp.Table] = []
-        self.dense: set[int] = set()
         # Whether the level's rows may carry fractional weights (set for good once a
         # partition spreads unknown values over branches).
         self.fractional = data.weight is not None
 
-    def rowwise(self, features: list[Feature]) -> list[int]:
-        """Continuous features that were nearly all distinct within nodes at the last level.
-
-        Splitting only makes (node, value) pairs rarer, so a feature stays dense below.
-        Only the ordered scan reads such a histogram (it cuts between distinct values only).
-        """
-        return [f.index for f in features if f.index in self.dense]
-
     def on_scores(self, by_node: dict[int, list[dict[str, Any]]]) -> None:
+        """Density from the scores: cuts per unit of known weight (no query of its own)."""
         if self.bins or not self.data.engine.SUPPORTS_ORDERED_SCAN:
             return
         continuous = {f.index for f in self.data.features if f.kind == CONTINUOUS}
@@ -290,10 +290,10 @@ class C45Strategy(Strategy):
                 if attr in continuous and row["candidates"] is not None:
                     cuts[attr] = cuts.get(attr, 0.0) + float(row["candidates"]) + 1
                     weight[attr] = weight.get(attr, 0.0) + float(row["w_known"] or 0.0)
-        self.dense = {
+        self.dense = frozenset(
             attr for attr, n in cuts.items()
             if weight[attr] > 0 and n >= DENSE_VALUES * weight[attr]
-        }
+        )
 
     def build_level0(self) -> exp.Expression:
         options = self.options

@@ -283,26 +283,34 @@ def test_ordered_scan_scores_are_exact_after_heavy_groups():
     engine.cleanup()
 
 
+def _grouped_and_ungrouped(frame, monkeypatch, module, **options):
+    """The tree grown with no histogram ungrouped and with every dense one ungrouped, and the
+    features each level ungrouped in the second run."""
+    from sqltree import grower
+
+    seen: list[list[int]] = []
+    rowwise = grower.Strategy.rowwise
+
+    def spy(self, features):
+        seen.append(rowwise(self, features))
+        return seen[-1]
+
+    monkeypatch.setattr(grower.Strategy, "rowwise", spy)
+    trees = []
+    for dense in (float("inf"), 0.0):
+        monkeypatch.setattr(module, "DENSE_VALUES", dense)
+        seen.clear()
+        trees.append(sqltree.train(frame, target="label", max_depth=6, **options).text())
+    return trees, seen
+
+
 @pytest.mark.parametrize("options", [{}, {"algorithm": "id3"}, {"missing": "drop"}])
 def test_ungrouped_histograms_grow_the_grouped_tree(frame, monkeypatch, options):
     # Features whose (node, value) pairs are nearly all distinct get a histogram row per
     # level row; "b" (1,000 values over 4,000 rows) repeats values within nodes.
     from sqltree import grower
 
-    seen: list[list[int]] = []
-    rowwise = grower.C45Strategy.rowwise
-
-    def spy(self, features):
-        seen.append(rowwise(self, features))
-        return seen[-1]
-
-    trees = []
-    for dense in (float("inf"), 0.0):
-        monkeypatch.setattr(grower, "DENSE_VALUES", dense)
-        monkeypatch.setattr(grower.C45Strategy, "rowwise", spy)
-        seen.clear()
-        model = sqltree.train(frame, target="label", max_depth=6, pruning=None, **options)
-        trees.append(model.text())
+    trees, seen = _grouped_and_ungrouped(frame, monkeypatch, grower, pruning=None, **options)
     assert any(seen), "no level read an ungrouped histogram"
     assert {1} <= set().union(*seen)  # "b"
     assert trees[0] == trees[1]
@@ -312,20 +320,7 @@ def test_ungrouped_histograms_grow_the_grouped_tree(frame, monkeypatch, options)
 def test_ungrouped_cart_histograms_grow_the_grouped_tree(frame, monkeypatch, options):
     from sqltree import cart
 
-    seen: list[list[int]] = []
-    rowwise = cart.CARTStrategy.rowwise
-
-    def spy(self, features):
-        seen.append(rowwise(self, features))
-        return seen[-1]
-
-    trees = []
-    for dense in (float("inf"), 0.0):
-        monkeypatch.setattr(cart, "DENSE_VALUES", dense)
-        monkeypatch.setattr(cart.CARTStrategy, "rowwise", spy)
-        seen.clear()
-        model = sqltree.train(frame, target="label", algorithm="cart", max_depth=6, **options)
-        trees.append(model.text())
+    trees, seen = _grouped_and_ungrouped(frame, monkeypatch, cart, algorithm="cart", **options)
     assert {0, 1, 2} <= set().union(*seen)  # every continuous feature, below the root
     assert trees[0] == trees[1]
 
