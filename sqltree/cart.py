@@ -236,14 +236,6 @@ def build_cart_histogram(
     )
 
 
-def _sum(terms: Sequence[exp.Expression]) -> exp.Expression:
-    # Built without the operator overloads, which copy the growing left operand every time.
-    out = terms[0]
-    for t in terms[1:]:
-        out = exp.Add(this=out, expression=t)
-    return paren(out)
-
-
 def build_cart_partition(
     level: exp.Table,
     features: Sequence[Feature],
@@ -316,7 +308,7 @@ def build_impurity(
     positive = exp.GT(this=weight.copy(), expression=num(0))
     if criterion == "gini":
         value = num(1.0) - paren(
-            _sum([paren(c.copy() * c.copy()) for c in counts])
+            q.add_all([paren(c.copy() * c.copy()) for c in counts])
             / paren(weight.copy() * weight.copy())
         )
     else:
@@ -332,7 +324,7 @@ def build_impurity(
                     default=num(0.0),
                 )
             )
-        value = num(0.0) - _sum(terms)
+        value = num(0.0) - q.add_all(terms)
     return case((positive, paren(value)), default=num(0.0))
 
 
@@ -723,9 +715,9 @@ def build_cart_scores(
     # The three weights get names first, so the impurity expressions refer to columns.
     weighed = exp.select(
         "*",
-        exp.alias_(_sum(a), "w_left", copy=False),
-        exp.alias_(_sum(b), "w_right", copy=False),
-        exp.alias_(_sum(t), "w_node", copy=False),
+        exp.alias_(q.add_all(a), "w_left", copy=False),
+        exp.alias_(q.add_all(b), "w_right", copy=False),
+        exp.alias_(q.add_all(t), "w_node", copy=False),
     ).from_(expanded.subquery("e", copy=False), copy=False)
     wl, wr, wt = col("w_left"), col("w_right"), col("w_node")
     scored = (

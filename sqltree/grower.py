@@ -336,14 +336,9 @@ class C45Strategy(Strategy):
         tests_table = _load(engine, "tests", q.TESTS_COLUMNS, tests)
         self.loaded.append(tests_table)
         self.branch_counts = _branch_counts(engine, hist, tests_table, self.n_classes)
-        weights = {
-            (node_id, key): sum(counts)
-            for node_id, by_key in self.branch_counts.items()
-            for key, counts in by_key.items()
-            if key != q.UNKNOWN_KEY
-        }
         plans: dict[int, Plan] = {}
         for node_id, choice in choices.items():
+            by_key = self.branch_counts.get(node_id, {})
             f = choice.feature
             if f.kind == CONTINUOUS:
                 threshold = choice.threshold
@@ -355,7 +350,8 @@ class C45Strategy(Strategy):
                 split = Split(f.name, NOMINAL, groups=[[v] for v in f.values])
                 keys_of_branch = [[i] for i in range(len(f.values))]
             branch_w = [
-                sum(weights.get((node_id, key), 0.0) for key in keys) for keys in keys_of_branch
+                sum((sum(by_key[key]) for key in keys if key in by_key), 0.0)
+                for keys in keys_of_branch
             ]
             known = sum(branch_w)
             plans[node_id] = Plan(
@@ -373,9 +369,11 @@ class C45Strategy(Strategy):
         k = self.n_classes
         zero = [0.0] * k
         by_key = self.branch_counts.get(node_id, {})
-        counts = [
-            sum(by_key.get(key, zero)[c] for key in plan.keys_of_branch[branch]) for c in range(k)
-        ]
+        counts = zero
+        for key in plan.keys_of_branch[branch]:
+            found = by_key.get(key)
+            if found is not None:
+                counts = [a + b for a, b in zip(counts, found)]
         factor = 0.0
         if plan.route_unknown:
             if plan.unknown_branch is None:

@@ -99,12 +99,47 @@ def estimated_errors(counts: Sequence[float], cf: float = 0.25) -> float:
     return e + add_errs(total, e, cf)
 
 
-def _subtree_estimate(node: Node, cf: float) -> float:
-    return sum(estimated_errors(leaf.counts, cf) for leaf in node.leaves())
+class _Estimates:
+    """C4.5's estimated errors of subtrees, summed over children as J48 does.
+
+    A node kept by pruning remembers its sum, so that deciding its parent costs one term per
+    child instead of a walk over every leaf below (a million-row tree of depth 10 has 227,000
+    leaves). Nodes are decided bottom up, and a raise re-decides its whole subtree, so a kept
+    node's sum is always that of its current subtree.
+    """
+
+    def __init__(self, cf: float) -> None:
+        self.cf = cf
+        self._kept: dict[int, float] = {}
+
+    def leaf(self, counts: Sequence[float]) -> float:
+        return estimated_errors(counts, self.cf)
+
+    def subtree(self, node: Node) -> float:
+        if node.is_leaf:
+            return self.leaf(node.counts)
+        errors = 0.0
+        for child in node.children:
+            known = self._kept.get(id(child))
+            errors += known if known is not None else self.subtree(child)
+        return errors
+
+    def keep(self, node: Node, errors: float) -> None:
+        self._kept[id(node)] = errors
 
 
-def _training_errors(node: Node) -> float:
-    return sum(_incorrect(leaf.counts) for leaf in node.leaves())
+def _training_errors(root: Node) -> dict[int, float]:
+    """Training errors of every subtree, summed over children as J48 does."""
+    errors: dict[int, float] = {}
+    for node in reversed(list(root.walk())):  # children before their parent
+        if node.is_leaf:
+            errors[id(node)] = _incorrect(node.counts)
+        else:
+            total = 0.0
+            for child in node.children:
+                total += errors[id(child)]
+            errors[id(node)] = total
+    return errors
 
 
 def _leaf(node: Node) -> None:
@@ -121,12 +156,17 @@ def collapse(root: Node) -> int:
     root would on its own (less 1e-3) by a leaf, top down; J48 does this before pruning, and
     also when it does not prune (-U). Returns the number of subtrees collapsed.
     """
-    if root.is_leaf:
-        return 0
-    if _training_errors(root) >= _incorrect(root.counts) - 1e-3:
-        _leaf(root)
-        return 1
-    return sum(collapse(child) for child in root.children)
+    errors = _training_errors(root)
+
+    def visit(node: Node) -> int:
+        if node.is_leaf:
+            return 0
+        if errors[id(node)] >= _incorrect(node.counts) - 1e-3:
+            _leaf(node)
+            return 1
+        return sum(visit(child) for child in node.children)
+
+    return visit(root)
 
 
 # -- routing rows through a (sub)tree in SQL ---------------------------------------------------
@@ -407,10 +447,11 @@ def prune_c45(
             raise ValueError("subtree raising recounts rows in the engine: pass the dataset")
         router = _Router.open(data)
     try:
+        estimates = _Estimates(cf)
         if router is not None and batch:
-            _prune_c45_rounds(root, cf, router, stats)
+            _prune_c45_rounds(root, estimates, router, stats)
         else:
-            _prune_c45(root, [], cf, router, stats)
+            _prune_c45(root, [], estimates, router, stats)
     finally:
         if router is not None:
             stats.queries = router.queries
@@ -422,7 +463,7 @@ def prune_c45(
 def _prune_c45(
     node: Node,
     path: list[tuple[Node, int]],
-    cf: float,
+    estimates: _Estimates,
     router: _Router | None,
     stats: PruneStats,
 ) -> None:
@@ -430,18 +471,18 @@ def _prune_c45(
     if node.is_leaf:
         return
     for i, child in enumerate(node.children):
-        _prune_c45(child, [*path, (node, i)], cf, router, stats)
+        _prune_c45(child, [*path, (node, i)], estimates, router, stats)
     raised = None
     branch = node.children[_max_bag(node)]
     if router is not None and not branch.is_leaf:
         raised = route_counts(router, path, branch)
-    _decide(node, path, cf, router, stats, raised)
+    _decide(node, path, estimates, router, stats, raised)
 
 
 def _decide(
     node: Node,
     path: list[tuple[Node, int]],
-    cf: float,
+    estimates: _Estimates,
     router: _Router | None,
     stats: PruneStats,
     raised: dict[int, list[float]] | None,
@@ -453,7 +494,7 @@ def _decide(
     """
     largest = _max_bag(node)
     branch = node.children[largest]
-    errors_leaf = estimated_errors(node.counts, cf)
+    errors_leaf = estimates.leaf(node.counts)
     if router is None:
         errors_largest = math.inf
     elif branch.is_leaf:  # the branch as a leaf holding all of the node's rows
@@ -461,10 +502,10 @@ def _decide(
     else:
         assert raised is not None
         errors_largest = sum(
-            estimated_errors(raised.get(id(leaf), [0.0] * len(node.counts)), cf)
+            estimates.leaf(raised.get(id(leaf), [0.0] * len(node.counts)))
             for leaf in branch.leaves()
         )
-    errors_tree = _subtree_estimate(node, cf)
+    errors_tree = estimates.subtree(node)
 
     if errors_leaf - (errors_tree + 0.1) < SMALL and errors_leaf - (errors_largest + 0.1) < SMALL:
         _leaf(node)
@@ -483,10 +524,14 @@ def _decide(
         node.counts = branch.counts
         node.proba = branch.proba
         stats.raised += 1
-        _prune_c45(node, path, cf, router, stats)  # J48 prunes the raised subtree again
+        _prune_c45(node, path, estimates, router, stats)  # J48 prunes the raised subtree again
+        return
+    estimates.keep(node, errors_tree)
 
 
-def _prune_c45_rounds(root: Node, cf: float, router: _Router, stats: PruneStats) -> None:
+def _prune_c45_rounds(
+    root: Node, estimates: _Estimates, router: _Router, stats: PruneStats
+) -> None:
     """J48's bottom-up pruning, decided in rounds of nodes whose children are all final.
 
     The nodes of a round head disjoint subtrees, and a decision changes only the subtree of
@@ -518,7 +563,7 @@ def _prune_c45_rounds(root: Node, cf: float, router: _Router, stats: PruneStats)
             own = None
             if not branch.is_leaf:
                 own = {id(n): raised[id(n)] for n in branch.walk() if id(n) in raised}
-            _decide(node, path, cf, router, stats, own)
+            _decide(node, path, estimates, router, stats, own)
             done.add(id(node))
 
 

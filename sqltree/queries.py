@@ -94,9 +94,15 @@ def class_columns(n_classes: int, prefix: str = "c") -> list[str]:
 
 
 def total(names: Sequence[str], table: str | None = None) -> exp.Expression:
-    out: exp.Expression = col(names[0], table)
-    for name in names[1:]:
-        out = out + col(name, table)
+    return add_all([col(name, table) for name in names])
+
+
+def add_all(terms: Sequence[exp.Expression]) -> exp.Expression:
+    """``(t1 + t2 + ...)``."""
+    # Built without the operator overloads, which copy the growing left operand every time.
+    out = terms[0]
+    for t in terms[1:]:
+        out = exp.Add(this=out, expression=t)
     return paren(out)
 
 
