@@ -533,6 +533,15 @@ def build_split_scores(
     # The weight that gain and split info are taken over: all of it, or (drop) the known part.
     denom = col("w_known", "a") if options.unknown == "drop" else col("w_all", "a")
     unknown_w = num(0.0) if options.unknown == "drop" else col("w_unknown", "a")
+
+    def split_info_of(lw: exp.Expression, table: str = "a") -> exp.Expression:
+        """Split info of a cut whose left side weighs ``lw``, with the totals in ``table``."""
+        d = col("w_known", table) if options.unknown == "drop" else col("w_all", table)
+        u = num(0.0) if options.unknown == "drop" else col("w_unknown", table)
+        rw = paren(col("w_known", table) - lw.copy())
+        return safe_div(
+            xlogx(d.copy()) - xlogx(lw.copy()) - xlogx(rw) - xlogx(u), d.copy() * num(LN2)
+        )
     parent_ent = entropy_mass(known_classes, col("w_known", "a"))
 
     nominal = exp.select(
@@ -600,11 +609,7 @@ def build_split_scores(
             - entropy_mass(right, rw.copy()),
             denom.copy() * num(LN2),
         )
-        split_info = safe_div(
-            xlogx(denom.copy()) - xlogx(lw.copy()) - xlogx(rw.copy()) - xlogx(unknown_w.copy()),
-            denom.copy() * num(LN2),
-        )
-        return {"gain": gain, "split_info": split_info, "valid": valid}
+        return {"gain": gain, "split_info": split_info_of(lw), "valid": valid}
 
     continuous_filter = (
         exp.In(this=col("attr"), expressions=[num(i) for i in attrs_continuous])
@@ -614,7 +619,7 @@ def build_split_scores(
     ctes: list[tuple[str, exp.Expression]] = []
     if options.ordered_scan and not options.all_thresholds:
         continuous = _best_cuts_ordered(
-            hist, agg, classes, continuous_filter, scores_of, options, ctes
+            hist, agg, classes, continuous_filter, scores_of, split_info_of, options, ctes
         )
     else:
         continuous = _best_cuts_windowed(
@@ -757,6 +762,7 @@ def _best_cuts_ordered(
     classes: list[str],
     continuous_filter: exp.Expression,
     scores_of: ScoresOf,
+    split_info_of: Callable[[exp.Expression, str], exp.Expression],
     options: ScoreOptions,
     ctes: list[tuple[str, exp.Expression]],
 ) -> exp.Select:
@@ -768,7 +774,7 @@ def _best_cuts_ordered(
     for the next value), and a cut's left counts are the running sums less the known counts
     of the (attr, node) groups before it, both in exact fixed point (``to_fixed``). The best
     cut per group (highest gain, ties within ``threshold_tie`` to the lowest threshold) then
-    takes two GROUP BYs instead of windows.
+    takes two GROUP BYs instead of windows, and only the best cut's split info is computed.
     Adds CTEs ``scan`` and ``cand`` to ``ctes``.
     """
     k = len(classes)
@@ -819,9 +825,10 @@ def _best_cuts_ordered(
             exp.alias_(col("v", "a"), "threshold"),
             col("next_value", "a"),
             exp.alias_(scores["gain"], "gain"),
-            exp.alias_(scores["split_info"], "split_info"),
+            exp.alias_(lw.copy(), "lw"),
             col("w_known", "a"),
             col("w_all", "a"),
+            col("w_unknown", "a"),
         )
         .from_(exp.alias_(exp.Subquery(this=joined), "a"))
         .where(scores["valid"])
@@ -843,18 +850,19 @@ def _best_cuts_ordered(
             exp.ArgMin(this=col(name, "c"), expression=col("threshold", "c")), name
         )
 
-    return (
+    chosen = (
         exp.select(
             col("node", "c"),
             col("attr", "c"),
             exp.alias_(exp.func("MIN", col("threshold", "c")), "threshold"),
             first("next_value"),
             first("gain"),
-            first("split_info"),
+            first("lw"),
             exp.alias_(exp.cast(exp.func("MIN", col("n_valid", "b")), "BIGINT"), "candidates"),
-            exp.alias_(exp.func("MIN", col("w_known", "c")), "w_known"),
-            exp.alias_(exp.func("MIN", col("w_all", "c")), "w_all"),
-            exp.alias_(exp.cast(num(2), "BIGINT"), "big_branches"),
+            *[
+                exp.alias_(exp.func("MIN", col(name, "c")), name)
+                for name in ("w_known", "w_all", "w_unknown")
+            ],
         )
         .from_(exp.alias_(exp.to_table("cand"), "c"))
         .join(
@@ -872,6 +880,12 @@ def _best_cuts_ordered(
         )
         .group_by(col("node", "c"), col("attr", "c"))
     )
+    return exp.select(
+        "node", "attr", "threshold", "next_value", "gain",
+        exp.alias_(split_info_of(col("lw", "k"), "k"), "split_info"),
+        "candidates", "w_known", "w_all",
+        exp.alias_(exp.cast(num(2), "BIGINT"), "big_branches"),
+    ).from_(exp.alias_(exp.Subquery(this=chosen), "k"))
 
 
 def ordered_running_sums(

@@ -115,51 +115,12 @@ WITH scan AS MATERIALIZED (
       )
       ELSE NULL
     END AS gain,
-    CASE
-      WHEN a.w_all * 0.6931471805599453e0 > 0
-      THEN (
-        CASE WHEN a.w_all > 0 THEN (
-          a.w_all * LN(a.w_all)
-        ) ELSE 0.0e0 END - CASE
-          WHEN (
-            a.l0 + a.l1
-          ) > 0
-          THEN (
-            (
-              a.l0 + a.l1
-            ) * LN((
-              a.l0 + a.l1
-            ))
-          )
-          ELSE 0.0e0
-        END - CASE
-          WHEN (
-            a.w_known - (
-              a.l0 + a.l1
-            )
-          ) > 0
-          THEN (
-            (
-              a.w_known - (
-                a.l0 + a.l1
-              )
-            ) * LN((
-              a.w_known - (
-                a.l0 + a.l1
-              )
-            ))
-          )
-          ELSE 0.0e0
-        END - CASE WHEN a.w_unknown > 0 THEN (
-          a.w_unknown * LN(a.w_unknown)
-        ) ELSE 0.0e0 END
-      ) / (
-        a.w_all * 0.6931471805599453e0
-      )
-      ELSE NULL
-    END AS split_info,
+    (
+      a.l0 + a.l1
+    ) AS lw,
     a.w_known,
-    a.w_all
+    a.w_all,
+    a.w_unknown
   FROM (
     SELECT
       s.node,
@@ -473,34 +434,73 @@ FROM (
       a.attr IN (0, 1, 3)
     UNION ALL
     SELECT
-      c.node,
-      c.attr,
-      MIN(c.threshold) AS threshold,
-      ARG_MIN(c.next_value, c.threshold) AS next_value,
-      ARG_MIN(c.gain, c.threshold) AS gain,
-      ARG_MIN(c.split_info, c.threshold) AS split_info,
-      CAST(MIN(b.n_valid) AS BIGINT) AS candidates,
-      MIN(c.w_known) AS w_known,
-      MIN(c.w_all) AS w_all,
+      node,
+      attr,
+      threshold,
+      next_value,
+      gain,
+      CASE
+        WHEN k.w_all * 0.6931471805599453e0 > 0
+        THEN (
+          CASE WHEN k.w_all > 0 THEN (
+            k.w_all * LN(k.w_all)
+          ) ELSE 0.0e0 END - CASE WHEN k.lw > 0 THEN (
+            k.lw * LN(k.lw)
+          ) ELSE 0.0e0 END - CASE
+            WHEN (
+              k.w_known - k.lw
+            ) > 0
+            THEN (
+              (
+                k.w_known - k.lw
+              ) * LN((
+                k.w_known - k.lw
+              ))
+            )
+            ELSE 0.0e0
+          END - CASE WHEN k.w_unknown > 0 THEN (
+            k.w_unknown * LN(k.w_unknown)
+          ) ELSE 0.0e0 END
+        ) / (
+          k.w_all * 0.6931471805599453e0
+        )
+        ELSE NULL
+      END AS split_info,
+      candidates,
+      w_known,
+      w_all,
       CAST(2 AS BIGINT) AS big_branches
-    FROM cand AS c
-    JOIN (
+    FROM (
       SELECT
-        node,
-        attr,
-        COUNT(*) AS n_valid,
-        MAX(gain) AS best_gain
-      FROM cand
+        c.node,
+        c.attr,
+        MIN(c.threshold) AS threshold,
+        ARG_MIN(c.next_value, c.threshold) AS next_value,
+        ARG_MIN(c.gain, c.threshold) AS gain,
+        ARG_MIN(c.lw, c.threshold) AS lw,
+        CAST(MIN(b.n_valid) AS BIGINT) AS candidates,
+        MIN(c.w_known) AS w_known,
+        MIN(c.w_all) AS w_all,
+        MIN(c.w_unknown) AS w_unknown
+      FROM cand AS c
+      JOIN (
+        SELECT
+          node,
+          attr,
+          COUNT(*) AS n_valid,
+          MAX(gain) AS best_gain
+        FROM cand
+        GROUP BY
+          node,
+          attr
+      ) AS b
+        ON c.node = b.node AND c.attr = b.attr
+      WHERE
+        c.gain >= b.best_gain - 1e-06
       GROUP BY
-        node,
-        attr
-    ) AS b
-      ON c.node = b.node AND c.attr = b.attr
-    WHERE
-      c.gain >= b.best_gain - 1e-06
-    GROUP BY
-      c.node,
-      c.attr
+        c.node,
+        c.attr
+    ) AS k
   ) AS u
 ) AS m
 ORDER BY
