@@ -255,7 +255,7 @@ class Strategy:
         return None
 
     def finish(self, root: Node) -> Node:
-        """Post-process the grown tree (pruning, numbering); returns the root."""
+        """Post-process the grown tree (pruning, numbering), before ``close``; returns the root."""
         return root
 
     def close(self, engine: Any) -> None:
@@ -273,6 +273,8 @@ class C45Strategy(Strategy):
         self.values_table: exp.Table | None = None
         self.branch_counts: dict[int, dict[int, list[float]]] = {}
         self.loaded: list[exp.Table] = []
+        # Continuous cuts whose printed threshold is still the value below the cut.
+        self.unresolved: list[tuple[int, int, float, float]] = []
         # Whether the level's rows may carry fractional weights (set for good once a
         # partition spreads unknown values over branches).
         self.fractional = data.weight is not None
@@ -331,7 +333,7 @@ class C45Strategy(Strategy):
         options = self.options
         self._drop_loaded(engine)
         if not self.bins:
-            _resolve_thresholds(engine, self.values_table, choices)
+            self.unresolved += _cut_midpoints(choices)
         tests = sorted((node_id, c.feature.index, c.threshold) for node_id, c in choices.items())
         tests_table = _load(engine, "tests", q.TESTS_COLUMNS, tests)
         self.loaded.append(tests_table)
@@ -400,6 +402,27 @@ class C45Strategy(Strategy):
         routes_table = _load(engine, "routes", q.ROUTES_COLUMNS, routes)
         self.loaded += [tests_table, routes_table]
         return q.build_partition(level, features, tests_table, routes_table)
+
+    def finish(self, root: Node) -> Node:
+        """Every continuous test's threshold: the largest training value not above its
+        midpoint, found for all levels at once.
+
+        Growth partitions by the value below each cut instead: within the node no value
+        lies between it and the midpoint, so both send every row the same way.
+        """
+        if self.unresolved:
+            engine = self.data.engine
+            chosen = _load(engine, "chosen", q.CHOSEN_COLUMNS, self.unresolved)
+            self.loaded.append(chosen)
+            query = q.build_observed_thresholds(
+                self.values_table, chosen, asof=engine.SUPPORTS_ASOF_JOIN
+            )
+            thresholds = {int(key): float(t) for key, t in engine.execute(query)}
+            for node in root.walk():
+                if node.node_id in thresholds and node.split is not None:
+                    node.split = replace(node.split, threshold=thresholds[node.node_id])
+            self.unresolved = []
+        return root
 
     def _drop_loaded(self, engine: Any) -> None:
         for table in self.loaded:
@@ -583,11 +606,11 @@ def grow(
             frontier = next_frontier
             level = new_level
             depth += 1
+        root = strategy.finish(root)
     finally:
         if level is not None and frontier:
             engine.drop(level)
         strategy.close(engine)
-    root = strategy.finish(root)
     stats.queries = engine.stats.queries - queries_before
     stats.seconds = time.perf_counter() - start_all
     return root, stats
@@ -702,8 +725,8 @@ def choose_split(
     return _Choice(f, r["threshold"], r["next_value"], r)
 
 
-def _resolve_thresholds(engine: Any, values_table: Any, choices: dict[int, _Choice]) -> None:
-    """Replace each continuous cut by the largest training value not above its midpoint."""
+def _cut_midpoints(choices: dict[int, _Choice]) -> list[tuple[int, int, float, float]]:
+    """(node, feature, value below, midpoint) of each continuous cut, J48's way."""
     wanted = []
     for node_id, c in choices.items():
         if c.feature.kind == CONTINUOUS:
@@ -717,13 +740,7 @@ def _resolve_thresholds(engine: Any, values_table: Any, choices: dict[int, _Choi
             if mid + q.J48_SMALL < c.next_value:
                 mid = mid + q.J48_SMALL * (1 - 1e-9)
             wanted.append((node_id, c.feature.index, c.threshold, mid))
-    if not wanted:
-        return
-    chosen = _load(engine, "chosen", q.CHOSEN_COLUMNS, wanted)
-    query = q.build_observed_thresholds(values_table, chosen, asof=engine.SUPPORTS_ASOF_JOIN)
-    for key, threshold in engine.execute(query):
-        choices[int(key)].threshold = float(threshold)
-    engine.drop(chosen)
+    return wanted
 
 
 BIN_SAMPLE_ROWS = 200_000
