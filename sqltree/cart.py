@@ -469,7 +469,7 @@ def build_cart_scores(
             *[exp.alias_(known_sum(col(c)), f"k{i}", copy=False) for i, c in enumerate(classes)],
         )
         .from_(hist.copy(), copy=False)
-        .where(exp.GTE(this=col("attr"), expression=num(0)), copy=False)
+        .where(q.of_features(features), copy=False)
         .group_by(col("node"), col("attr"), copy=False)
     )
     totals = (

@@ -133,9 +133,10 @@ class Strategy:
     """What an algorithm decides; the level loop in ``grow`` does the rest.
 
     Per level the grower materialises ``build_histogram``, reads node counts with
-    ``read_counts``, asks ``may_split`` per node, runs ``build_scores`` once for the level,
-    calls ``choose`` per node, lets ``select`` veto choices (best-first growth), turns choices
-    into branches with ``plan`` and moves the rows. ``finish`` post-processes the grown tree.
+    ``read_counts``, asks ``may_split`` per node, runs ``build_scores`` for the level (once
+    per group of features from ``score_groups``, the groups at once), calls ``choose`` per
+    node, lets ``select`` veto choices (best-first growth), turns choices into branches with
+    ``plan`` and moves the rows. ``finish`` post-processes the grown tree.
     """
 
     def __init__(self, data: Dataset, options: GrowOptions) -> None:
@@ -528,12 +529,15 @@ def grow(
             splittable = [p for p in frontier.values() if can_grow and strategy.may_split(p)]
             choices: dict[int, Any] = {}
             if splittable and hist_features:
-                rows = engine.execute(strategy.build_scores(hist, hist_features))
+                groups = score_groups(hist_features, engine.concurrency)
                 by_node: dict[int, list[dict[str, Any]]] = {}
-                for row in rows:
-                    by_node.setdefault(int(row[0]), []).append(
-                        dict(zip(strategy.score_columns, row, strict=True))
-                    )
+                for rows in engine.execute_many(
+                    [strategy.build_scores(hist, group) for group in groups]
+                ):
+                    for row in rows:
+                        by_node.setdefault(int(row[0]), []).append(
+                            dict(zip(strategy.score_columns, row, strict=True))
+                        )
                 strategy.on_scores(by_node)
                 for p in splittable:
                     choice = strategy.choose(by_node.get(p.node.node_id, []), p)
@@ -614,6 +618,28 @@ def grow(
     stats.queries = engine.stats.queries - queries_before
     stats.seconds = time.perf_counter() - start_all
     return root, stats
+
+
+def score_groups(features: Sequence[Feature], n: int) -> list[list[Feature]]:
+    """The features in up to ``n`` runs of consecutive ones, with as many continuous
+    features in each as can be.
+
+    Scores are per (node, feature), so the groups' scoring statements can run at once, and
+    their rows, read group after group, come per node in feature order as one statement's
+    would. Continuous features are what costs: each one's threshold scan streams its
+    histogram rows through running sums on a single thread.
+    """
+    continuous = [f for f in features if f.kind == CONTINUOUS]
+    n = min(n, len(continuous))
+    if n < 2:
+        return [list(features)]
+    starts = {continuous[(g * len(continuous)) // n].index for g in range(1, n)}
+    groups: list[list[Feature]] = [[]]
+    for f in features:
+        if f.index in starts and groups[-1]:
+            groups.append([])
+        groups[-1].append(f)
+    return groups
 
 
 class _Clustering:

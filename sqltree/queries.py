@@ -425,6 +425,13 @@ def build_histogram(
     return query
 
 
+def of_features(features: Sequence[Feature]) -> exp.Expression:
+    """Whether a histogram row is one of these features' (not a node total, attr -1)."""
+    if not features:
+        return exp.false()
+    return exp.In(this=col("attr"), expressions=[num(f.index, double=False) for f in features])
+
+
 def build_node_counts(hist: exp.Table, n_classes: int) -> exp.Select:
     """Class counts of every node in the histogram's level."""
     classes = class_columns(n_classes)
@@ -526,7 +533,7 @@ def build_split_scores(
             ],
         )
         .from_(hist.copy())
-        .where(exp.GTE(this=col("attr"), expression=num(0)))
+        .where(of_features(features))
         .group_by(col("node"), col("attr"))
     )
     known_classes = [col(f"k{i}", "a") for i in range(n_classes)]

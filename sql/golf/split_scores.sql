@@ -136,7 +136,7 @@ FROM (
         COUNT(v) AS n_values
       FROM hist
       WHERE
-        attr >= 0
+        attr IN (0, 1, 2, 3)
       GROUP BY
         node,
         attr
@@ -424,7 +424,7 @@ FROM (
               COUNT(v) AS n_values
             FROM hist
             WHERE
-              attr >= 0
+              attr IN (0, 1, 2, 3)
             GROUP BY
               node,
               attr

@@ -223,7 +223,7 @@ WITH scan AS MATERIALIZED (
           ) AS f1
         FROM hist
         WHERE
-          attr >= 0
+          attr IN (0, 1, 2, 3)
         GROUP BY
           node,
           attr
@@ -425,7 +425,7 @@ FROM (
         ) AS f1
       FROM hist
       WHERE
-        attr >= 0
+        attr IN (0, 1, 2, 3)
       GROUP BY
         node,
         attr
