@@ -65,6 +65,12 @@ def as_double(e: exp.Expression) -> exp.Cast:
     return exp.cast(e, exp.DataType.build("DOUBLE"))
 
 
+def alias(e: exp.Expression, name: str) -> exp.Alias:
+    """``e AS name``, taking ``e`` itself: the builders here pass fresh expressions, and
+    copying each one again cost most of the time of building a level's queries."""
+    return exp.alias_(e, name, copy=False)
+
+
 def paren(e: exp.Expression) -> exp.Expression:
     return exp.paren(e, copy=False)
 
@@ -145,16 +151,16 @@ def build_level0(
         default=exp.null(),
     )
     columns: list[exp.Expression] = [
-        exp.alias_(exp.cast(num(0), "INT"), "node"),
-        exp.alias_(w, "w"),
-        exp.alias_(exp.cast(y, "SMALLINT"), "y"),
+        alias(exp.cast(num(0), "INT"), "node"),
+        alias(w, "w"),
+        alias(exp.cast(y, "SMALLINT"), "y"),
     ]
     for f in data.features:
         encoded = encode_feature(f)
         if bins and f.index in bins:
             binned = bin_by_lookup(encoded, bins[f.index]) if lookup else None
             encoded = binned if binned is not None else bin_value(encoded, bins[f.index])
-        columns.append(exp.alias_(encoded, f.column, copy=False))
+        columns.append(alias(encoded, f.column))
     # copy=False: the select holds thousands of nodes in binned mode, and builders deep-copy
     query = exp.select(*columns, copy=False).from_(data.relation.copy(), copy=False)
     query = query.where(target.is_(exp.null()).not_(), copy=False)
@@ -308,7 +314,7 @@ def build_bin_edges(
         quantiles = [c for c in columns if isinstance(c, exp.WithinGroup)]
         maxima = [c for c in columns if not isinstance(c, exp.WithinGroup)]
         sampled = exp.select(
-            *[exp.alias_(q, f"q{i}") for i, q in enumerate(quantiles)]
+            *[alias(q, f"q{i}") for i, q in enumerate(quantiles)]
         ).from_(data.relation.copy()).where(target.is_(exp.null()).not_())
         sampled.set(
             "sample",
@@ -319,7 +325,7 @@ def build_bin_edges(
             ),
         )
         full = exp.select(
-            *[exp.alias_(m, f"m{i}") for i, m in enumerate(maxima)]
+            *[alias(m, f"m{i}") for i, m in enumerate(maxima)]
         ).from_(data.relation.copy()).where(target.is_(exp.null()).not_())
         outputs: list[exp.Expression] = []
         for i in range(len(quantiles)):
@@ -362,7 +368,7 @@ def build_histogram(
     """
     classes = class_columns(n_classes)
     sums = [
-        exp.alias_(
+        alias(
             exp.func(
                 "SUM",
                 case((exp.EQ(this=col("y"), expression=num(i)), col("w")), default=num(0.0)),
@@ -374,8 +380,8 @@ def build_histogram(
     parts: list[exp.Select] = [
         exp.select(
             col("node"),
-            exp.alias_(exp.cast(num(-1), "INT"), "attr"),
-            exp.alias_(exp.cast(exp.null(), "DOUBLE"), "v"),
+            alias(exp.cast(num(-1), "INT"), "attr"),
+            alias(exp.cast(exp.null(), "DOUBLE"), "v"),
             *sums,
         )
         .from_(level.copy())
@@ -384,7 +390,7 @@ def build_histogram(
     for f in features:
         if f.index in rowwise and f.kind == CONTINUOUS:
             weights = [
-                exp.alias_(
+                alias(
                     case((exp.EQ(this=col("y"), expression=num(i)), col("w")), default=num(0.0)),
                     name,
                 )
@@ -393,8 +399,8 @@ def build_histogram(
             parts.append(
                 exp.select(
                     col("node"),
-                    exp.alias_(exp.cast(num(f.index), "INT"), "attr"),
-                    exp.alias_(col(f.column), "v"),
+                    alias(exp.cast(num(f.index), "INT"), "attr"),
+                    alias(col(f.column), "v"),
                     *weights,
                 ).from_(level.copy())
             )
@@ -404,7 +410,7 @@ def build_histogram(
         if f.index in by_class:
             source = (
                 exp.select(col("node"), col(f.column), col("y"),
-                           exp.alias_(exp.func("SUM", col("w")), "w"))
+                           alias(exp.func("SUM", col("w")), "w"))
                 .from_(level.copy())
                 .group_by(col("node"), col(f.column), col("y"))
                 .subquery("by_class")
@@ -412,17 +418,14 @@ def build_histogram(
         parts.append(
             exp.select(
                 col("node"),
-                exp.alias_(exp.cast(num(f.index), "INT"), "attr"),
-                exp.alias_(col(f.column), "v"),
+                alias(exp.cast(num(f.index), "INT"), "attr"),
+                alias(col(f.column), "v"),
                 *part_sums,
             )
             .from_(source)
             .group_by(col("node"), col(f.column))
         )
-    query: exp.Expression = parts[0]
-    for part in parts[1:]:
-        query = exp.union(query, part, distinct=False)
-    return query
+    return parts[0] if len(parts) == 1 else exp.union(*parts, distinct=False, copy=False)
 
 
 def of_features(features: Sequence[Feature]) -> exp.Expression:
@@ -495,15 +498,15 @@ def build_split_scores(
         exp.select(
             col("node"),
             col("attr"),
-            exp.alias_(exp.func("SUM", tot), "w_all"),
-            exp.alias_(known_sum(tot.copy()), "w_known"),
-            exp.alias_(
+            alias(exp.func("SUM", tot), "w_all"),
+            alias(known_sum(tot.copy()), "w_known"),
+            alias(
                 exp.func("SUM", case((is_unknown, tot.copy()), default=num(0.0))), "w_unknown"
             ),
-            *[exp.alias_(known_sum(col(c)), f"k{i}") for i, c in enumerate(classes)],
-            exp.alias_(known_sum(entropy_mass([col(c) for c in classes], tot.copy())), "bags_ent"),
-            exp.alias_(known_sum(xlogx(tot.copy())), "bags_xlogx"),
-            exp.alias_(
+            *[alias(known_sum(col(c)), f"k{i}") for i, c in enumerate(classes)],
+            alias(known_sum(entropy_mass([col(c) for c in classes], tot.copy())), "bags_ent"),
+            alias(known_sum(xlogx(tot.copy())), "bags_xlogx"),
+            alias(
                 exp.func(
                     "SUM",
                     case(
@@ -522,9 +525,9 @@ def build_split_scores(
                 ),
                 "big_branches",
             ),
-            exp.alias_(exp.func("COUNT", col("v")), "n_values"),
+            alias(exp.func("COUNT", col("v")), "n_values"),
             *[
-                exp.alias_(
+                alias(
                     exp.func("SUM", to_fixed(case((is_known.copy(), col(c)), default=num(0.0)))),
                     f"f{i}",
                 )
@@ -554,21 +557,21 @@ def build_split_scores(
     nominal = exp.select(
         col("node", "a"),
         col("attr", "a"),
-        exp.alias_(exp.cast(exp.null(), "DOUBLE"), "threshold"),
-        exp.alias_(exp.cast(exp.null(), "DOUBLE"), "next_value"),
-        exp.alias_(safe_div(parent_ent - col("bags_ent", "a"), denom * num(LN2)), "gain"),
-        exp.alias_(
+        alias(exp.cast(exp.null(), "DOUBLE"), "threshold"),
+        alias(exp.cast(exp.null(), "DOUBLE"), "next_value"),
+        alias(safe_div(parent_ent - col("bags_ent", "a"), denom * num(LN2)), "gain"),
+        alias(
             safe_div(
                 xlogx(denom.copy()) - col("bags_xlogx", "a") - xlogx(unknown_w.copy()),
                 denom.copy() * num(LN2),
             ),
             "split_info",
         ),
-        exp.alias_(exp.cast(col("n_values", "a"), "BIGINT"), "candidates"),
+        alias(exp.cast(col("n_values", "a"), "BIGINT"), "candidates"),
         col("w_known", "a"),
         col("w_all", "a"),
         col("big_branches", "a"),
-    ).from_(exp.alias_(exp.Subquery(this=agg.copy()), "a"))
+    ).from_(alias(exp.Subquery(this=agg.copy()), "a"))
     nominal = nominal.where(
         exp.In(this=col("attr", "a"), expressions=[num(i) for i in attrs_nominal])
         if attrs_nominal
@@ -633,7 +636,7 @@ def build_split_scores(
             hist, agg, classes, continuous_filter, scores_of, lw_total, options
         )
 
-    both = exp.union(nominal, continuous, distinct=False).subquery("u")
+    both = exp.union(nominal, continuous, distinct=False, copy=False).subquery("u")
     if options.mdl:
         mdl_gain = case(
             (
@@ -650,12 +653,12 @@ def build_split_scores(
         mdl_gain = col("gain")
     scored = exp.select(
         "node", "attr", "threshold", "next_value", "gain",
-        exp.alias_(mdl_gain, "mdl_gain"),
+        alias(mdl_gain, "mdl_gain"),
         "split_info", "candidates", "w_known", "w_all", "big_branches",
     ).from_(both)
     query = exp.select(
         "node", "attr", "threshold", "next_value", "gain", "mdl_gain", "split_info",
-        exp.alias_(
+        alias(
             case(
                 (exp.GT(this=col("split_info"), expression=num(0)),
                  col("mdl_gain") / col("split_info")),
@@ -701,9 +704,9 @@ def _best_cuts_windowed(
         col("node"),
         col("attr"),
         col("v"),
-        exp.alias_(window(exp.func("LEAD", col("v")), part, [col("v")]), "next_value"),
+        alias(window(exp.func("LEAD", col("v")), part, [col("v")]), "next_value"),
         *[
-            exp.alias_(window(exp.func("SUM", col(c)), part, [col("v")], running=True), f"l{i}")
+            alias(window(exp.func("SUM", col(c)), part, [col("v")], running=True), f"l{i}")
             for i, c in enumerate(classes)
         ],
     ).from_(hist.copy())
@@ -713,17 +716,17 @@ def _best_cuts_windowed(
         exp.select(
             col("node", "s"),
             col("attr", "s"),
-            exp.alias_(col("v", "s"), "threshold"),
+            alias(col("v", "s"), "threshold"),
             col("next_value", "s"),
-            exp.alias_(scores["gain"], "gain"),
-            exp.alias_(scores["split_info"], "split_info"),
+            alias(scores["gain"], "gain"),
+            alias(scores["split_info"], "split_info"),
             col("w_known", "a"),
             col("w_all", "a"),
-            exp.alias_(case((scores["valid"], num(1)), default=num(0)), "is_valid"),
+            alias(case((scores["valid"], num(1)), default=num(0)), "is_valid"),
         )
-        .from_(exp.alias_(exp.Subquery(this=cum), "s"))
+        .from_(alias(exp.Subquery(this=cum), "s"))
         .join(
-            exp.alias_(exp.Subquery(this=agg.copy()), "a"),
+            alias(exp.Subquery(this=agg.copy()), "a"),
             on=exp.and_(
                 exp.EQ(this=col("node", "s"), expression=col("node", "a")),
                 exp.EQ(this=col("attr", "s"), expression=col("attr", "a")),
@@ -734,31 +737,31 @@ def _best_cuts_windowed(
     if options.all_thresholds:
         return exp.select(
             "node", "attr", "threshold", "next_value", "gain", "split_info",
-            exp.alias_(
+            alias(
                 exp.cast(window(exp.func("SUM", col("is_valid")), part), "BIGINT"), "candidates"
             ),
             "w_known", "w_all",
-            exp.alias_(exp.cast(col("is_valid"), "BIGINT"), "big_branches"),
-        ).from_(exp.alias_(exp.Subquery(this=cand), "c"))
+            alias(exp.cast(col("is_valid"), "BIGINT"), "big_branches"),
+        ).from_(alias(exp.Subquery(this=cand), "c"))
     ranked = exp.select(
         "*",
-        exp.alias_(window(exp.func("COUNT", exp.Star()), part), "n_valid"),
-        exp.alias_(window(exp.func("MAX", col("gain")), part), "best_gain"),
-    ).from_(exp.alias_(exp.Subquery(this=cand), "c")).where(
+        alias(window(exp.func("COUNT", exp.Star()), part), "n_valid"),
+        alias(window(exp.func("MAX", col("gain")), part), "best_gain"),
+    ).from_(alias(exp.Subquery(this=cand), "c")).where(
         exp.EQ(this=col("is_valid"), expression=num(1))
     )
     near = exp.select(
         "*",
-        exp.alias_(window(exp.func("ROW_NUMBER"), part, [col("threshold")]), "rank_in_ties"),
-    ).from_(exp.alias_(exp.Subquery(this=ranked), "r")).where(
+        alias(window(exp.func("ROW_NUMBER"), part, [col("threshold")]), "rank_in_ties"),
+    ).from_(alias(exp.Subquery(this=ranked), "r")).where(
         exp.GTE(this=col("gain"), expression=col("best_gain") - num(options.threshold_tie))
     )
     return exp.select(
         "node", "attr", "threshold", "next_value", "gain", "split_info",
-        exp.alias_(exp.cast(col("n_valid"), "BIGINT"), "candidates"),
+        alias(exp.cast(col("n_valid"), "BIGINT"), "candidates"),
         "w_known", "w_all",
-        exp.alias_(exp.cast(num(2), "BIGINT"), "big_branches"),
-    ).from_(exp.alias_(exp.Subquery(this=near), "t")).where(
+        alias(exp.cast(num(2), "BIGINT"), "big_branches"),
+    ).from_(alias(exp.Subquery(this=near), "t")).where(
         exp.EQ(this=col("rank_in_ties"), expression=num(1))
     )
 
@@ -790,7 +793,7 @@ def _best_cuts_ordered(
     scan = _ordered_scan(hist, classes, known, "next_value", fixed)
     # ``agg`` holds each group's known sums, in fixed point as ``f<i>`` when ``fixed``.
     before = [_sum_before(f"f{i}" if fixed else f"k{i}", f"o{i}") for i in range(k)]
-    totals = exp.select("*", *before).from_(exp.alias_(exp.Subquery(this=agg.copy()), "t")).where(
+    totals = exp.select("*", *before).from_(alias(exp.Subquery(this=agg.copy()), "t")).where(
         continuous_filter.copy()
     )
     # The streaming window runs on one thread and so would everything after it in the same
@@ -807,14 +810,14 @@ def _best_cuts_ordered(
             *[col(c, "t") for c in ("w_all", "w_known", "w_unknown")],
             *[col(f"k{i}", "t") for i in range(k)],
             *[
-                exp.alias_(
+                alias(
                     _left_sum(col(f"g{i}", "s") - col(f"o{i}", "t"), fixed), f"l{i}"
                 )
                 for i in range(k)
             ],
         )
-        .from_(exp.alias_(exp.to_table("scan"), "s"))
-        .join(exp.alias_(exp.Subquery(this=totals), "t"), on=_same_group("s", "t"))
+        .from_(alias(exp.to_table("scan"), "s"))
+        .join(alias(exp.Subquery(this=totals), "t"), on=_same_group("s", "t"))
         # A histogram with rows per level row (``build_histogram``'s ``rowwise``) repeats a
         # value; only its last row, whose sums hold every repeat, is a cut.
         .where(exp.LT(this=col("v", "s"), expression=col("next_value", "s")))
@@ -829,15 +832,15 @@ def _best_cuts_ordered(
         exp.select(
             col("node", "a"),
             col("attr", "a"),
-            exp.alias_(col("v", "a"), "threshold"),
+            alias(col("v", "a"), "threshold"),
             col("next_value", "a"),
-            exp.alias_(scores["gain"], "gain"),
-            exp.alias_(lw.copy(), "lw"),
+            alias(scores["gain"], "gain"),
+            alias(lw.copy(), "lw"),
             col("w_known", "a"),
             col("w_all", "a"),
             col("w_unknown", "a"),
         )
-        .from_(exp.alias_(exp.Subquery(this=joined), "a"))
+        .from_(alias(exp.Subquery(this=joined), "a"))
         .where(scores["valid"])
     )
     ctes.append(("cand", cand))
@@ -845,15 +848,15 @@ def _best_cuts_ordered(
         exp.select(
             col("node"),
             col("attr"),
-            exp.alias_(exp.func("COUNT", exp.Star()), "n_valid"),
-            exp.alias_(exp.func("MAX", col("gain")), "best_gain"),
+            alias(exp.func("COUNT", exp.Star()), "n_valid"),
+            alias(exp.func("MAX", col("gain")), "best_gain"),
         )
         .from_("cand")
         .group_by(col("node"), col("attr"))
     )
 
     def first(name: str) -> exp.Expression:
-        return exp.alias_(
+        return alias(
             exp.ArgMin(this=col(name, "c"), expression=col("threshold", "c")), name
         )
 
@@ -861,19 +864,19 @@ def _best_cuts_ordered(
         exp.select(
             col("node", "c"),
             col("attr", "c"),
-            exp.alias_(exp.func("MIN", col("threshold", "c")), "threshold"),
+            alias(exp.func("MIN", col("threshold", "c")), "threshold"),
             first("next_value"),
             first("gain"),
             first("lw"),
-            exp.alias_(exp.cast(exp.func("MIN", col("n_valid", "b")), "BIGINT"), "candidates"),
+            alias(exp.cast(exp.func("MIN", col("n_valid", "b")), "BIGINT"), "candidates"),
             *[
-                exp.alias_(exp.func("MIN", col(name, "c")), name)
+                alias(exp.func("MIN", col(name, "c")), name)
                 for name in ("w_known", "w_all", "w_unknown")
             ],
         )
-        .from_(exp.alias_(exp.to_table("cand"), "c"))
+        .from_(alias(exp.to_table("cand"), "c"))
         .join(
-            exp.alias_(exp.Subquery(this=best), "b"),
+            alias(exp.Subquery(this=best), "b"),
             on=exp.and_(
                 exp.EQ(this=col("node", "c"), expression=col("node", "b")),
                 exp.EQ(this=col("attr", "c"), expression=col("attr", "b")),
@@ -889,10 +892,10 @@ def _best_cuts_ordered(
     )
     return exp.select(
         "node", "attr", "threshold", "next_value", "gain",
-        exp.alias_(split_info_of(col("lw", "k"), "k"), "split_info"),
+        alias(split_info_of(col("lw", "k"), "k"), "split_info"),
         "candidates", "w_known", "w_all",
-        exp.alias_(exp.cast(num(2), "BIGINT"), "big_branches"),
-    ).from_(exp.alias_(exp.Subquery(this=chosen), "k"))
+        alias(exp.cast(num(2), "BIGINT"), "big_branches"),
+    ).from_(alias(exp.Subquery(this=chosen), "k"))
 
 
 def ordered_running_sums(
@@ -925,14 +928,14 @@ def ordered_running_sums(
         exp.select(
             col("node", "s"), col("attr", "s"), col("v", "s"), col("nv", "s"),
             *[
-                exp.alias_(
+                alias(
                     _left_sum(col(f"g{i}", "s") - col(f"o{i}", "b"), fixed), f"{prefix}{i}"
                 )
                 for i in range(len(columns))
             ],
         )
-        .from_(exp.alias_(source, "s"))
-        .join(exp.alias_(exp.Subquery(this=offsets), "b"), on=_same_group("s", "b"))
+        .from_(alias(source, "s"))
+        .join(alias(exp.Subquery(this=offsets), "b"), on=_same_group("s", "b"))
     )
 
 
@@ -978,15 +981,15 @@ def _ordered_scan(
         col("node"),
         col("attr"),
         col("v"),
-        exp.alias_(_next_in_group(), next_name),
+        alias(_next_in_group(), next_name),
         *[
-            exp.alias_(
+            alias(
                 window(exp.func("SUM", to_fixed(col(c)) if fixed else col(c)), [], running=True),
                 f"g{i}",
             )
             for i, c in enumerate(columns)
         ],
-    ).from_(exp.alias_(exp.Subquery(this=ordered), "o"))
+    ).from_(alias(exp.Subquery(this=ordered), "o"))
 
 
 def _group_offsets(
@@ -997,7 +1000,7 @@ def _group_offsets(
         exp.select(
             col("node"), col("attr"),
             *[
-                exp.alias_(exp.func("SUM", to_fixed(col(c)) if fixed else col(c)), f"f{i}")
+                alias(exp.func("SUM", to_fixed(col(c)) if fixed else col(c)), f"f{i}")
                 for i, c in enumerate(columns)
             ],
         )
@@ -1007,7 +1010,7 @@ def _group_offsets(
     )
     return exp.select(
         col("node"), col("attr"), *[_sum_before(f"f{i}", f"o{i}") for i in range(len(columns))]
-    ).from_(exp.alias_(exp.Subquery(this=group_totals), "t"))
+    ).from_(alias(exp.Subquery(this=group_totals), "t"))
 
 
 def _same_group(a: str, b: str) -> exp.Expression:
@@ -1033,9 +1036,9 @@ def _next_in_group() -> exp.Expression:
     )
 
 
-def _sum_before(column: str, alias: str) -> exp.Expression:
+def _sum_before(column: str, name: str) -> exp.Expression:
     """The sum of ``column`` over the rows before this one in (attr, node) order."""
-    return exp.alias_(
+    return alias(
         exp.Sub(
             this=exp.Window(
                 this=exp.func("SUM", col(column)),
@@ -1048,7 +1051,7 @@ def _sum_before(column: str, alias: str) -> exp.Expression:
             ),
             expression=col(column),
         ),
-        alias,
+        name,
     )
 
 
@@ -1072,20 +1075,20 @@ def build_observed_thresholds(
     table = _small_table(chosen, "q", CHOSEN_COLUMNS)
     if asof:
         join = exp.Join(
-            this=exp.alias_(values.copy(), "d"),
+            this=alias(values.copy(), "d"),
             method="ASOF",
             on=exp.and_(
                 exp.EQ(this=col("attr", "q"), expression=col("attr", "d")),
                 exp.GTE(this=col("mid", "q"), expression=col("v", "d")),
             ),
         )
-        select = exp.select(col("key", "q"), exp.alias_(col("v", "d"), "threshold"))
+        select = exp.select(col("key", "q"), alias(col("v", "d"), "threshold"))
         return select.from_(table).join(join)
     return (
-        exp.select(col("key", "q"), exp.alias_(exp.func("MAX", col("v", "d")), "threshold"))
+        exp.select(col("key", "q"), alias(exp.func("MAX", col("v", "d")), "threshold"))
         .from_(table)
         .join(
-            exp.alias_(values.copy(), "d"),
+            alias(values.copy(), "d"),
             on=exp.and_(
                 exp.EQ(this=col("attr", "d"), expression=col("attr", "q")),
                 exp.GTE(this=col("v", "d"), expression=col("low", "q")),
@@ -1124,10 +1127,10 @@ def build_branch_weights(
     return (
         exp.select(
             col("node", "h"),
-            exp.alias_(key, "key"),
-            exp.alias_(exp.func("SUM", total(class_columns(n_classes), "h")), "w"),
+            alias(key, "key"),
+            alias(exp.func("SUM", total(class_columns(n_classes), "h")), "w"),
         )
-        .from_(exp.alias_(hist.copy(), "h"))
+        .from_(alias(hist.copy(), "h"))
         .join(
             t_table,
             on=exp.and_(
@@ -1158,12 +1161,12 @@ def build_branch_counts(
     return (
         exp.select(
             col("node", "h"),
-            exp.alias_(key, "key"),
-            *[exp.alias_(exp.func("SUM", col(c, "h")), c) for c in classes],
+            alias(key, "key"),
+            *[alias(exp.func("SUM", col(c, "h")), c) for c in classes],
         )
-        .from_(exp.alias_(hist.copy(), "h"))
+        .from_(alias(hist.copy(), "h"))
         .join(
-            exp.alias_(tests.copy(), "t"),
+            alias(tests.copy(), "t"),
             on=exp.and_(
                 exp.EQ(this=col("node", "h"), expression=col("node", "t")),
                 exp.EQ(this=col("attr", "h"), expression=col("attr", "t")),
@@ -1185,14 +1188,14 @@ ROUTES_COLUMNS = (("node", "BIGINT"), ("key", "DOUBLE"), ("child", "BIGINT"), ("
 
 def _small_table(
     rows_or_table: Sequence[Sequence[float | int | None]] | exp.Expression,
-    alias: str,
+    name: str,
     columns: Sequence[tuple[str, str]],
 ) -> exp.Expression:
-    """A loaded table under ``alias``, or Python rows written as a literal table."""
+    """A loaded table under the alias ``name``, or Python rows written as a literal table."""
     if isinstance(rows_or_table, exp.Expression):
-        return exp.alias_(rows_or_table.copy(), alias)
+        return alias(rows_or_table.copy(), name)
     return values_table(
-        alias, [c for c, _ in columns], list(rows_or_table), [t for _, t in columns]
+        name, [c for c, _ in columns], list(rows_or_table), [t for _, t in columns]
     )
 
 
@@ -1226,14 +1229,14 @@ def build_keyed_counts(
     n_table = _small_table(tests, "n", TESTS_COLUMNS)
     value, key = _test_key(features)
     keyed = (
-        exp.select(col("node", "l"), col("w", "l"), col("y", "l"), exp.alias_(value, "v"),
-                   exp.alias_(col("thr", "n"), "thr"))
-        .from_(exp.alias_(level.copy(), "l"))
+        exp.select(col("node", "l"), col("w", "l"), col("y", "l"), alias(value, "v"),
+                   alias(col("thr", "n"), "thr"))
+        .from_(alias(level.copy(), "l"))
         .join(n_table, on=exp.EQ(this=col("node", "l"), expression=col("node", "n")),
               join_type="left")
     )
     sums = [
-        exp.alias_(
+        alias(
             exp.func(
                 "SUM",
                 case((exp.EQ(this=col("y"), expression=num(i)), col("w")), default=num(0.0)),
@@ -1243,8 +1246,8 @@ def build_keyed_counts(
         for i, name in enumerate(class_columns(n_classes))
     ]
     return (
-        exp.select(col("node"), exp.alias_(key, "key"), *sums)
-        .from_(exp.alias_(exp.Subquery(this=keyed), "k"))
+        exp.select(col("node"), alias(key, "key"), *sums)
+        .from_(alias(exp.Subquery(this=keyed), "k"))
         .group_by(col("node"), key.copy())
     )
 
@@ -1273,20 +1276,20 @@ def build_partition(
         col("w", "l"),
         col("y", "l"),
         *[col(f.column, "l") for f in features],
-        exp.alias_(value, "v"),
-        exp.alias_(col("thr", "n"), "thr"),
-    ).from_(exp.alias_(level.copy(), "l")).join(
+        alias(value, "v"),
+        alias(col("thr", "n"), "thr"),
+    ).from_(alias(level.copy(), "l")).join(
         n_table, on=exp.EQ(this=col("node", "l"), expression=col("node", "n"))
     )
-    keyed2 = exp.select("*", exp.alias_(key, "key")).from_(
-        exp.alias_(exp.Subquery(this=keyed), "k")
+    keyed2 = exp.select("*", alias(key, "key")).from_(
+        alias(exp.Subquery(this=keyed), "k")
     )
     return exp.select(
-        exp.alias_(exp.cast(col("child", "r"), "INT"), "node"),
-        exp.alias_(col("w", "x") * col("factor", "r"), "w"),
+        alias(exp.cast(col("child", "r"), "INT"), "node"),
+        alias(col("w", "x") * col("factor", "r"), "w"),
         col("y", "x"),
         *[col(f.column, "x") for f in features],
-    ).from_(exp.alias_(exp.Subquery(this=keyed2), "x")).join(
+    ).from_(alias(exp.Subquery(this=keyed2), "x")).join(
         r_table,
         on=exp.and_(
             exp.EQ(this=col("node", "x"), expression=col("node", "r")),
@@ -1301,7 +1304,7 @@ def ordered_by_node(query: exp.Expression) -> exp.Select:
 
 
 def values_table(
-    alias: str,
+    name: str,
     columns: Sequence[str],
     rows: Sequence[Sequence[float | int | None]],
     types: Sequence[str],
@@ -1316,11 +1319,11 @@ def values_table(
     raw = exp.Values(
         expressions=literal_rows,
         alias=exp.TableAlias(
-            this=exp.to_identifier(f"{alias}_raw"),
+            this=exp.to_identifier(f"{name}_raw"),
             columns=[exp.to_identifier(c) for c in columns],
         ),
     )
     select = exp.select(
-        *[exp.alias_(exp.cast(col(c), t), c) for c, t in zip(columns, types)]
+        *[alias(exp.cast(col(c), t), c) for c, t in zip(columns, types)]
     ).from_(raw)
-    return exp.alias_(exp.Subquery(this=select), alias)
+    return alias(exp.Subquery(this=select), name)
