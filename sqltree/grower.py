@@ -529,7 +529,7 @@ def grow(
             splittable = [p for p in frontier.values() if can_grow and strategy.may_split(p)]
             choices: dict[int, Any] = {}
             if splittable and hist_features:
-                groups = score_groups(hist_features, engine.concurrency)
+                groups = score_groups(hist_features, scoring_statements(data))
                 by_node: dict[int, list[dict[str, Any]]] = {}
                 for rows in engine.execute_many(
                     [strategy.build_scores(hist, group) for group in groups]
@@ -618,6 +618,20 @@ def grow(
     stats.queries = engine.stats.queries - queries_before
     stats.seconds = time.perf_counter() - start_all
     return root, stats
+
+
+CONCURRENT_SCAN_ROWS = 2_000_000
+"""Rows times continuous features from which a level's scoring is split into statements that
+run at once. The split costs tens of milliseconds per level (a 4,000-row table grew in 1.4 s
+instead of 1.2 s) and saves about 0.07 s per million histogram rows."""
+
+
+def scoring_statements(data: Dataset) -> int:
+    """How many statements a level's scoring is split into (``score_groups``)."""
+    continuous = sum(f.kind == CONTINUOUS for f in data.features)
+    if data.n_rows * continuous < CONCURRENT_SCAN_ROWS:
+        return 1
+    return data.engine.concurrency
 
 
 def score_groups(features: Sequence[Feature], n: int) -> list[list[Feature]]:

@@ -397,6 +397,8 @@ def test_score_groups_are_runs_of_features_in_order(frame):
 def test_concurrent_scoring_grows_the_sequential_tree(frame, monkeypatch, algorithm):
     import duckdb
 
+    from sqltree import grower
+
     batches = []
     real = DuckDBEngine.execute_many
 
@@ -405,6 +407,7 @@ def test_concurrent_scoring_grows_the_sequential_tree(frame, monkeypatch, algori
         return real(self, queries)
 
     monkeypatch.setattr(DuckDBEngine, "execute_many", spy)
+    monkeypatch.setattr(grower, "CONCURRENT_SCAN_ROWS", 0)  # this small table too
     trees = []
     for threads in (1, 2):
         connection = duckdb.connect()
