@@ -276,6 +276,7 @@ class C45Strategy(Strategy):
         self.loaded: list[exp.Table] = []
         # Continuous cuts whose printed threshold is still the value below the cut.
         self.unresolved: list[tuple[int, int, float, float]] = []
+        self._keys_by_feature: dict[int, list[list[int]]] = {}
         # Whether the level's rows may carry fractional weights (set for good once a
         # partition spreads unknown values over branches).
         self.fractional = data.weight is not None
@@ -351,7 +352,7 @@ class C45Strategy(Strategy):
                 keys_of_branch = [[0], [1]]
             else:
                 split = Split(f.name, NOMINAL, groups=[[v] for v in f.values])
-                keys_of_branch = [[i] for i in range(len(f.values))]
+                keys_of_branch = self._value_keys(f)
             branch_w = [
                 sum((sum(by_key[key]) for key in keys if key in by_key), 0.0)
                 for keys in keys_of_branch
@@ -367,6 +368,13 @@ class C45Strategy(Strategy):
                 consumes_feature=f.kind == NOMINAL,
             )
         return plans
+
+    def _value_keys(self, f: Feature) -> list[list[int]]:
+        """Keys of a nominal test's branches, a value each (shared by every plan on ``f``)."""
+        keys = self._keys_by_feature.get(f.index)
+        if keys is None:
+            keys = self._keys_by_feature[f.index] = [[i] for i in range(len(f.values))]
+        return keys
 
     def child_counts(self, node_id: int, plan: Plan, branch: int) -> list[float]:
         k = self.n_classes
@@ -564,17 +572,19 @@ def grow(
                     tests.append((node_id, f.index, plan.test_threshold))
                     used = pending.used | {f.index} if plan.consumes_feature else pending.used
                     for branch, keys in enumerate(plan.keys_of_branch):
-                        child = Node(counts=[0.0] * k, proba=list(node.proba), node_id=next_id)
+                        counts = strategy.child_counts(node_id, plan, branch)
+                        if counts is None:
+                            child = Node([0.0] * k, list(node.proba), node_id=next_id)
+                        else:
+                            child = Node(counts, normalise(counts, node.proba), node_id=next_id)
                         next_id += 1
                         node.children.append(child)
                         strategy.on_child(pending, branch, child)
+                        if counts is not None and not children_can_grow:
+                            continue  # a leaf already: its rows go no further
                         child_pending = Pending(child, child_depth, used, node.proba)
-                        counts = strategy.child_counts(node_id, plan, branch)
-                        if counts is not None:
-                            child.counts = counts
-                            child.proba = normalise(counts, node.proba)
-                            if not (children_can_grow and strategy.may_split(child_pending)):
-                                continue  # a leaf already: its rows go no further
+                        if counts is not None and not strategy.may_split(child_pending):
+                            continue
                         next_frontier[child.node_id] = child_pending
                         for key in keys:
                             routes.append((node_id, key, child.node_id, 1.0))

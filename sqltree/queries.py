@@ -166,7 +166,8 @@ def build_level0(
     query = query.where(target.is_(exp.null()).not_(), copy=False)
     if data.weight:
         query = query.where(
-            exp.GT(this=exp.column(data.weight, quoted=True), expression=num(0)), copy=False
+            exp.GT(this=exp.column(data.weight, quoted=True), expression=num(0)),
+            copy=False,
         )
     return query
 
@@ -535,9 +536,9 @@ def build_split_scores(
                 if options.ordered_scan and options.fractional and not options.all_thresholds
             ],
         )
-        .from_(hist.copy())
-        .where(of_features(features))
-        .group_by(col("node"), col("attr"))
+        .from_(hist.copy(), copy=False)
+        .where(of_features(features), copy=False)
+        .group_by(col("node"), col("attr"), copy=False)
     )
     known_classes = [col(f"k{i}", "a") for i in range(n_classes)]
     # The weight that gain and split info are taken over: all of it, or (drop) the known part.
@@ -571,11 +572,12 @@ def build_split_scores(
         col("w_known", "a"),
         col("w_all", "a"),
         col("big_branches", "a"),
-    ).from_(alias(exp.Subquery(this=agg.copy()), "a"))
+    ).from_(alias(exp.Subquery(this=agg.copy()), "a"), copy=False)
     nominal = nominal.where(
         exp.In(this=col("attr", "a"), expressions=[num(i) for i in attrs_nominal])
         if attrs_nominal
-        else exp.false()
+        else exp.false(),
+        copy=False,
     )
 
     # Continuous: running class sums over the sorted distinct values of each (node, feature).
@@ -655,7 +657,7 @@ def build_split_scores(
         "node", "attr", "threshold", "next_value", "gain",
         alias(mdl_gain, "mdl_gain"),
         "split_info", "candidates", "w_known", "w_all", "big_branches",
-    ).from_(both)
+    ).from_(both, copy=False)
     query = exp.select(
         "node", "attr", "threshold", "next_value", "gain", "mdl_gain", "split_info",
         alias(
@@ -667,7 +669,8 @@ def build_split_scores(
             "gain_ratio",
         ),
         "candidates", "w_known", "w_all", "big_branches",
-    ).from_(scored.subquery("m")).order_by(col("node"), col("attr"), col("threshold"))
+    ).from_(scored.subquery("m"), copy=False)
+    query = query.order_by(col("node"), col("attr"), col("threshold"), copy=False)
     return with_materialized(query, ctes)
 
 
@@ -709,8 +712,8 @@ def _best_cuts_windowed(
             alias(window(exp.func("SUM", col(c)), part, [col("v")], running=True), f"l{i}")
             for i, c in enumerate(classes)
         ],
-    ).from_(hist.copy())
-    cum = cum.where(exp.and_(col("v").is_(exp.null()).not_(), continuous_filter.copy()))
+    ).from_(hist.copy(), copy=False)
+    cum = cum.where(exp.and_(col("v").is_(exp.null()).not_(), continuous_filter.copy()), copy=False)
     scores = scores_of([col(f"l{i}", "s") for i in range(len(classes))], lw)
     cand = (
         exp.select(
@@ -724,15 +727,16 @@ def _best_cuts_windowed(
             col("w_all", "a"),
             alias(case((scores["valid"], num(1)), default=num(0)), "is_valid"),
         )
-        .from_(alias(exp.Subquery(this=cum), "s"))
+        .from_(alias(exp.Subquery(this=cum), "s"), copy=False)
         .join(
             alias(exp.Subquery(this=agg.copy()), "a"),
             on=exp.and_(
                 exp.EQ(this=col("node", "s"), expression=col("node", "a")),
                 exp.EQ(this=col("attr", "s"), expression=col("attr", "a")),
             ),
+            copy=False,
         )
-        .where(col("next_value", "s").is_(exp.null()).not_())
+        .where(col("next_value", "s").is_(exp.null()).not_(), copy=False)
     )
     if options.all_thresholds:
         return exp.select(
@@ -742,27 +746,30 @@ def _best_cuts_windowed(
             ),
             "w_known", "w_all",
             alias(exp.cast(col("is_valid"), "BIGINT"), "big_branches"),
-        ).from_(alias(exp.Subquery(this=cand), "c"))
+        ).from_(alias(exp.Subquery(this=cand), "c"), copy=False)
     ranked = exp.select(
         "*",
         alias(window(exp.func("COUNT", exp.Star()), part), "n_valid"),
         alias(window(exp.func("MAX", col("gain")), part), "best_gain"),
-    ).from_(alias(exp.Subquery(this=cand), "c")).where(
-        exp.EQ(this=col("is_valid"), expression=num(1))
+    ).from_(alias(exp.Subquery(this=cand), "c"), copy=False).where(
+        exp.EQ(this=col("is_valid"), expression=num(1)),
+        copy=False,
     )
     near = exp.select(
         "*",
         alias(window(exp.func("ROW_NUMBER"), part, [col("threshold")]), "rank_in_ties"),
-    ).from_(alias(exp.Subquery(this=ranked), "r")).where(
-        exp.GTE(this=col("gain"), expression=col("best_gain") - num(options.threshold_tie))
+    ).from_(alias(exp.Subquery(this=ranked), "r"), copy=False).where(
+        exp.GTE(this=col("gain"), expression=col("best_gain") - num(options.threshold_tie)),
+        copy=False,
     )
     return exp.select(
         "node", "attr", "threshold", "next_value", "gain", "split_info",
         alias(exp.cast(col("n_valid"), "BIGINT"), "candidates"),
         "w_known", "w_all",
         alias(exp.cast(num(2), "BIGINT"), "big_branches"),
-    ).from_(alias(exp.Subquery(this=near), "t")).where(
-        exp.EQ(this=col("rank_in_ties"), expression=num(1))
+    ).from_(alias(exp.Subquery(this=near), "t"), copy=False).where(
+        exp.EQ(this=col("rank_in_ties"), expression=num(1)),
+        copy=False,
     )
 
 
@@ -793,8 +800,10 @@ def _best_cuts_ordered(
     scan = _ordered_scan(hist, classes, known, "next_value", fixed)
     # ``agg`` holds each group's known sums, in fixed point as ``f<i>`` when ``fixed``.
     before = [_sum_before(f"f{i}" if fixed else f"k{i}", f"o{i}") for i in range(k)]
-    totals = exp.select("*", *before).from_(alias(exp.Subquery(this=agg.copy()), "t")).where(
-        continuous_filter.copy()
+    totals = (
+        exp.select("*", *before)
+        .from_(alias(exp.Subquery(this=agg.copy()), "t"), copy=False)
+        .where(continuous_filter.copy(), copy=False)
     )
     # The streaming window runs on one thread and so would everything after it in the same
     # pipeline; materialised, the join and the gain arithmetic run in parallel.
@@ -816,11 +825,11 @@ def _best_cuts_ordered(
                 for i in range(k)
             ],
         )
-        .from_(alias(exp.to_table("scan"), "s"))
-        .join(alias(exp.Subquery(this=totals), "t"), on=_same_group("s", "t"))
+        .from_(alias(exp.to_table("scan"), "s"), copy=False)
+        .join(alias(exp.Subquery(this=totals), "t"), on=_same_group("s", "t"), copy=False)
         # A histogram with rows per level row (``build_histogram``'s ``rowwise``) repeats a
         # value; only its last row, whose sums hold every repeat, is a cut.
-        .where(exp.LT(this=col("v", "s"), expression=col("next_value", "s")))
+        .where(exp.LT(this=col("v", "s"), expression=col("next_value", "s")), copy=False)
     )
     left = [col(f"l{i}", "a") for i in range(k)]
     lw: exp.Expression = left[0].copy()
@@ -840,8 +849,8 @@ def _best_cuts_ordered(
             col("w_all", "a"),
             col("w_unknown", "a"),
         )
-        .from_(alias(exp.Subquery(this=joined), "a"))
-        .where(scores["valid"])
+        .from_(alias(exp.Subquery(this=joined), "a"), copy=False)
+        .where(scores["valid"], copy=False)
     )
     ctes.append(("cand", cand))
     best = (
@@ -851,8 +860,8 @@ def _best_cuts_ordered(
             alias(exp.func("COUNT", exp.Star()), "n_valid"),
             alias(exp.func("MAX", col("gain")), "best_gain"),
         )
-        .from_("cand")
-        .group_by(col("node"), col("attr"))
+        .from_("cand", copy=False)
+        .group_by(col("node"), col("attr"), copy=False)
     )
 
     def first(name: str) -> exp.Expression:
@@ -874,28 +883,30 @@ def _best_cuts_ordered(
                 for name in ("w_known", "w_all", "w_unknown")
             ],
         )
-        .from_(alias(exp.to_table("cand"), "c"))
+        .from_(alias(exp.to_table("cand"), "c"), copy=False)
         .join(
             alias(exp.Subquery(this=best), "b"),
             on=exp.and_(
                 exp.EQ(this=col("node", "c"), expression=col("node", "b")),
                 exp.EQ(this=col("attr", "c"), expression=col("attr", "b")),
             ),
+            copy=False,
         )
         .where(
             exp.GTE(
                 this=col("gain", "c"),
                 expression=col("best_gain", "b") - num(options.threshold_tie),
-            )
+            ),
+            copy=False,
         )
-        .group_by(col("node", "c"), col("attr", "c"))
+        .group_by(col("node", "c"), col("attr", "c"), copy=False)
     )
     return exp.select(
         "node", "attr", "threshold", "next_value", "gain",
         alias(split_info_of(col("lw", "k"), "k"), "split_info"),
         "candidates", "w_known", "w_all",
         alias(exp.cast(num(2), "BIGINT"), "big_branches"),
-    ).from_(alias(exp.Subquery(this=chosen), "k"))
+    ).from_(alias(exp.Subquery(this=chosen), "k"), copy=False)
 
 
 def ordered_running_sums(
