@@ -7,9 +7,11 @@ the histogram score the candidates. Python only chooses among a handful of score
 
 from __future__ import annotations
 
+import gc
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -500,6 +502,60 @@ def grow(
     strategy: Strategy | None = None,
 ) -> tuple[Node, GrowStats]:
     """Grow a tree on ``data`` and return its root and the query counts."""
+    with _collecting_per_level():
+        return _grow(data, options, progress, strategy)
+
+
+def _choose(
+    strategy: Strategy,
+    hist: exp.Table,
+    features: list[Feature],
+    splittable: list[Pending],
+    frontier: dict[int, Pending],
+) -> dict[int, Any]:
+    """Score the level's splits and let the strategy choose one per splittable node."""
+    data = strategy.data
+    groups = score_groups(features, scoring_statements(data))
+    by_node: dict[int, list[dict[str, Any]]] = {}
+    for rows in data.engine.execute_many([strategy.build_scores(hist, g) for g in groups]):
+        for row in rows:
+            by_node.setdefault(int(row[0]), []).append(
+                dict(zip(strategy.score_columns, row, strict=True))
+            )
+    strategy.on_scores(by_node)
+    choices: dict[int, Any] = {}
+    for p in splittable:
+        choice = strategy.choose(by_node.get(p.node.node_id, []), p)
+        if choice is not None:
+            choices[p.node.node_id] = choice
+    return strategy.select(choices, frontier)
+
+
+@contextmanager
+def _collecting_per_level() -> Iterator[None]:
+    """Python's cycle collector off during growth; ``grow`` collects young objects per level.
+
+    A level makes hundreds of thousands of objects that live on (the tree's nodes) and the
+    query expressions, whose parent links are cycles. Automatic collections kept walking
+    the growing tree: 22 full collections, 3-4 s of an 18 s growth of a million rows. Per
+    level, a collection of the young generations frees the level's expressions and moves
+    the nodes out of the way of later ones.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _grow(
+    data: Dataset,
+    options: GrowOptions,
+    progress: Progress | None,
+    strategy: Strategy | None,
+) -> tuple[Node, GrowStats]:
     if strategy is None:
         strategy = make_strategy(data, options)
     engine = data.engine
@@ -537,21 +593,7 @@ def grow(
             splittable = [p for p in frontier.values() if can_grow and strategy.may_split(p)]
             choices: dict[int, Any] = {}
             if splittable and hist_features:
-                groups = score_groups(hist_features, scoring_statements(data))
-                by_node: dict[int, list[dict[str, Any]]] = {}
-                for rows in engine.execute_many(
-                    [strategy.build_scores(hist, group) for group in groups]
-                ):
-                    for row in rows:
-                        by_node.setdefault(int(row[0]), []).append(
-                            dict(zip(strategy.score_columns, row, strict=True))
-                        )
-                strategy.on_scores(by_node)
-                for p in splittable:
-                    choice = strategy.choose(by_node.get(p.node.node_id, []), p)
-                    if choice is not None:
-                        choices[p.node.node_id] = choice
-                choices = strategy.select(choices, frontier)
+                choices = _choose(strategy, hist, hist_features, splittable, frontier)
 
             next_frontier: dict[int, Pending] = {}
             new_level = None
@@ -620,6 +662,7 @@ def grow(
             frontier = next_frontier
             level = new_level
             depth += 1
+            gc.collect(1)
         root = strategy.finish(root)
     finally:
         if level is not None and frontier:
