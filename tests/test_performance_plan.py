@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from sqlglot import exp
 
 import sqltree
 from sqltree.dataset import describe
@@ -377,65 +376,7 @@ def test_duckdb_settings_are_restored():
     assert after == before
 
 
-def test_score_groups_are_runs_of_features_in_order(frame):
-    from sqltree.grower import score_groups
-
-    data = describe(frame, DuckDBEngine(), "label")
-    features = data.features
-    assert score_groups(features, 1) == [features]
-    groups = score_groups(features, 2)
-    assert [f for g in groups for f in g] == features
-    continuous = [sum(f.kind == "continuous" for f in g) for g in groups]
-    assert len(groups) == 2 and sorted(continuous) == [1, 2]
-    # never more groups than continuous features, none empty
-    groups = score_groups(features, 8)
-    assert len(groups) == 3 and all(g for g in groups)
-    assert [f for g in groups for f in g] == features
-
-
-@pytest.mark.parametrize("algorithm", ["c4.5", "cart"])
-def test_concurrent_scoring_grows_the_sequential_tree(frame, monkeypatch, algorithm):
-    import duckdb
-
-    from sqltree import grower
-
-    batches = []
-    real = DuckDBEngine.execute_many
-
-    def spy(self, queries):
-        batches.append(len(queries))
-        return real(self, queries)
-
-    monkeypatch.setattr(DuckDBEngine, "execute_many", spy)
-    monkeypatch.setattr(grower, "CONCURRENT_SCAN_ROWS", 0)  # this small table too
-    trees = []
-    for threads in (1, 2):
-        connection = duckdb.connect()
-        connection.execute(f"SET threads = {threads}")
-        model = sqltree.train(
-            frame, target="label", max_depth=6, algorithm=algorithm, connection=connection
-        )
-        trees.append(model.text())
-        # sqltree's own database is detached again
-        names = connection.execute("SELECT database_name FROM duckdb_databases()").fetchall()
-        assert not any(name.startswith("sqltree_") for (name,) in names)
-    assert trees[0] == trees[1]
-    assert 1 in batches and 2 in batches  # one statement per level, then two at once
-
-
-def test_concurrent_statements_raise_the_first_error():
-    engine = DuckDBEngine(threads=2)
-    table = engine.materialize("t", exp.select("*").from_("range(1000) AS r(x)"))
-    ok = exp.select(exp.func("SUM", exp.column("x"))).from_(table)
-    bad = exp.select(exp.cast(exp.Literal.string("not a number"), "INT")).from_(table)
-    assert engine.execute_many([ok, ok.copy()]) == [[(499500,)], [(499500,)]]
-    with pytest.raises(Exception, match="not a number"):
-        engine.execute_many([ok, bad])
-    assert engine.execute_many([ok]) == [[(499500,)]]
-    engine.cleanup()
-
-
-def test_read_only_duckdb_connection_trains_in_temp_tables(tmp_path, frame):
+def test_read_only_duckdb_connection_trains(tmp_path, frame):
     import duckdb
 
     path = str(tmp_path / "data.duckdb")
@@ -443,8 +384,5 @@ def test_read_only_duckdb_connection_trains_in_temp_tables(tmp_path, frame):
         writer.register("frame", frame)
         writer.execute("CREATE TABLE rows AS SELECT * FROM frame")
     connection = duckdb.connect(path, read_only=True)
-    engine = DuckDBEngine(connection)
-    assert engine.concurrency == 1  # a read-only database cannot attach one for sqltree
     model = sqltree.train("rows", target="label", max_depth=4, connection=connection)
     assert model.text() == sqltree.train(frame, target="label", max_depth=4).text()
-    engine.cleanup()

@@ -120,16 +120,6 @@ class Engine(ABC):
             rows = self._run(sql)
         return rows
 
-    @property
-    def concurrency(self) -> int:
-        """How many statements ``execute_many`` runs at once."""
-        return 1
-
-    def execute_many(self, queries: Sequence[exp.Expression]) -> list[list[tuple[Any, ...]]]:
-        """Run independent queries that read only tables made by ``materialize``, at once
-        where the engine can (``concurrency``); their rows, in order."""
-        return [self.execute(query) for query in queries]
-
     def frame(self, query: exp.Expression) -> Any:
         """Run ``query`` and return its result as a pandas DataFrame."""
         import pandas as pd
@@ -168,10 +158,6 @@ class Engine(ABC):
         with self.counted(f"-- {name} :=\n" + self.render(query) if self.keep_sql else ""):
             self._create_temp_table(name, query)
         self._temp.append(name)
-        return self._temp_table(name)
-
-    def _temp_table(self, name: str) -> exp.Table:
-        """A reference to the table ``_create_temp_table`` made as ``name``."""
         return exp.Table(this=exp.to_identifier(name, quoted=True))
 
     def load_rows(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -21,9 +20,7 @@ class DuckDBEngine(Engine):
     Parameters
     ----------
     connection : duckdb.DuckDBPyConnection, optional
-        An open connection; sqltree only creates and drops its own temporary tables in it,
-        in an in-memory database it attaches for them (``TEMP`` tables on a read-only
-        connection, which cannot attach one).
+        An open connection; sqltree only creates and drops its own temporary tables in it.
     threads, memory_limit : optional
         Applied with ``SET`` when given (e.g. ``threads=2``, ``memory_limit="4GB"``).
     """
@@ -52,9 +49,6 @@ class DuckDBEngine(Engine):
         if memory_limit is not None:
             self.connection.execute("SET memory_limit = ?", [str(memory_limit)])
         self._restore: dict[str, Any] = {}
-        self._work: str | None = None  # the attached database of sqltree's tables
-        self._attach_tried = False
-        self._cursors: list[duckdb.DuckDBPyConnection] = []
         # Histograms group (node, bin or code) pairs whose ranges are small; DuckDB's array-based
         # aggregate takes them up to 2^20 groups (its default, 2^12, leaves out most levels):
         # 3.9 s instead of 7.0 s for 17 histograms of 10M rows and 512 nodes.
@@ -90,89 +84,20 @@ class DuckDBEngine(Engine):
         rel = self.connection.sql(sql)
         return [(name, str(dtype)) for name, dtype in zip(rel.columns, rel.types, strict=True)]
 
-    def _work_database(self) -> str | None:
-        """The in-memory database attached for sqltree's tables, attached on first use.
-
-        Its tables, unlike ``TEMP`` ones, are seen by the connection's cursors, so that
-        ``execute_many`` can run statements over them at once.
-        """
-        if not self._attach_tried:
-            self._attach_tried = True
-            name = f"{self._prefix}work"
-            try:
-                self.connection.execute(
-                    f"ATTACH ':memory:' AS {self.render(exp.to_identifier(name, quoted=True))}"
-                )
-                self._work = name
-            except duckdb.Error:  # a read-only connection
-                self._work = None
-        return self._work
-
-    def _temp_table(self, name: str) -> exp.Table:
-        work = self._work_database()
-        if work is None:
-            return super()._temp_table(name)
-        return exp.Table(
-            this=exp.to_identifier(name, quoted=True),
-            db=exp.to_identifier("main", quoted=True),
-            catalog=exp.to_identifier(work, quoted=True),
-        )
-
     def _create_temp_table(self, name: str, query: exp.Expression) -> None:
-        table = self.render(self._temp_table(name))
-        temp = "" if self._work is not None else "TEMP "
-        self.connection.execute(f"CREATE {temp}TABLE {table} AS " + self.render(query))
+        self.connection.execute(
+            f"CREATE TEMP TABLE {self.render(exp.to_identifier(name, quoted=True))} AS "
+            + self.render(query)
+        )
 
     def _drop_temp_table(self, name: str) -> None:
         if name in self._loaded:
             self._loaded.discard(name)
             self.connection.unregister(name)
             return
-        self.connection.execute(f"DROP TABLE IF EXISTS {self.render(self._temp_table(name))}")
-
-    @property
-    def concurrency(self) -> int:
-        if self._work_database() is None:
-            return 1
-        return max(1, int(self._setting("threads")))
-
-    def execute_many(self, queries: Sequence[exp.Expression]) -> list[list[tuple[Any, ...]]]:
-        """Each query on a cursor of its own, in a thread of its own.
-
-        A streaming window runs on one thread; two statements at once keep both cores busy
-        (one level's threshold scans of 10M histogram rows: 5.0 s instead of 6.0 s).
-        """
-        if len(queries) < 2 or self.concurrency < 2:
-            return super().execute_many(queries)
-        sqls = [self.render(q) for q in queries]
-        while len(self._cursors) < len(sqls) - 1:
-            cursor = self.connection.cursor()
-            for name in self._restore:  # settings of the session, not the database
-                cursor.execute(f"SET {name} = ?", [self._setting(name)])
-            self._cursors.append(cursor)
-        results: list[Any] = [None] * len(sqls)
-
-        def run(i: int, connection: duckdb.DuckDBPyConnection) -> None:
-            try:
-                results[i] = connection.execute(sqls[i]).fetchall()
-            except BaseException as error:  # re-raised in the calling thread
-                results[i] = error
-
-        with self.counted("\n;\n".join(sqls)):
-            threads = [
-                threading.Thread(target=run, args=(i, cursor))
-                for i, cursor in enumerate(self._cursors[: len(sqls) - 1], start=1)
-            ]
-            for t in threads:
-                t.start()
-            run(0, self.connection)
-            for t in threads:
-                t.join()
-        self.stats.queries += len(sqls) - 1
-        for r in results:
-            if isinstance(r, BaseException):
-                raise r
-        return results
+        self.connection.execute(
+            f"DROP TABLE IF EXISTS {self.render(exp.to_identifier(name, quoted=True))}"
+        )
 
     def load_rows(
         self,
@@ -226,15 +151,6 @@ class DuckDBEngine(Engine):
 
     def cleanup(self) -> None:
         super().cleanup()
-        for cursor in self._cursors:
-            cursor.close()
-        self._cursors = []
-        if self._work is not None:
-            self.connection.execute(
-                f"DETACH {self.render(exp.to_identifier(self._work, quoted=True))}"
-            )
-            self._work = None
-        self._attach_tried = False
         for name, value in self._restore.items():
             self.connection.execute(f"SET {name} = ?", [value])
         self._restore = {}
