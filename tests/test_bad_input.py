@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import duckdb
 import pandas as pd
 import pytest
@@ -144,6 +146,27 @@ def test_nan_values_are_refused_and_nullif_reads_them_as_missing():
     con.execute("CREATE VIEW v AS SELECT NULLIF(x, 'NaN') AS x, y FROM t")
     model = sqltree.train("v", target="y", connection=con)
     assert model.n_leaves >= 2
+
+
+def nan_model() -> sqltree.Model:
+    """A tree whose one test is ``y <= 50``."""
+    rows = [float(i % 100) for i in range(400)]
+    frame = pd.DataFrame({"y": rows, "label": ["a" if v > 50 else "b" for v in rows]})
+    return sqltree.train(frame, target="label")
+
+
+def test_scoring_sql_sends_nan_above_every_number_and_python_reads_it_as_missing():
+    model = nan_model()
+    con = duckdb.connect()
+    con.execute(
+        "CREATE TABLE s AS SELECT * FROM (VALUES (1.0), ('NaN'::DOUBLE), ('Infinity'::DOUBLE), "
+        "(NULL)) v(y)"
+    )
+    got = list(model.predict("s", connection=con)["prediction"])
+    expected = [model.predict_row({"y": v}) for v in (1.0, math.inf, math.inf, None)]
+    assert got == expected
+    assert expected[:3] == ["b", "a", "a"]
+    assert model.predict_row({"y": math.nan}) == model.predict_row({"y": None})
 
 
 def test_infinity_is_a_value_for_c45_and_refused_by_cart():

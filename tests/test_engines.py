@@ -485,6 +485,17 @@ SPECIAL_VALUES = (
 )
 
 
+def _assert_nan_scores_above_every_number(source: str, engine: Engine) -> None:
+    """The compiled SQL sends the special values' NaN (row 2) down ``>``, as it does +inf."""
+    from .test_bad_input import nan_model
+
+    model = nan_model()
+    got = model.predict(source, connection=engine)
+    assert list(got["x"]) == [1.0, 2.0, 3.0, 4.0]  # the source's order
+    expected = [model.predict_row({"y": v}) for v in (1.0, math.inf, math.inf, 4.0)]
+    assert list(got["prediction"]) == expected == ["b", "a", "a", "b"]
+
+
 @pytest.mark.postgres
 def test_postgres_refuses_nan_and_reports_infinity(postgres_admin: Any, postgres_url: str) -> None:
     from sqltree.engines.postgres import PostgresEngine
@@ -500,6 +511,7 @@ def test_postgres_refuses_nan_and_reports_infinity(postgres_admin: Any, postgres
         assert data.infinite == []
         data = describe("SELECT NULLIF(y, 'NaN') AS y, label FROM sqltree_special", engine, "label")
         assert data.infinite == ["y"]
+        _assert_nan_scores_above_every_number("sqltree_special", engine)
     finally:
         engine.close()
         postgres_admin.execute("DROP TABLE sqltree_special")
@@ -518,6 +530,7 @@ def test_spark_refuses_nan_and_reports_infinity(spark: Any) -> None:
         nullif = "SELECT NULLIF(y, CAST('NaN' AS DOUBLE)) AS y, label FROM sqltree_special"
         data = describe(nullif, engine, "label")
         assert data.infinite == ["y"]
+        _assert_nan_scores_above_every_number("sqltree_special", engine)
     finally:
         engine.cleanup()
         spark.catalog.dropTempView("sqltree_special")
