@@ -183,12 +183,8 @@ def build_cart_histogram(
         col("node"),
         *[col(f.column) for f in features],
         *[
-            exp.alias_(
-                case((exp.EQ(this=col("y"), expression=num(i)), col("w")), default=num(0.0)),
-                c,
-                copy=False,
-            )
-            for i, c in enumerate(classes)
+            exp.alias_(weight, c, copy=False)
+            for c, weight in zip(classes, q.class_weights(n_classes), strict=True)
         ],
     ).from_(level.copy(), copy=False)
 
@@ -364,7 +360,7 @@ def _ranked_values(hist: exp.Table, nominal: Sequence[int], n_classes: int) -> e
         .where(
             exp.and_(
                 col("v").is_(exp.null()).not_(),
-                exp.In(this=col("attr"), expressions=[num(i) for i in nominal]),
+                q.attr_in(nominal),
             ),
             copy=False,
         )
@@ -519,7 +515,7 @@ def build_cart_scores(
     parts: list[exp.Select] = []
     ctes: list[tuple[str, exp.Expression]] = []
     if continuous:
-        in_continuous = exp.In(this=col("attr"), expressions=[num(i) for i in continuous])
+        in_continuous = q.attr_in(continuous)
         sums = ["n", *classes]
         if ordered_scan:
             scan = q.ordered_running_sums(
@@ -646,7 +642,7 @@ def build_cart_scores(
             )
         )
         .from_(agg.copy().subquery("kl", copy=False), copy=False)
-        .where(exp.In(this=col("attr"), expressions=[num(f.index) for f in features]), copy=False)
+        .where(q.of_features(features), copy=False)
     )
     union: exp.Expression = (
         parts[0] if len(parts) == 1 else exp.union(*parts, distinct=False, copy=False)

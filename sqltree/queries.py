@@ -346,6 +346,14 @@ def literal(value: object) -> exp.Expression:
 
 
 # -- histogram ---------------------------------------------------------------------------------
+def class_weights(n_classes: int) -> list[exp.Expression]:
+    """A level row's weight in each class column: ``w`` in its own class's, 0 elsewhere."""
+    return [
+        case((exp.EQ(this=col("y"), expression=num(i)), col("w")), default=num(0.0))
+        for i in range(n_classes)
+    ]
+
+
 def build_histogram(
     level: exp.Table,
     features: Sequence[Feature],
@@ -369,14 +377,8 @@ def build_histogram(
     """
     classes = class_columns(n_classes)
     sums = [
-        alias(
-            exp.func(
-                "SUM",
-                case((exp.EQ(this=col("y"), expression=num(i)), col("w")), default=num(0.0)),
-            ),
-            name,
-        )
-        for i, name in enumerate(classes)
+        alias(exp.func("SUM", weight), name)
+        for name, weight in zip(classes, class_weights(n_classes), strict=True)
     ]
     parts: list[exp.Select] = [
         exp.select(
@@ -391,11 +393,8 @@ def build_histogram(
     for f in features:
         if f.index in rowwise and f.kind == CONTINUOUS:
             weights = [
-                alias(
-                    case((exp.EQ(this=col("y"), expression=num(i)), col("w")), default=num(0.0)),
-                    name,
-                )
-                for i, name in enumerate(classes)
+                alias(weight, name)
+                for name, weight in zip(classes, class_weights(n_classes), strict=True)
             ]
             parts.append(
                 exp.select(
@@ -431,9 +430,14 @@ def build_histogram(
 
 def of_features(features: Sequence[Feature]) -> exp.Expression:
     """Whether a histogram row is one of these features' (not a node total, attr -1)."""
-    if not features:
+    return attr_in([f.index for f in features])
+
+
+def attr_in(indices: Sequence[int], table: str | None = None) -> exp.Expression:
+    """``attr IN (...)``, or FALSE for no feature."""
+    if not indices:
         return exp.false()
-    return exp.In(this=col("attr"), expressions=[num(f.index, double=False) for f in features])
+    return exp.In(this=col("attr", table), expressions=[num(i) for i in indices])
 
 
 def build_node_counts(hist: exp.Table, n_classes: int) -> exp.Select:
@@ -573,12 +577,7 @@ def build_split_scores(
         col("w_all", "a"),
         col("big_branches", "a"),
     ).from_(alias(exp.Subquery(this=agg.copy()), "a"), copy=False)
-    nominal = nominal.where(
-        exp.In(this=col("attr", "a"), expressions=[num(i) for i in attrs_nominal])
-        if attrs_nominal
-        else exp.false(),
-        copy=False,
-    )
+    nominal = nominal.where(attr_in(attrs_nominal, "a"), copy=False)
 
     # Continuous: running class sums over the sorted distinct values of each (node, feature).
     lw_total = total([f"l{i}" for i in range(n_classes)], "s")
@@ -623,11 +622,7 @@ def build_split_scores(
         )
         return {"gain": gain, "split_info": split_info_of(lw), "valid": valid}
 
-    continuous_filter = (
-        exp.In(this=col("attr"), expressions=[num(i) for i in attrs_continuous])
-        if attrs_continuous
-        else exp.false()
-    )
+    continuous_filter = attr_in(attrs_continuous)
     ctes: list[tuple[str, exp.Expression]] = []
     if options.ordered_scan and not options.all_thresholds:
         continuous = _best_cuts_ordered(
@@ -832,10 +827,7 @@ def _best_cuts_ordered(
         .where(exp.LT(this=col("v", "s"), expression=col("next_value", "s")), copy=False)
     )
     left = [col(f"l{i}", "a") for i in range(k)]
-    lw: exp.Expression = left[0].copy()
-    for e in left[1:]:
-        lw = lw + e.copy()
-    lw = paren(lw)
+    lw = add_all([c.copy() for c in left])
     scores = scores_of(left, lw, "a")
     cand = (
         exp.select(
@@ -1111,14 +1103,14 @@ def build_observed_thresholds(
 
 
 def build_distinct_values(hist: exp.Table, features: Sequence[Feature]) -> exp.Select:
-    attrs = [num(f.index) for f in features if f.kind == CONTINUOUS]
+    attrs = [f.index for f in features if f.kind == CONTINUOUS]
     return (
         exp.select("attr", "v")
         .from_(hist.copy())
         .where(
             exp.and_(
                 col("v").is_(exp.null()).not_(),
-                exp.In(this=col("attr"), expressions=attrs) if attrs else exp.false(),
+                attr_in(attrs),
             )
         )
         .group_by("attr", "v")
@@ -1247,14 +1239,8 @@ def build_keyed_counts(
               join_type="left")
     )
     sums = [
-        alias(
-            exp.func(
-                "SUM",
-                case((exp.EQ(this=col("y"), expression=num(i)), col("w")), default=num(0.0)),
-            ),
-            name,
-        )
-        for i, name in enumerate(class_columns(n_classes))
+        alias(exp.func("SUM", weight), name)
+        for name, weight in zip(class_columns(n_classes), class_weights(n_classes), strict=True)
     ]
     return (
         exp.select(col("node"), alias(key, "key"), *sums)
