@@ -13,6 +13,7 @@ from .dataset import describe
 from .engines import get_engine
 from .grower import GrowOptions, Progress, grow, print_progress, score_options
 from .model import Model, features_info
+from .options import CART_OPTIONS, check_train_options, normalise_algorithm
 from .pruning import prune
 
 DEFAULT_MIN_CASES = {"c4.5": 2.0, "id3": 1.0}
@@ -86,7 +87,17 @@ def train(
     -------
     Model
     """
-    algorithm = algorithm.lower().replace("c45", "c4.5")
+    algorithm = normalise_algorithm(algorithm)
+    unknown = sorted(set(cart_options) - set(CART_OPTIONS))
+    if unknown:
+        raise TypeError(f"train() got unexpected keyword arguments {unknown}")
+    check_train_options(
+        algorithm, target=target, features=features, nominal=nominal, continuous=continuous,
+        weight=weight, min_cases=min_cases, max_depth=max_depth,
+        min_samples_split=min_samples_split, min_gain=min_gain, missing=missing,
+        max_bins=max_bins, pruning=pruning, cf=cf, subtree_raising=subtree_raising,
+        validation=validation, cart_options=cart_options,
+    )
     engine = get_engine(connection)
     started = time.perf_counter()
     try:
@@ -107,7 +118,7 @@ def train(
             min_gain=min_gain,
             missing=missing,
             max_bins=max_bins,
-            **_cart_options(algorithm, cart_options),
+            **cart_options,
         )
         callback = print_progress if progress is True else (progress or None)
         root, grow_stats = grow(data, options, callback)
@@ -139,21 +150,6 @@ def train(
                                  "subtree_raising": subtree_raising},
         stats=stats,
     )
-
-
-CART_OPTIONS = (
-    "criterion", "min_samples_leaf", "min_weight_fraction_leaf", "min_impurity_decrease",
-    "max_leaf_nodes", "class_weight", "ccp_alpha",
-)
-
-
-def _cart_options(algorithm: str, options: dict[str, Any]) -> dict[str, Any]:
-    unknown = sorted(set(options) - set(CART_OPTIONS))
-    if unknown:
-        raise TypeError(f"train() got unexpected keyword arguments {unknown}")
-    if options and algorithm != "cart":
-        raise TypeError(f"{sorted(options)} apply to algorithm='cart' only")
-    return options
 
 
 def split_scores(

@@ -14,12 +14,15 @@ import sqlglot
 from sqlglot import exp
 
 from .engines.base import Engine
-from .errors import DataError, UnsupportedError
+from .errors import DataError, SqlTreeError, UnsupportedError
 from .tree import CONTINUOUS, NOMINAL, Value
 
 NUMERIC_TYPES = exp.DataType.NUMERIC_TYPES
 FLOAT_TYPES = {exp.DataType.Type.FLOAT, exp.DataType.Type.DOUBLE}
 TEXT_TYPES = exp.DataType.TEXT_TYPES | {exp.DataType.Type.BOOLEAN}
+INTEGER_TYPES = exp.DataType.INTEGER_TYPES
+EXACT_INTEGER = 2**53
+"""Every integer up to this magnitude is exactly a DOUBLE."""
 
 
 @dataclass
@@ -69,8 +72,9 @@ def resolve_relation(source: Any, engine: Engine) -> exp.Expression:
     CSV or JSON path or glob, or a table or view name.
     """
     if isinstance(source, exp.Expression):
-        return _wrap(source)
+        return _wrap(_only_a_query(source))
     if _is_dataframe(source):
+        _check_names([str(c) for c in source.columns], "the DataFrame")
         return engine.relation_for_dataframe(source)
     if isinstance(source, os.PathLike):
         source = os.fspath(source)
@@ -84,7 +88,7 @@ def resolve_relation(source: Any, engine: Engine) -> exp.Expression:
         raise DataError("the source is an empty string")
     first = text.split(None, 1)[0].upper()
     if first in {"SELECT", "WITH", "FROM", "VALUES", "(", "TABLE"} or text.startswith("("):
-        return _wrap(sqlglot.parse_one(text, read=engine.dialect))
+        return _wrap(_parse_query(text, engine.dialect))
     if _looks_like_path(text):
         if not glob.glob(text) and "://" not in text:
             raise DataError(f"no file matches {text!r}")
@@ -93,6 +97,64 @@ def resolve_relation(source: Any, engine: Engine) -> exp.Expression:
         return exp.to_table(text, dialect=engine.dialect)
     except Exception:
         return exp.Table(this=exp.to_identifier(text, quoted=True))
+
+
+# Nodes that write, change the schema or pass text through unparsed: a training or scoring
+# source only reads, and what reaches the engine is rendered from the checked tree.
+_NOT_READ_ONLY: tuple[type[exp.Expression], ...] = (
+    exp.Insert, exp.Update, exp.Delete, exp.Merge, exp.Create, exp.Drop, exp.Alter,
+    exp.Command, exp.Into, exp.Set, exp.Use, exp.Transaction, exp.Commit, exp.Rollback,
+    exp.Pragma, exp.Copy, exp.Describe, exp.TruncateTable, exp.LoadData,
+)
+
+
+def _parse_query(text: str, dialect: str) -> exp.Expression:
+    try:
+        statements = [s for s in sqlglot.parse(text, read=dialect) if s is not None]
+    except sqlglot.errors.SqlglotError as error:
+        raise DataError(f"the source query does not parse as {dialect} SQL: {error}") from None
+    if len(statements) != 1:
+        raise DataError(
+            f"the source must be one query; this text holds {len(statements)} statements"
+        )
+    query = _only_a_query(statements[0])
+    if isinstance(query, exp.Query):
+        _check_names([n for n in query.named_selects if n and n != "*"], "the query")
+    return query
+
+
+def _only_a_query(source: exp.Expression) -> exp.Expression:
+    """Refuse anything but one read-only query or a table, before it reaches the engine."""
+    if not isinstance(source, (exp.Query, exp.Subquery, exp.Table)):
+        raise DataError(
+            f"the source must be a query, a table or a path, not a {type(source).__name__} "
+            "statement"
+        )
+    for node in source.walk():
+        if isinstance(node, _NOT_READ_ONLY):
+            raise DataError(
+                f"the source query holds a {type(node).__name__} clause; a source may only "
+                "read (one SELECT, with CTEs if needed)"
+            )
+    return source
+
+
+def _check_names(names: Sequence[str], where: str) -> None:
+    """Engines rename empty and clashing column names (``x_1``, ``A_1``, ``C3``) without a word;
+    a model would then test columns the user does not have."""
+    if any(not n.strip() for n in names):
+        raise DataError(f"{where} has a column with an empty name; name every column")
+    seen: dict[str, str] = {}
+    for name in names:
+        folded = name.casefold()
+        if folded in seen:
+            other = seen[folded]
+            what = "twice" if other == name else f"as {other!r} and {name!r}"
+            raise DataError(
+                f"{where} names a column {what}; column names must differ in more than "
+                "letter case (SQL engines fold or rename them)"
+            )
+        seen[folded] = name
 
 
 def _wrap(query: exp.Expression) -> exp.Expression:
@@ -127,12 +189,17 @@ def describe(
 ) -> Dataset:
     """Read the schema, check the data, assign roles and read the class list."""
     relation = resolve_relation(source, engine)
-    schema = engine.columns(relation)
+    schema = _read_schema(engine, relation)
     names = [n for n, _ in schema]
     types = dict(schema)
     for name, what in [(target, "target"), *[(w, "weight") for w in [weight] if w]]:
         if name not in types:
             raise DataError(f"{what} column {name!r} is not in the source; columns: {names}")
+    if weight and not types[weight].is_type(*NUMERIC_TYPES):
+        raise DataError(
+            f"weight column {weight!r} has type {types[weight].sql(engine.dialect)}; "
+            "weights must be numbers"
+        )
     unknown = [c for c in [*(features or []), *nominal, *continuous] if c not in types]
     if unknown:
         raise DataError(f"columns not in the source: {unknown}; columns: {names}")
@@ -166,72 +233,49 @@ def describe(
                 "use as a feature; leave it out with features=[...] or cast it in a query"
             )
         feats.append(Feature(name, kind, len(feats), dtype.sql(engine.dialect)))
-
-
-    col = _column
-    w = col(weight) if weight else exp.Literal.number(1)
-    # One scan checks the size, the weights and which feature columns hold anything at all.
-    checks: list[exp.Expression] = [
-        exp.func("COUNT", exp.Star()),
-        exp.func("COUNT", col(target)),
-        exp.func(
-            "SUM",
-            exp.Case()
-            .when(exp.or_(w.is_(exp.null()), exp.LT(this=w, expression=exp.Literal.number(0))), 1)
-            .else_(exp.Literal.number(0)),
-        ),
-        *[exp.func("COUNT", col(f.name)) for f in feats],
-    ]
-    # NaN orders above every number in DuckDB, PostgreSQL and Spark, where it also equals
-    # itself; it would be a value above the largest, not a missing one.
-    floats = [
-        f for f in feats
-        if f.kind == CONTINUOUS and types[f.name].is_type(*FLOAT_TYPES)
-    ]
-    checks += [
-        exp.func(
-            "SUM",
-            exp.Case()
-            .when(
-                exp.EQ(
-                    this=col(f.name),
-                    expression=exp.cast(exp.Literal.string(special), "DOUBLE"),
-                ),
-                exp.Literal.number(1),
-            )
-            .else_(exp.Literal.number(0)),
-        )
-        for special in ("NaN", "Infinity")
-        for f in floats
-    ]
-    row = engine.execute(exp.select(*checks).from_(relation))[0]
-    n_rows, n_target = int(row[0]), int(row[1])
-    bad_weights = int(row[2] or 0)
-    if n_rows == 0:
-        raise DataError("the source has no rows")
-    if n_target == 0:
-        raise DataError(f"every value of the target {target!r} is NULL")
-    if bad_weights:
-        raise DataError(f"{bad_weights} rows have a NULL or negative weight in {weight!r}")
-    empty = [f.name for f, n in zip(feats, row[3:3 + len(feats)]) if int(n) == 0]
-    if empty:
-        raise DataError(
-            f"columns with no values (all NULL): {empty}; leave them out with features=[...]"
-        )
-    specials = row[3 + len(feats):]
-    with_nan = [f.name for f, n in zip(floats, specials) if int(n or 0) > 0]
-    infinite = [f.name for f, n in zip(floats, specials[len(floats):]) if int(n or 0) > 0]
-    if with_nan:
-        raise DataError(
-            f"columns holding NaN: {with_nan}; sqltree reads a missing value as NULL, so "
-            "replace NaN by NULL first (in SQL: NULLIF(x, 'NaN'))"
-        )
-
     target_type = types[target]
-    if not (target_type.is_type(*TEXT_TYPES) or target_type.is_type(*NUMERIC_TYPES)):
+    # An all-NULL column may have no type at all; the scan below says so more plainly.
+    untyped = target_type.is_type(exp.DataType.Type.NULL, exp.DataType.Type.UNKNOWN)
+    if not (untyped or target_type.is_type(*TEXT_TYPES, *NUMERIC_TYPES)):
         raise UnsupportedError(
             f"target {target!r} has type {target_type.sql(engine.dialect)}; "
             "use a text, boolean or integer column"
+        )
+
+    col = _column
+    w = col(weight) if weight else exp.Literal.number(1)
+    # One scan checks the size, the weights, which feature columns hold anything at all, the
+    # special floats and the integer ranges; each check is named so its answer is read by name.
+    checks: dict[str, exp.Expression] = {
+        "rows": exp.func("COUNT", exp.Star()),
+        "labelled": exp.func("COUNT", col(target)),
+        "bad_weights": _count_when(
+            exp.or_(w.is_(exp.null()), exp.LT(this=w, expression=exp.Literal.number(0)))
+        ),
+        "total_weight": exp.func("SUM", w),
+    }
+    if weight and types[weight].is_type(*FLOAT_TYPES):
+        checks["special_weights"] = _count_when(_is_special(w, ("NaN", "Infinity", "-Infinity")))
+    for f in feats:
+        checks[f"values {f.index}"] = exp.func("COUNT", col(f.name))
+        if f.kind != CONTINUOUS:
+            continue
+        # NaN orders above every number in DuckDB, PostgreSQL and Spark, where it also equals
+        # itself; it would be a value above the largest, not a missing one.
+        if types[f.name].is_type(*FLOAT_TYPES):
+            checks[f"nan {f.index}"] = _count_when(_is_special(col(f.name), ("NaN",)))
+            checks[f"inf {f.index}"] = _count_when(_is_special(col(f.name), ("Infinity",)))
+        # Training compares continuous values as DOUBLE, where integers beyond 2^53 merge,
+        # while the compiled SQL and the Python walk compare them exactly.
+        if types[f.name].is_type(*INTEGER_TYPES):
+            checks[f"min {f.index}"] = exp.func("MIN", col(f.name))
+            checks[f"max {f.index}"] = exp.func("MAX", col(f.name))
+    row = dict(zip(checks, engine.execute(exp.select(*checks.values()).from_(relation))[0]))
+    infinite = _check_rows(row, feats, target, weight)
+    n_rows = int(row["rows"])
+    if untyped:
+        raise UnsupportedError(
+            f"target {target!r} has a type the engine does not name; cast it to text or integer"
         )
 
     # Class list and weights (NULL targets are excluded from training and counted).
@@ -247,12 +291,20 @@ def describe(
             f"the target {target!r} holds NaN; a missing label is NULL (NULLIF(y, 'NaN'))"
         )
     classes = [v for v, _ in pairs]
+    fractional = [v for v in classes if isinstance(v, float) and not v.is_integer()]
+    if fractional:
+        raise DataError(
+            f"the target {target!r} holds {len(classes)} distinct numbers, "
+            f"{len(fractional)} of them fractional (such as {fractional[0]!r}): that is a "
+            "measurement, not class labels. sqltree trains classifiers; to treat the values as "
+            "labels, cast the column to text in a query"
+        )
     if len(classes) < 2:
         raise DataError(
             f"the target {target!r} has a single class ({classes[0]!r}); "
             "a classifier needs at least two"
         )
-    n_null = n_rows - n_target
+    n_null = n_rows - int(row["labelled"])
     if n_null:
         warnings.warn(
             f"{n_null} rows with a NULL target are left out of training", stacklevel=3
@@ -282,6 +334,74 @@ def describe(
         n_null_target=n_null,
         infinite=infinite,
     )
+
+
+def _check_rows(
+    row: dict[str, Any], feats: list[Feature], target: str, weight: str | None
+) -> list[str]:
+    """Raise on what the checking scan found; return the continuous columns holding +inf."""
+    if int(row["rows"]) == 0:
+        raise DataError("the source has no rows")
+    if int(row["labelled"]) == 0:
+        raise DataError(f"every value of the target {target!r} is NULL")
+    if int(row["bad_weights"] or 0):
+        raise DataError(f"{row['bad_weights']} rows have a NULL or negative weight in {weight!r}")
+    if int(row.get("special_weights") or 0):
+        raise DataError(
+            f"{row['special_weights']} rows have a NaN or infinite weight in {weight!r}"
+        )
+    if not row["total_weight"] or float(row["total_weight"]) <= 0:
+        raise DataError(f"every weight in {weight!r} is zero: there is nothing to learn from")
+    empty = [f.name for f in feats if int(row[f"values {f.index}"]) == 0]
+    if empty:
+        raise DataError(
+            f"columns with no values (all NULL): {empty}; leave them out with features=[...]"
+        )
+    with_nan = [f.name for f in feats if int(row.get(f"nan {f.index}") or 0)]
+    if with_nan:
+        raise DataError(
+            f"columns holding NaN: {with_nan}; sqltree reads a missing value as NULL, so "
+            "replace NaN by NULL first (in SQL: NULLIF(x, 'NaN'))"
+        )
+    beyond = [
+        f.name for f in feats
+        if any(
+            abs(int(row[k])) > EXACT_INTEGER
+            for k in (f"min {f.index}", f"max {f.index}") if row.get(k) is not None
+        )
+    ]
+    if beyond:
+        raise DataError(
+            f"integer columns with values beyond ±2^53: {beyond}; sqltree compares continuous "
+            "values as DOUBLE, which cannot tell such integers apart. Treat them as nominal "
+            "(nominal=[...]) or scale them in a query"
+        )
+    return [f.name for f in feats if int(row.get(f"inf {f.index}") or 0)]
+
+
+def _count_when(condition: exp.Expression) -> exp.Expression:
+    return exp.func(
+        "SUM",
+        exp.Case().when(condition, exp.Literal.number(1)).else_(exp.Literal.number(0)),
+    )
+
+
+def _is_special(e: exp.Expression, names: Sequence[str]) -> exp.Expression:
+    """``e`` equals one of the special DOUBLEs ``'NaN'``, ``'Infinity'``, ``'-Infinity'``."""
+    return exp.or_(*(
+        exp.EQ(this=e.copy(), expression=exp.cast(exp.Literal.string(n), "DOUBLE"))
+        for n in names
+    ))
+
+
+def _read_schema(engine: Engine, relation: exp.Expression) -> list[tuple[str, exp.DataType]]:
+    try:
+        return engine.columns(relation)
+    except SqlTreeError:
+        raise
+    except Exception as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise DataError(f"cannot read the source: {first}") from error
 
 
 def sort_key(value: Value) -> tuple[int, Any]:

@@ -1,0 +1,185 @@
+"""Every training option checked against the algorithm before the first query runs.
+
+An option either means something to the chosen algorithm or is refused: a CART run given
+C4.5's ``missing=`` or ``cf=`` (or a C4.5 run given ``criterion=``) would otherwise train
+without a word and ignore it. Options the command line always passes at their default values
+(``missing="fractional"``, ``cf=0.25``) are accepted wherever they do nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from numbers import Integral, Real
+from typing import Any
+
+from .errors import UnsupportedError
+
+ALGORITHMS = ("c4.5", "id3", "cart")
+MISSING = ("fractional", "majority", "drop")
+PRUNING = ("c4.5", "pessimistic", "reduced-error")
+CART_CRITERIA = ("gini", "entropy", "log_loss")
+CART_OPTIONS = (
+    "criterion", "min_samples_leaf", "min_weight_fraction_leaf", "min_impurity_decrease",
+    "max_leaf_nodes", "class_weight", "ccp_alpha",
+)
+DEFAULT_MISSING = "fractional"
+DEFAULT_CF = 0.25
+
+
+def normalise_algorithm(algorithm: Any) -> str:
+    """``"C4.5"``, ``"c45"``, ``"J48"`` -> ``"c4.5"``; anything unknown is refused."""
+    if not isinstance(algorithm, str):
+        raise ValueError(f"algorithm must be one of {ALGORITHMS}, not {algorithm!r}")
+    name = algorithm.strip().lower()
+    name = {"c45": "c4.5", "j48": "c4.5"}.get(name, name)
+    if name not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {ALGORITHMS}, not {algorithm!r}")
+    return name
+
+
+def check_train_options(
+    algorithm: str,
+    *,
+    target: str,
+    features: Any,
+    nominal: Any,
+    continuous: Any,
+    weight: str | None,
+    min_cases: Any,
+    max_depth: Any,
+    min_samples_split: Any,
+    min_gain: Any,
+    missing: Any,
+    max_bins: Any,
+    pruning: Any,
+    cf: Any,
+    subtree_raising: Any,
+    validation: Any,
+    cart_options: Mapping[str, Any],
+) -> None:
+    """Raise ``ValueError``/``UnsupportedError`` for an option that is invalid or unused."""
+    _check_columns(target, features, nominal, continuous, weight)
+    if min_cases is not None:
+        _number("min_cases", min_cases, low=0.0)
+    if max_depth is not None:
+        _integer("max_depth", max_depth, low=1)
+    _number("min_samples_split", min_samples_split, low=0.0)
+    _number("min_gain", min_gain, low=0.0)
+    if missing not in MISSING:
+        raise ValueError(f"missing must be one of {MISSING}, not {missing!r}")
+    if max_bins is not None:
+        _integer("max_bins", max_bins, low=2)
+    if pruning not in (*PRUNING, None, "default"):
+        raise ValueError(f"pruning must be one of {PRUNING} or None, not {pruning!r}")
+    _number("cf", cf, low=0.0, high=0.5, open_low=True)
+    if not isinstance(subtree_raising, bool):
+        raise ValueError(f"subtree_raising must be True or False, not {subtree_raising!r}")
+    if (pruning == "reduced-error") != (validation is not None):
+        raise ValueError("reduced-error pruning and a validation source go together")
+
+    if algorithm == "cart":
+        _refuse_for_cart(min_cases, min_gain, missing, pruning, cf, subtree_raising)
+        _check_cart(cart_options)
+        return
+    if cart_options:
+        raise UnsupportedError(
+            f"{sorted(cart_options)} apply to algorithm='cart' only, not {algorithm!r}"
+        )
+    c45_pruning = pruning == "c4.5" or (pruning == "default" and algorithm == "c4.5")
+    if not c45_pruning and (cf != DEFAULT_CF or subtree_raising is not True):
+        raise UnsupportedError("cf and subtree_raising apply to C4.5's error-based pruning only")
+
+
+def _check_columns(
+    target: str, features: Any, nominal: Any, continuous: Any, weight: str | None
+) -> None:
+    if not isinstance(target, str) or not target:
+        raise ValueError(f"target must be a column name, not {target!r}")
+    if weight is not None and (not isinstance(weight, str) or not weight):
+        raise ValueError(f"weight must be a column name, not {weight!r}")
+    if weight == target:
+        raise ValueError(f"the weight column {weight!r} is also the target")
+    for what, names in (("features", features), ("nominal", nominal),
+                        ("continuous", continuous)):
+        if names is None:
+            continue
+        if isinstance(names, str):
+            raise ValueError(f"{what} must be a list of column names, not the string {names!r}")
+        roles = {target: "target", weight: "weight"}
+        clash = [n for n in names if n in roles]
+        if clash:
+            raise ValueError(f"{what} lists the {roles[clash[0]]} column {clash[0]!r}")
+        if len(set(names)) != len(list(names)):
+            raise ValueError(f"{what} lists a column twice: {list(names)}")
+
+
+def _refuse_for_cart(
+    min_cases: Any, min_gain: Any, missing: Any, pruning: Any, cf: Any, subtree_raising: Any
+) -> None:
+    unused = [
+        name for name, given in (
+            ("min_cases", min_cases is not None),
+            ("min_gain", min_gain != 0),
+            ("missing", missing != DEFAULT_MISSING),
+            ("pruning", pruning not in (None, "default")),
+            ("cf", cf != DEFAULT_CF),
+            ("subtree_raising", subtree_raising is not True),
+        ) if given
+    ]
+    if unused:
+        raise UnsupportedError(
+            f"{unused} do not apply to CART; its options follow scikit-learn "
+            f"({', '.join(CART_OPTIONS)}, max_depth, min_samples_split), and it prunes by "
+            "cost complexity (ccp_alpha)"
+        )
+
+
+def _check_cart(options: Mapping[str, Any]) -> None:
+    criterion = options.get("criterion", "gini")
+    if criterion not in CART_CRITERIA:
+        raise ValueError(f"criterion must be one of {CART_CRITERIA}, not {criterion!r}")
+    leaf = options.get("min_samples_leaf", 1)
+    if isinstance(leaf, float) and not isinstance(leaf, bool):
+        _number("min_samples_leaf", leaf, low=0.0, high=1.0, open_low=True, open_high=True)
+    else:
+        _integer("min_samples_leaf", leaf, low=1)
+    _number("min_weight_fraction_leaf", options.get("min_weight_fraction_leaf", 0.0),
+            low=0.0, high=0.5)
+    _number("min_impurity_decrease", options.get("min_impurity_decrease", 0.0), low=0.0)
+    if options.get("max_leaf_nodes") is not None:
+        _integer("max_leaf_nodes", options["max_leaf_nodes"], low=2)
+    _number("ccp_alpha", options.get("ccp_alpha", 0.0), low=0.0)
+    class_weight = options.get("class_weight")
+    if class_weight is None or class_weight == "balanced":
+        return
+    if not isinstance(class_weight, Mapping):
+        raise ValueError(f"class_weight must be None, 'balanced' or a dict, not {class_weight!r}")
+    for label, w in class_weight.items():
+        _number(f"class_weight[{label!r}]", w, low=0.0)
+
+
+def _number(
+    name: str,
+    value: Any,
+    *,
+    low: float,
+    high: float = math.inf,
+    open_low: bool = False,
+    open_high: bool = False,
+) -> None:
+    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, not {value!r}")
+    if value < low or (open_low and value == low) or value > high or (
+        open_high and value == high
+    ):
+        left = "(" if open_low else "["
+        right = ")" if open_high or high == math.inf else "]"
+        raise ValueError(f"{name} must be in {left}{low:g}, {high:g}{right}, not {value!r}")
+
+
+def _integer(name: str, value: Any, *, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise ValueError(f"{name} must be a whole number, not {value!r}")
+    if value < low:
+        raise ValueError(f"{name} must be at least {low}, not {value!r}")
