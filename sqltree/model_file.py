@@ -59,13 +59,13 @@ def read_json(path: str | os.PathLike[str]) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        if not text[e.pos:].strip():
+        # a string still open at the end of the file is the other sign of a cut
+        if not text[e.pos:].strip() or e.msg.startswith("Unterminated string"):
             raise ModelFileError(
-                f"{name}: not a model file: the JSON ends early at line {e.lineno} "
-                f"(is the file truncated?)"
+                f"{name}: not a model file: the JSON ends early (is the file truncated?)"
             ) from None
         raise ModelFileError(
-            f"{name}: not a JSON model file: {e.msg} at line {e.lineno} column {e.colno}"
+            f"{name}: not a JSON model file: {e.msg} (line {e.lineno}, column {e.colno})"
         ) from None
     except (ValueError, RecursionError) as e:
         # json raises these for integers of thousands of digits and for lists nested

@@ -300,14 +300,16 @@ def test_a_cycle_away_from_the_root_is_found(documents):
 # -- files that are not JSON -----------------------------------------------------------------------
 @pytest.mark.parametrize("content, message", [
     (b"", "the file is empty"),
-    (b"not json", r"not a JSON model file: Expecting value at line 1 column 1"),
+    (b"not json", r"not a JSON model file: Expecting value \(line 1, column 1\)"),
     (b'{"format": "sqltree-model", "version": 1, "tree": [{"id"',
-     r"the JSON ends early at line 1 \(is the file truncated\?\)"),
+     r"the JSON ends early \(is the file truncated\?\)"),
+    (b'{"format": "sqltree-model", "version": 1, "tree": [{"id', r"is the file truncated\?"),
     ('{"format": "sqltree-model"}'.encode("utf-16"), r"not UTF-8 text \(byte 0 is 0xff\)"),
     (b'{"format": "caf\xe9"}', r"not UTF-8 text \(byte 15 is 0xe9\)"),
     (b"[" * 100_000 + b"]" * 100_000, "not a model file"),
     (b'{"version": 1' + b"0" * 5000 + b"}", "not a model file"),
-], ids=["empty", "text", "truncated", "utf-16", "latin-1", "deep", "long-integer"])
+], ids=["empty", "text", "truncated", "truncated-string", "utf-16", "latin-1", "deep",
+        "long-integer"])
 def test_files_that_are_not_json_name_the_file(tmp_path, content, message):
     path = tmp_path / "broken.json"
     path.write_bytes(content)
