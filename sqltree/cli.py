@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from . import __version__
 from .errors import SqlTreeError
@@ -13,6 +16,7 @@ EXAMPLES = """\
 examples:
   sqltree train examples/data/golf.csv --target play -o golf.json
   sqltree predict golf.json examples/data/golf.csv
+  sqltree predict golf.json new_rows --connect shop.duckdb --into scored_rows
   sqltree sql golf.json --dialect snowflake
   sqltree sql golf.json --dialect postgres --table sales --view scored_sales
   sqltree scores examples/data/golf.csv --target play
@@ -23,8 +27,16 @@ def _csv(text: str | None) -> list[str] | None:
     return None if text is None else [t.strip() for t in text.split(",") if t.strip()]
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, with usage errors on one line: a subcommand's usage runs to a dozen
+    lines and buries the one that says what was wrong."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="sqltree",
         description="Train ID3, C4.5 and CART decision trees inside SQL engines, "
         "and compile them to SQL.",
@@ -38,7 +50,13 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--connect",
             metavar="URL",
-            help="a postgresql:// URL or a DuckDB database file (default: in-memory DuckDB)",
+            help="a postgresql:// URL or an existing DuckDB database file "
+                 "(default: in-memory DuckDB)",
+        )
+        p.add_argument(
+            "--create-db",
+            action="store_true",
+            help="with --connect FILE: create the DuckDB database if the file does not exist",
         )
 
     t = sub.add_parser("train", help="train a tree and save it as JSON",
@@ -106,26 +124,89 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _connection(url: str | None):  # type: ignore[no-untyped-def]
+DUCKDB_NOT_FILES = (":memory:", "md:", "motherduck:")
+"""``--connect`` values DuckDB reads as something other than a file path."""
+
+
+def _connection(url: str | None, create: bool = False):  # type: ignore[no-untyped-def]
     if url is None:
         return None
     if url.startswith(("postgresql://", "postgres://")):
         return url
+    if "://" in url:
+        raise SqlTreeError(
+            f"--connect takes a postgresql:// URL or a DuckDB database file, not {url!r}"
+        )
+    # duckdb.connect creates any file it is given: a mistyped path would train on, or write
+    # predictions into, a new empty database instead of failing.
+    is_file = url and not url.startswith(DUCKDB_NOT_FILES)
+    if is_file and not create and not os.path.exists(os.path.expanduser(url)):
+        raise SqlTreeError(
+            f"DuckDB database {url!r} does not exist (pass --create-db to create it)"
+        )
     import duckdb
 
     return duckdb.connect(url)
 
 
+def _check_output(path: str | None) -> None:
+    """Fail before the work, not after it, when the output file cannot be written there."""
+    if path is None:
+        return
+    folder = os.path.dirname(os.path.abspath(os.path.expanduser(path)))
+    if not os.path.isdir(folder):
+        raise SqlTreeError(f"cannot write {path!r}: the folder {folder!r} does not exist")
+    if os.path.isdir(path):
+        raise SqlTreeError(f"cannot write {path!r}: it is a folder")
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """Exceptions that report bad input (a file, a source, an option, SQL the engine refused)
+    rather than a fault of sqltree: one line each, no traceback."""
+    import duckdb
+    from sqlglot.errors import SqlglotError
+
+    errors: list[type[BaseException]] = [
+        SqlTreeError, OSError, ValueError, SqlglotError, duckdb.Error,
+    ]
+    psycopg = sys.modules.get("psycopg")  # loaded only when a postgresql:// URL was used
+    if psycopg is not None:
+        errors.append(psycopg.Error)
+    return tuple(errors)
+
+
+def _one_line(error: BaseException) -> str:
+    if isinstance(error, OSError) and error.filename is not None and error.strerror:
+        return f"{error.filename}: {error.strerror}"
+    # sqlglot underlines the offending token of a parse error with terminal escapes
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(error))
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return " ".join(lines) or type(error).__name__
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status."""
-    args = build_parser().parse_args(argv)
+    """Run the command line; returns the exit status (2 for bad input, with a one-line
+    message on standard error)."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as e:  # --help, --version, and usage errors already printed
+        return e.code if isinstance(e.code, int) else 2
     try:
         return _dispatch(args)
-    except (SqlTreeError, FileNotFoundError) as e:
-        print(f"sqltree: error: {e}", file=sys.stderr)
-        return 2
     except BrokenPipeError:
+        # The reader went away (``sqltree show m.json | head``): not an error. Point stdout
+        # at /dev/null so that Python's final flush does not report it either.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
         return 0
+    except KeyboardInterrupt:
+        print("sqltree: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:
+        if not isinstance(e, _user_errors()):
+            raise
+        print(f"sqltree: error: {_one_line(e)}", file=sys.stderr)
+        return 2
 
 
 def _dispatch(args: argparse.Namespace) -> int:
@@ -140,7 +221,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         if "min_samples_leaf" in cart_options and cart_options["min_samples_leaf"] >= 1:
             cart_options["min_samples_leaf"] = int(cart_options["min_samples_leaf"])
         pruning = {None: "default", "none": None}.get(args.pruning, args.pruning)
-        connection = _connection(args.connect)
+        _check_output(args.output)
+        connection = _connection(args.connect, args.create_db)
         if args.threads is not None or args.memory_limit is not None:
             if isinstance(connection, str):
                 raise SqlTreeError("--threads and --memory-limit apply to DuckDB only")
@@ -174,9 +256,11 @@ def _dispatch(args: argparse.Namespace) -> int:
             print(f"saved {args.output}", file=sys.stderr)
         return 0
     if args.command == "predict":
+        _check_output(args.output)
         model = sqltree.load(args.model)
         scored = model.predict(
-            args.source, connection=_connection(args.connect), proba=args.proba, into=args.into
+            args.source, connection=_connection(args.connect, args.create_db), proba=args.proba,
+            into=args.into,
         )
         if scored is None:
             return 0
@@ -188,6 +272,9 @@ def _dispatch(args: argparse.Namespace) -> int:
             scored.to_csv(sys.stdout, index=False)
         return 0
     if args.command == "sql":
+        for flag, given in (("--view", args.view), ("--proba", args.proba)):
+            if given and args.table is None:
+                raise SqlTreeError(f"{flag} needs --table (the table the query reads)")
         model = sqltree.load(args.model)
         print(model.to_sql(args.dialect, table=args.table, view=args.view, proba=args.proba,
                            pretty=args.pretty))
@@ -203,7 +290,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         return 0
     if args.command == "scores":
         frame = sqltree.split_scores(args.source, target=args.target,
-                                     connection=_connection(args.connect))
+                                     connection=_connection(args.connect, args.create_db))
         print(frame.to_string(index=False))
         return 0
     raise AssertionError(args.command)
