@@ -16,4 +16,11 @@ class UnsupportedError(SqlTreeError, TypeError):
 
 
 class ModelFileError(SqlTreeError, ValueError):
-    """A model file that cannot be read (wrong format or version)."""
+    """A model file (or ``Model.from_dict`` document) that is not a valid sqltree model.
+
+    Not JSON, not UTF-8, truncated, another format or version, or a document whose fields,
+    tree or splits are inconsistent. The message says what is wrong and where, e.g.
+    ``golf.json: node 7: child 12 is out of range (the tree has 9 nodes)``; see
+    ``sqltree.model_file.validate`` for the rules. A file that cannot be opened raises the
+    ``OSError`` instead.
+    """
