@@ -168,13 +168,16 @@ def build_cart_histogram(
     features: Sequence[Feature],
     n_classes: int,
     rowwise: Collection[int] = (),
+    bits: int | None = None,
 ) -> exp.Expression:
     """Row count ``n`` and weighted class counts per (node, feature, value).
 
     Like ``queries.build_histogram`` plus the row count, which scikit-learn's
     ``min_samples_*`` rules count in rows, not in weight. ``attr = -1`` rows hold node totals;
     ``v`` is NULL for the rows whose value is unknown. The continuous features in ``rowwise``
-    get a row per level row, ungrouped (see ``queries.build_histogram``).
+    get a row per level row, ungrouped (see ``queries.build_histogram``). With ``bits`` the
+    class columns are fixed-point BIGINT counts of ``2**-bits``, as in
+    ``queries.build_histogram``.
     """
     classes = q.class_columns(n_classes)
     # The class indicator columns are projected once (a CTE) rather than once per feature,
@@ -184,14 +187,14 @@ def build_cart_histogram(
         *[col(f.column) for f in features],
         *[
             exp.alias_(weight, c, copy=False)
-            for c, weight in zip(classes, q.class_weights(n_classes), strict=True)
+            for c, weight in zip(classes, q.class_weights(n_classes, bits), strict=True)
         ],
     ).from_(level.copy(), copy=False)
 
     def sums() -> list[exp.Expression]:
         return [
             exp.alias_(exp.cast(exp.func("COUNT", exp.Star()), "BIGINT"), "n", copy=False),
-            *[exp.alias_(exp.func("SUM", col(c)), c, copy=False) for c in classes],
+            *[exp.alias_(q.fixed_sum(col(c), bits), c, copy=False) for c in classes],
         ]
 
     parts: list[exp.Select] = [
@@ -367,30 +370,36 @@ def _ranked_values(hist: exp.Table, nominal: Sequence[int], n_classes: int) -> e
     )
 
 
+def _proportion(classes: Sequence[str], bits: int | None) -> exp.Expression:
+    """Of a ranked value (``rv``) crossed with orders (``ot``): its proportion of class ``o``."""
+    return case(
+        *[
+            (
+                exp.EQ(this=col("o", "ot"), expression=num(i)),
+                q.safe_div(q.weight(col(c, "rv"), bits), q.weight(col("wv", "rv"), bits)),
+            )
+            for i, c in enumerate(classes)
+        ],
+        default=num(0.0),
+    )
+
+
 def _ordered_values(
     hist: exp.Table,
     nominal: Sequence[int],
     n_classes: int,
     orders: Sequence[int],
     exhaustive: bool,
+    bits: int | None = None,
 ) -> exp.Select:
     """Nominal values per ordering ``o``: by proportion of class ``o``, ties by value code.
 
     Only the (node, feature) pairs that the ordered scan covers: all of them for two classes,
-    those with more than ``EXACT_SUBSETS_MAX`` values otherwise.
+    those with more than ``EXACT_SUBSETS_MAX`` values otherwise. ``bits`` as in the histogram.
     """
     classes = q.class_columns(n_classes)
     ranked = _ranked_values(hist, nominal, n_classes).subquery("rv", copy=False)
-    prop = case(
-        *[
-            (
-                exp.EQ(this=col("o", "ot"), expression=num(i)),
-                q.safe_div(col(c, "rv"), col("wv", "rv")),
-            )
-            for i, c in enumerate(classes)
-        ],
-        default=num(0.0),
-    )
+    prop = _proportion(classes, bits)
     with_order = (
         exp.select(
             "rv.*",
@@ -414,7 +423,9 @@ def _ordered_values(
         ),
         *[
             exp.alias_(
-                q.window(exp.func("SUM", col(c)), part, order, running=True), f"l{i}", copy=False
+                q.weight(q.window(exp.func("SUM", col(c)), part, order, running=True), bits),
+                f"l{i}",
+                copy=False,
             )
             for i, c in enumerate(classes)
         ],
@@ -433,6 +444,7 @@ def build_cart_scores(
     exhaustive: bool = False,
     ordered_scan: bool = False,
     fractional: bool = True,
+    bits: int | None = None,
 ) -> exp.Select:
     """Score every binary split of every node and feature of the histogram's level.
 
@@ -445,7 +457,9 @@ def build_cart_scores(
     ``ordered_scan``: continuous running sums from one ordered streaming scan
     (``queries.ordered_running_sums``; DuckDB) instead of windows per (node, feature).
     ``fractional``: weights may be fractional (class or sample weights), so the ordered scan
-    sums in fixed point.
+    sums in fixed point. ``bits``: the histogram holds fixed-point weights
+    (``build_cart_histogram``), whose sums here are exact, so the counts of a candidate (and
+    the shares a split stores) are the same on every run and engine.
     """
     k = n_classes
     classes = q.class_columns(k)
@@ -462,7 +476,10 @@ def build_cart_scores(
             col("node"),
             col("attr"),
             exp.alias_(known_sum(col("n")), "kn", copy=False),
-            *[exp.alias_(known_sum(col(c)), f"k{i}", copy=False) for i, c in enumerate(classes)],
+            *[
+                exp.alias_(q.weight(known_sum(col(c)), bits), f"k{i}", copy=False)
+                for i, c in enumerate(classes)
+            ],
         )
         .from_(hist.copy(), copy=False)
         .where(q.of_features(features), copy=False)
@@ -472,7 +489,10 @@ def build_cart_scores(
         exp.select(
             col("node"),
             exp.alias_(col("n"), "tn", copy=False),
-            *[exp.alias_(col(c), f"t{i}", copy=False) for i, c in enumerate(classes)],
+            *[
+                exp.alias_(q.weight(col(c), bits), f"t{i}", copy=False)
+                for i, c in enumerate(classes)
+            ],
         )
         .from_(hist.copy(), copy=False)
         .where(exp.EQ(this=col("attr"), expression=num(-1)), copy=False)
@@ -519,7 +539,8 @@ def build_cart_scores(
         sums = ["n", *classes]
         if ordered_scan:
             scan = q.ordered_running_sums(
-                hist, sums, in_continuous, prefix="r", ctes=ctes, fixed=fractional
+                hist, sums, in_continuous, prefix="r", ctes=ctes, fixed=fractional, bits=bits,
+                counts=("n",),
             )
             scan = exp.select(
                 "node", "attr", "v", "nv",
@@ -538,7 +559,10 @@ def build_cart_scores(
                     ),
                     *[
                         exp.alias_(
-                            q.window(exp.func("SUM", col(c)), part, [col("v")], running=True),
+                            q.weight(
+                                q.window(exp.func("SUM", col(c)), part, [col("v")], running=True),
+                                None if c == "n" else bits,
+                            ),
                             name,
                             copy=False,
                         )
@@ -571,7 +595,7 @@ def build_cart_scores(
         )
     if nominal:
         orders = [1] if k == 2 else list(range(k))
-        ordered = _ordered_values(hist, nominal, k, orders, exhaustive)
+        ordered = _ordered_values(hist, nominal, k, orders, exhaustive, bits)
         parts.append(
             exp.select(
                 *cand(
@@ -596,7 +620,7 @@ def build_cart_scores(
                     col("mask", "bt"),
                     exp.alias_(exp.func("SUM", col("n", "rv")), "ln", copy=False),
                     *[
-                        exp.alias_(exp.func("SUM", col(c, "rv")), f"l{i}", copy=False)
+                        exp.alias_(q.weight_sum(col(c, "rv"), bits), f"l{i}", copy=False)
                         for i, c in enumerate(classes)
                     ],
                 )
@@ -852,16 +876,21 @@ def build_cart_scores(
 
 
 def build_nominal_ranks(
-    hist: exp.Table, pairs: Sequence[tuple[int, int]], n_classes: int, orders: Sequence[int]
+    hist: exp.Table,
+    pairs: Sequence[tuple[int, int]],
+    n_classes: int,
+    orders: Sequence[int],
+    bits: int | None = None,
 ) -> exp.Select:
     """Per chosen (node, nominal feature): each value's code, rank by code and rank per order.
 
-    The ranks are computed by the same expressions as in the scoring query, so a candidate's
-    ``cut`` (a mask of value ranks, or a cut position in an order) names the same values.
+    The ranks are computed by the same expressions as in the scoring query (given the same
+    ``bits``), so a candidate's ``cut`` (a mask of value ranks, or a cut position in an order)
+    names the same values.
     """
     nominal = sorted({a for _, a in pairs})
     chosen = q.values_table("ch", ["node", "attr"], list(pairs), ["BIGINT", "INT"])
-    inner = _ordered_unrestricted(hist, nominal, n_classes, orders)
+    inner = _ordered_unrestricted(hist, nominal, n_classes, orders, bits)
     return (
         exp.select(
             col("node", "x"),
@@ -884,20 +913,15 @@ def build_nominal_ranks(
 
 
 def _ordered_unrestricted(
-    hist: exp.Table, nominal: Sequence[int], n_classes: int, orders: Sequence[int]
+    hist: exp.Table,
+    nominal: Sequence[int],
+    n_classes: int,
+    orders: Sequence[int],
+    bits: int | None = None,
 ) -> exp.Select:
     classes = q.class_columns(n_classes)
     ranked = _ranked_values(hist, nominal, n_classes).subquery("rv", copy=False)
-    prop = case(
-        *[
-            (
-                exp.EQ(this=col("o", "ot"), expression=num(i)),
-                q.safe_div(col(c, "rv"), col("wv", "rv")),
-            )
-            for i, c in enumerate(classes)
-        ],
-        default=num(0.0),
-    )
+    prop = _proportion(classes, bits)
     with_order = (
         exp.select(
             "rv.*",
@@ -975,6 +999,17 @@ class CARTStrategy(Strategy):
         self.root_weight = 0.0
         self._class_weight = _class_weights(data, options.class_weight)
         self.score_columns = SCORE_COLUMNS
+        # Class or sample weights make counts fractional: histograms then hold them in fixed
+        # point, scaled for the largest sum, the root's weight.
+        self.hist_bits = None
+        if self._class_weight is not None or data.weight is not None:
+            self.hist_bits = q.fixed_point_bits(sum(self._weighted_class_totals()))
+
+    def _weighted_class_totals(self) -> list[float]:
+        weights = list(self.data.class_weights)
+        if self._class_weight is not None:
+            weights = [w * cw for w, cw in zip(weights, self._class_weight, strict=True)]
+        return weights
 
     @property
     def max_depth(self) -> int | None:
@@ -982,9 +1017,7 @@ class CARTStrategy(Strategy):
 
     def prior(self) -> list[float]:
         k = self.n_classes
-        weights = list(self.data.class_weights)
-        if self._class_weight is not None:
-            weights = [w * cw for w, cw in zip(weights, self._class_weight, strict=True)]
+        weights = self._weighted_class_totals()
         total = sum(weights)
         return [w / total for w in weights] if total > 0 else [1.0 / k] * k
 
@@ -999,7 +1032,9 @@ class CARTStrategy(Strategy):
     def build_histogram(
         self, level: exp.Table, features: list[Feature], nodes: int = 1
     ) -> exp.Expression:
-        return build_cart_histogram(level, features, self.n_classes, self.rowwise(features))
+        return build_cart_histogram(
+            level, features, self.n_classes, self.rowwise(features), self.hist_bits
+        )
 
     def _measure_density(self, engine: Any, hist: exp.Table) -> None:
         """Density from the histogram: its rows per feature against the level's rows."""
@@ -1024,7 +1059,11 @@ class CARTStrategy(Strategy):
     def read_counts(self, engine: Any, hist: exp.Table) -> dict[int, list[float]]:
         classes = q.class_columns(self.n_classes)
         rows = engine.execute(
-            exp.select(col("node"), col("n"), *[col(c) for c in classes])
+            exp.select(
+                col("node"),
+                col("n"),
+                *[exp.alias_(q.weight(col(c), self.hist_bits), c, copy=False) for c in classes],
+            )
             .from_(hist.copy(), copy=False)
             .where(exp.EQ(this=col("attr"), expression=num(-1)), copy=False)
         )
@@ -1076,7 +1115,8 @@ class CARTStrategy(Strategy):
             min_samples_leaf=r.min_samples_leaf,
             min_weight_leaf=r.min_weight_leaf,
             ordered_scan=self.data.engine.SUPPORTS_ORDERED_SCAN,
-            fractional=self._class_weight is not None or self.data.weight is not None,
+            fractional=self.hist_bits is not None,
+            bits=self.hist_bits,
         )
 
     def choose(self, rows: list[dict[str, Any]], p: Pending) -> CARTChoice | None:
@@ -1147,7 +1187,7 @@ class CARTStrategy(Strategy):
         ranks: dict[tuple[int, int], list[tuple[float, int, int, int]]] = {}
         if nominal_pairs:
             for node_id, attr, v, rank_v, o, rank_o in engine.execute(
-                build_nominal_ranks(hist, nominal_pairs, k, orders)
+                build_nominal_ranks(hist, nominal_pairs, k, orders, self.hist_bits)
             ):
                 ranks.setdefault((int(node_id), int(attr)), []).append(
                     (float(v), int(rank_v), int(o), int(rank_o))

@@ -162,13 +162,24 @@ class Strategy:
     def build_histogram(
         self, level: exp.Table, features: list[Feature], nodes: int = 1
     ) -> exp.Expression:
+        self.hist_bits = self.weight_bits()
         return q.build_histogram(
             level,
             features,
             self.n_classes,
             self.summed_by_class(features, nodes),
             self.rowwise(features),
+            self.hist_bits,
         )
+
+    hist_bits: int | None = None
+    """The level histogram's fixed-point bits (``queries.build_histogram``), None for DOUBLE
+    weights; every reader of the histogram takes the same."""
+
+    def weight_bits(self) -> int | None:
+        """Fixed-point bits for the next histogram: None while every weight of the level is a
+        whole number (their DOUBLE sums are exact in any order)."""
+        return None
 
     dense: frozenset[int] = frozenset()
     """Continuous features nearly all of whose (node, value) pairs were distinct at the last
@@ -203,9 +214,9 @@ class Strategy:
         return out
 
     def read_counts(self, engine: Any, hist: exp.Table) -> dict[int, list[float]]:
+        query = q.build_node_counts(hist, self.n_classes, self.hist_bits)
         return {
-            int(node_id): [float(c) for c in counts]
-            for node_id, *counts in engine.execute(q.build_node_counts(hist, self.n_classes))
+            int(node_id): [float(c) for c in counts] for node_id, *counts in engine.execute(query)
         }
 
     def on_histogram(self, engine: Any, hist: exp.Table, depth: int) -> None:
@@ -281,6 +292,16 @@ class C45Strategy(Strategy):
         # Whether the level's rows may carry fractional weights (set for good once a
         # partition spreads unknown values over branches).
         self.fractional = data.weight is not None
+        # Every sum of a level's weights is at most the training weight (unknown values are
+        # spread by shares that add up to one).
+        total_weight = sum(data.class_weights)
+        self.bits = q.fixed_point_bits(total_weight)
+        self.entropy_bits = q.fixed_point_bits(
+            q.entropy_bound(total_weight, self.n_classes, data.n_rows)
+        )
+
+    def weight_bits(self) -> int | None:
+        return self.bits if self.fractional else None
 
     def on_scores(self, by_node: dict[int, list[dict[str, Any]]]) -> None:
         """Density from the scores: cuts per unit of known weight (no query of its own)."""
@@ -323,7 +344,9 @@ class C45Strategy(Strategy):
         options = replace(
             score_options(self.options),
             ordered_scan=self.data.engine.SUPPORTS_ORDERED_SCAN,
-            fractional=self.fractional,
+            fractional=self.hist_bits is not None,
+            bits=self.hist_bits,
+            entropy_bits=self.entropy_bits,
         )
         return q.build_split_scores(hist, features, self.n_classes, options)
 
@@ -340,7 +363,9 @@ class C45Strategy(Strategy):
         tests = sorted((node_id, c.feature.index, c.threshold) for node_id, c in choices.items())
         tests_table = _load(engine, "tests", q.TESTS_COLUMNS, tests)
         self.loaded.append(tests_table)
-        self.branch_counts = _branch_counts(engine, hist, tests_table, self.n_classes)
+        self.branch_counts = _branch_counts(
+            engine, hist, tests_table, self.n_classes, self.hist_bits
+        )
         plans: dict[int, Plan] = {}
         for node_id, choice in choices.items():
             by_key = self.branch_counts.get(node_id, {})
@@ -830,10 +855,10 @@ def _load(
 
 
 def _branch_counts(
-    engine: Any, hist: Any, tests_table: Any, n_classes: int
+    engine: Any, hist: Any, tests_table: Any, n_classes: int, bits: int | None
 ) -> dict[int, dict[int, list[float]]]:
     """Class counts per node and key of its chosen test (key -1: unknown values)."""
-    rows = engine.execute(q.build_branch_counts(hist, tests_table, n_classes))
+    rows = engine.execute(q.build_branch_counts(hist, tests_table, n_classes, bits))
     out: dict[int, dict[int, list[float]]] = {}
     for node, key, *counts in rows:
         out.setdefault(int(node), {})[int(key)] = [float(c) for c in counts]

@@ -346,12 +346,32 @@ def literal(value: object) -> exp.Expression:
 
 
 # -- histogram ---------------------------------------------------------------------------------
-def class_weights(n_classes: int) -> list[exp.Expression]:
-    """A level row's weight in each class column: ``w`` in its own class's, 0 elsewhere."""
+def class_weights(n_classes: int, bits: int | None = None) -> list[exp.Expression]:
+    """A level row's weight in each class column: ``w`` in its own class's, 0 elsewhere;
+    with ``bits``, in fixed point (``to_fixed``)."""
+    if bits is None:
+        return per_class(n_classes, col("w"), num(0.0))
+    return per_class(n_classes, to_fixed(col("w"), bits), num(0))
+
+
+def per_class(
+    n_classes: int, value: exp.Expression, zero: exp.Expression
+) -> list[exp.Expression]:
+    """``value`` in the column of the row's class ``y``, ``zero`` in the others."""
     return [
-        case((exp.EQ(this=col("y"), expression=num(i)), col("w")), default=num(0.0))
+        case((exp.EQ(this=col("y"), expression=num(i)), value), default=zero)
         for i in range(n_classes)
     ]
+
+
+def fixed_sum(e: exp.Expression, bits: int | None) -> exp.Expression:
+    """``SUM(e)``; with ``bits`` (``e`` in fixed point), as a BIGINT (``FIXED_POINT_HEADROOM``).
+
+    Engines return wider types for sums of BIGINT (DuckDB 128-bit integers, PostgreSQL
+    NUMERIC); a BIGINT keeps histogram columns one type in every part and on every engine.
+    """
+    total_ = exp.func("SUM", e)
+    return total_ if bits is None else exp.cast(total_, "BIGINT")
 
 
 def build_histogram(
@@ -360,6 +380,7 @@ def build_histogram(
     n_classes: int,
     by_class: Collection[int] = (),
     rowwise: Collection[int] = (),
+    bits: int | None = None,
 ) -> exp.Expression:
     """Weighted class counts per (node, feature, value); ``attr = -1`` rows hold node totals.
 
@@ -374,11 +395,15 @@ def build_histogram(
     grouping costs a hash table as large as the level and saves nothing; the histogram is
     then a bag, whose sums per (node, feature) and running sums in value order are the same.
     Only readers that add up rows, and cut only between distinct values, may read it.
+
+    With ``bits`` the class columns are BIGINT counts of ``2**-bits`` (``to_fixed``): sums of
+    them are exact in any order, so counts do not change from run to run or engine to engine
+    where weights are fractional. Readers take ``bits`` too.
     """
     classes = class_columns(n_classes)
     sums = [
-        alias(exp.func("SUM", weight), name)
-        for name, weight in zip(classes, class_weights(n_classes), strict=True)
+        alias(fixed_sum(weight, bits), name)
+        for name, weight in zip(classes, class_weights(n_classes, bits), strict=True)
     ]
     parts: list[exp.Select] = [
         exp.select(
@@ -394,7 +419,7 @@ def build_histogram(
         if f.index in rowwise and f.kind == CONTINUOUS:
             weights = [
                 alias(weight, name)
-                for name, weight in zip(classes, class_weights(n_classes), strict=True)
+                for name, weight in zip(classes, class_weights(n_classes, bits), strict=True)
             ]
             parts.append(
                 exp.select(
@@ -408,13 +433,21 @@ def build_histogram(
         source: exp.Expression = level.copy()
         part_sums = [s.copy() for s in sums]
         if f.index in by_class:
+            summed = col("w") if bits is None else to_fixed(col("w"), bits)
             source = (
                 exp.select(col("node"), col(f.column), col("y"),
-                           alias(exp.func("SUM", col("w")), "w"))
+                           alias(fixed_sum(summed, bits), "w"))
                 .from_(level.copy())
                 .group_by(col("node"), col(f.column), col("y"))
                 .subquery("by_class")
             )
+            if bits is not None:  # the groups' sums are fixed point already
+                part_sums = [
+                    alias(fixed_sum(weight, bits), name)
+                    for name, weight in zip(
+                        classes, per_class(n_classes, col("w"), num(0)), strict=True
+                    )
+                ]
         parts.append(
             exp.select(
                 col("node"),
@@ -440,11 +473,14 @@ def attr_in(indices: Sequence[int], table: str | None = None) -> exp.Expression:
     return exp.In(this=col("attr", table), expressions=[num(i) for i in indices])
 
 
-def build_node_counts(hist: exp.Table, n_classes: int) -> exp.Select:
-    """Class counts of every node in the histogram's level."""
+def build_node_counts(hist: exp.Table, n_classes: int, bits: int | None = None) -> exp.Select:
+    """Class counts of every node in the histogram's level (``bits`` as in the histogram)."""
     classes = class_columns(n_classes)
     return (
-        exp.select(col("node"), *[col(c) for c in classes])
+        exp.select(
+            col("node"),
+            *[col(c) if bits is None else alias(from_fixed(col(c), bits), c) for c in classes],
+        )
         .from_(hist.copy())
         .where(exp.EQ(this=col("attr"), expression=num(-1)))
         .order_by(col("node"))
@@ -462,6 +498,13 @@ class ScoreOptions:
     all_thresholds: bool = False  # return every candidate threshold (split_scores), not the best
     ordered_scan: bool = False  # running sums by one streaming scan in (attr, node, v) order
     fractional: bool = True  # weights may be fractional: ordered scans sum in fixed point
+    # The histogram's class columns are BIGINT counts of 2**-bits (``build_histogram``), whose
+    # sums are exact; None: DOUBLE weights.
+    bits: int | None = None
+    # Sums of entropy terms over nominal values in fixed point of this many fractional bits
+    # (``fixed_point_bits`` of a bound of them), so that they do not depend on the order an
+    # engine adds them in; None: in floating point.
+    entropy_bits: int | None = None
     unknown: str = "fractional"  # "drop": unknown weight leaves the node's gain and split info
     cut_gap: float = 0.0  # J48: no cut between sorted values v, v' unless v + 1e-5 < v'
     threshold_tie: float = TIE_TOLERANCE  # cuts whose gains are this close: the lowest wins
@@ -491,59 +534,7 @@ def build_split_scores(
     classes = class_columns(n_classes)
     attrs_nominal = [f.index for f in features if f.kind != CONTINUOUS]
     attrs_continuous = [f.index for f in features if f.kind == CONTINUOUS]
-    tot = total(classes)
-    is_known = col("v").is_(exp.null()).not_()
-    is_unknown = col("v").is_(exp.null())
-
-    def known_sum(e: exp.Expression) -> exp.Expression:
-        return exp.func("SUM", case((is_known, e), default=num(0.0)))
-
-    # Per (node, feature): totals over known values, unknown weight, and nominal branch terms.
-    agg = (
-        exp.select(
-            col("node"),
-            col("attr"),
-            alias(exp.func("SUM", tot), "w_all"),
-            alias(known_sum(tot.copy()), "w_known"),
-            alias(
-                exp.func("SUM", case((is_unknown, tot.copy()), default=num(0.0))), "w_unknown"
-            ),
-            *[alias(known_sum(col(c)), f"k{i}") for i, c in enumerate(classes)],
-            alias(known_sum(entropy_mass([col(c) for c in classes], tot.copy())), "bags_ent"),
-            alias(known_sum(xlogx(tot.copy())), "bags_xlogx"),
-            alias(
-                exp.func(
-                    "SUM",
-                    case(
-                        (
-                            exp.and_(
-                                is_known.copy(),
-                                exp.GT(
-                                    this=tot.copy(),
-                                    expression=num(options.min_cases - J48_SMALL),
-                                ),
-                            ),
-                            num(1),
-                        ),
-                        default=num(0),
-                    ),
-                ),
-                "big_branches",
-            ),
-            alias(exp.func("COUNT", col("v")), "n_values"),
-            *[
-                alias(
-                    exp.func("SUM", to_fixed(case((is_known.copy(), col(c)), default=num(0.0)))),
-                    f"f{i}",
-                )
-                for i, c in enumerate(classes)
-                if options.ordered_scan and options.fractional and not options.all_thresholds
-            ],
-        )
-        .from_(hist.copy(), copy=False)
-        .where(of_features(features), copy=False)
-        .group_by(col("node"), col("attr"), copy=False)
-    )
+    agg = _node_feature_totals(hist, features, classes, options)
     known_classes = [col(f"k{i}", "a") for i in range(n_classes)]
     # The weight that gain and split info are taken over: all of it, or (drop) the known part.
     denom = col("w_known", "a") if options.unknown == "drop" else col("w_all", "a")
@@ -669,6 +660,96 @@ def build_split_scores(
     return with_materialized(query, ctes)
 
 
+def _node_feature_totals(
+    hist: exp.Table, features: Sequence[Feature], classes: Sequence[str], options: ScoreOptions
+) -> exp.Select:
+    """Per (node, feature): totals over known values, unknown weight, nominal branch terms.
+
+    Columns: node, attr, w_all, w_known, w_unknown, k<i> (known weight per class), bags_ent
+    and bags_xlogx (sums over known values of their entropy mass and of ``t ln t``),
+    big_branches, n_values, and, for an ordered scan in fixed point, f<i>: the k<i> as
+    fixed-point sums (``to_fixed``).
+    """
+    bits = options.bits
+    zero = num(0.0) if bits is None else num(0)
+    raw_total = total(classes)  # fixed point with ``bits``
+    tot = weight(raw_total, bits)
+    is_known = col("v").is_(exp.null()).not_()
+    is_unknown = col("v").is_(exp.null())
+
+    def known(e: exp.Expression) -> exp.Expression:
+        return case((is_known, e), default=zero)
+
+    def entropy_sum(e: exp.Expression) -> exp.Expression:
+        """The sum over known values of a nominal feature's entropy term ``e``."""
+        ebits = options.entropy_bits
+        if ebits is None:
+            return exp.func("SUM", case((is_known, e), default=num(0.0)))
+        # Only nominal tests use these; continuous rows are spared the logarithms.
+        nominal = exp.and_(is_known.copy(), attr_in([f.index for f in features
+                                                      if f.kind != CONTINUOUS]))
+        return from_fixed(
+            exp.func("SUM", case((nominal, to_fixed(e, ebits)), default=num(0))), ebits
+        )
+
+    scan_fixed = options.ordered_scan and not options.all_thresholds and (
+        options.fractional or bits is not None
+    )
+    return (
+        exp.select(
+            col("node"),
+            col("attr"),
+            alias(weight_sum(raw_total, bits), "w_all"),
+            alias(weight_sum(known(raw_total.copy()), bits), "w_known"),
+            alias(
+                weight_sum(case((is_unknown, raw_total.copy()), default=zero.copy()), bits),
+                "w_unknown",
+            ),
+            *[alias(weight_sum(known(col(c)), bits), f"k{i}") for i, c in enumerate(classes)],
+            alias(
+                entropy_sum(entropy_mass([weight(col(c), bits) for c in classes], tot.copy())),
+                "bags_ent",
+            ),
+            alias(entropy_sum(xlogx(tot.copy())), "bags_xlogx"),
+            alias(
+                exp.func(
+                    "SUM",
+                    case(
+                        (
+                            exp.and_(
+                                is_known.copy(),
+                                exp.GT(
+                                    this=tot.copy(),
+                                    expression=num(options.min_cases - J48_SMALL),
+                                ),
+                            ),
+                            num(1),
+                        ),
+                        default=num(0),
+                    ),
+                ),
+                "big_branches",
+            ),
+            alias(exp.func("COUNT", col("v")), "n_values"),
+            *[
+                alias(
+                    exp.func(
+                        "SUM",
+                        known(col(c)) if bits is not None
+                        else to_fixed(case((is_known.copy(), col(c)), default=num(0.0))),
+                    ),
+                    f"f{i}",
+                )
+                for i, c in enumerate(classes)
+                if scan_fixed
+            ],
+        )
+        .from_(hist.copy(), copy=False)
+        .where(of_features(features), copy=False)
+        .group_by(col("node"), col("attr"), copy=False)
+    )
+
+
 def with_materialized(query: exp.Select, ctes: Sequence[tuple[str, exp.Expression]]) -> exp.Select:
     """``query`` with each (name, body) of ``ctes`` as a ``MATERIALIZED`` CTE, in order."""
     for name, body in ctes:
@@ -704,7 +785,11 @@ def _best_cuts_windowed(
         col("v"),
         alias(window(exp.func("LEAD", col("v")), part, [col("v")]), "next_value"),
         *[
-            alias(window(exp.func("SUM", col(c)), part, [col("v")], running=True), f"l{i}")
+            alias(
+                weight(window(exp.func("SUM", col(c)), part, [col("v")], running=True),
+                       options.bits),
+                f"l{i}",
+            )
             for i, c in enumerate(classes)
         ],
     ).from_(hist.copy(), copy=False)
@@ -791,8 +876,11 @@ def _best_cuts_ordered(
     """
     k = len(classes)
     known = exp.and_(col("v").is_(exp.null()).not_(), continuous_filter.copy())
-    fixed = options.fractional
-    scan = _ordered_scan(hist, classes, known, "next_value", fixed)
+    bits = options.bits
+    fixed = options.fractional or bits is not None
+    scan = _ordered_scan(
+        hist, classes, known, "next_value", [_scan_term(c, fixed, bits) for c in classes]
+    )
     # ``agg`` holds each group's known sums, in fixed point as ``f<i>`` when ``fixed``.
     before = [_sum_before(f"f{i}" if fixed else f"k{i}", f"o{i}") for i in range(k)]
     totals = (
@@ -815,7 +903,7 @@ def _best_cuts_ordered(
             *[col(f"k{i}", "t") for i in range(k)],
             *[
                 alias(
-                    _left_sum(col(f"g{i}", "s") - col(f"o{i}", "t"), fixed), f"l{i}"
+                    _left_sum(col(f"g{i}", "s") - col(f"o{i}", "t"), fixed, bits), f"l{i}"
                 )
                 for i in range(k)
             ],
@@ -908,6 +996,8 @@ def ordered_running_sums(
     prefix: str = "l",
     ctes: list[tuple[str, exp.Expression]] | None = None,
     fixed: bool = True,
+    bits: int | None = None,
+    counts: Collection[str] = (),
 ) -> exp.Select:
     """Running sums of ``columns`` over each (node, attr) group of ``hist`` in value order.
 
@@ -918,11 +1008,14 @@ def ordered_running_sums(
     ``_best_cuts_ordered``, which does the same with the totals it needs anyway). With
     ``ctes``, the scan becomes the materialised CTE ``running`` added to it, so that what
     follows the one-thread streaming window runs in parallel. ``fixed``: sum in fixed point
-    (``to_fixed``), needed unless every weight is a whole number.
+    (``to_fixed``), needed unless every weight is a whole number; ``bits``: the columns hold
+    fixed-point weights already (``build_histogram``), summed as they are. ``counts``: columns
+    of row counts, summed as they are and not converted.
     """
     known = exp.and_(col("v").is_(exp.null()).not_(), where.copy())
-    scan = _ordered_scan(hist, columns, known, "nv", fixed)
-    offsets = _group_offsets(hist, columns, known, fixed)
+    terms = [col(c) if c in counts else _scan_term(c, fixed, bits) for c in columns]
+    scan = _ordered_scan(hist, columns, known, "nv", terms)
+    offsets = _group_offsets(hist, terms, known)
     source: exp.Expression = exp.Subquery(this=scan)
     if ctes is not None:
         ctes.append(("running", scan))
@@ -932,9 +1025,14 @@ def ordered_running_sums(
             col("node", "s"), col("attr", "s"), col("v", "s"), col("nv", "s"),
             *[
                 alias(
-                    _left_sum(col(f"g{i}", "s") - col(f"o{i}", "b"), fixed), f"{prefix}{i}"
+                    _left_sum(
+                        col(f"g{i}", "s") - col(f"o{i}", "b"),
+                        (fixed or bits is not None) and c not in counts,
+                        bits,
+                    ),
+                    f"{prefix}{i}",
                 )
-                for i in range(len(columns))
+                for i, c in enumerate(columns)
             ],
         )
         .from_(alias(source, "s"))
@@ -943,36 +1041,108 @@ def ordered_running_sums(
 
 
 FIXED_POINT_BITS = 40
-"""Fractional bits of the fixed-point weights that ordered scans add up."""
+"""Fractional bits of the fixed-point sums an ordered scan takes of a DOUBLE histogram."""
+
+FIXED_POINT_HEADROOM = 61
+"""A bound on every sum of weights is scaled to below ``2**FIXED_POINT_HEADROOM``.
+
+The per-row roundings then add at most half a unit per row, so a sum of a level's fixed-point
+weights stays below 2^62: it fits a BIGINT (Spark sums BIGINT into BIGINT, and ANSI mode fails
+on overflow), and it converts to DOUBLE correctly rounded on DuckDB (whose 128-bit integers
+convert correctly rounded only below 2^64), PostgreSQL and Spark alike.
+"""
 
 
-def to_fixed(e: exp.Expression) -> exp.Expression:
-    """A weight as a 128-bit integer count of 2^-40ths.
+def fixed_point_bits(bound: float) -> int:
+    """Fractional bits for weights whose every sum (a node, a level) is at most ``bound``.
 
-    The streaming sums of an ordered scan run across every group of a level, so a group's
-    own sums are differences of two large running totals. In floating point that loses
-    about 1e-6 at a million rows with fractional weights, enough to move a cut across the
-    minimum-weight rule or a tie; integer sums are exact in any order. Whole-number weights
-    need none of this: their double sums are exact up to 2^53.
+    The largest scale, a power of two, that keeps ``bound`` below ``2**FIXED_POINT_HEADROOM``:
+    at a million unit weights 41 bits (a unit of 4.5e-13). A power of two keeps whole-number
+    weights exact, and the conversion back to DOUBLE is then exact scaling of a correctly
+    rounded integer, the same on every engine.
     """
-    return exp.cast(paren(e * num(float(2**FIXED_POINT_BITS))), "HUGEINT")
+    if not math.isfinite(bound):
+        raise ValueError(f"a bound of the weights must be finite, not {bound}")
+    _, exponent = math.frexp(bound if bound > 0 else 1.0)  # bound < 2**exponent
+    return max(-FIXED_POINT_MAX_BITS, min(FIXED_POINT_MAX_BITS, FIXED_POINT_HEADROOM - exponent))
 
 
-def _left_sum(difference: exp.Expression, fixed: bool) -> exp.Expression:
+FIXED_POINT_MAX_BITS = 960
+"""Limit of the fixed-point scale either way, so that ``2**bits`` and ``2**-bits`` are finite,
+normal doubles."""
+
+
+def entropy_bound(total_weight: float, n_classes: int, n_rows: int) -> float:
+    """A bound of the entropy sums over a node's values (``_node_feature_totals``).
+
+    A value of weight ``t`` adds ``t H`` (at most ``t ln k``) and ``t ln t`` (at least
+    ``-1/e``, at most ``t ln W``), and a node has at most ``n_rows`` values.
+    """
+    w = total_weight if total_weight > 0 else 1.0
+    return w * (abs(math.log(w)) + math.log(max(n_classes, 2)) + 1.0) + n_rows
+
+
+def to_fixed(e: exp.Expression, bits: int | None = None) -> exp.Expression:
+    """A non-negative weight as an integer count of ``2**-bits``, rounded to the nearest.
+
+    Sums of such integers are exact whatever order an engine adds them in (DuckDB and Spark
+    add a group's doubles in an order that changes from run to run, so sums of fractional
+    weights differ in their last bits). ``FLOOR(x + 1/2)`` rounds the same way on every engine
+    (casts do not: Spark truncates, PostgreSQL rounds half to even), and ``x`` is a product
+    with a power of two, so exact. With ``bits`` the result is a BIGINT (``fixed_point_bits``
+    keeps it in range); without, a 128-bit count of 2^-40ths (``FIXED_POINT_BITS``, DuckDB
+    only), for an ordered scan over a DOUBLE histogram, whose sums run across every group of
+    a level: in floating point, a group's own sums would be differences of two large running
+    totals, which lost about 1e-6 at a million rows, enough to move a cut across the
+    minimum-weight rule or a tie.
+    """
+    if bits is None:
+        return exp.cast(paren(e * num(float(2**FIXED_POINT_BITS))), "HUGEINT")
+    scaled = exp.func("FLOOR", paren(e) * num(2.0**bits) + num(0.5))
+    return exp.cast(scaled, "BIGINT")
+
+
+def from_fixed(e: exp.Expression, bits: int | None = None) -> exp.Expression:
+    """An integer count of ``2**-bits`` (``to_fixed``) as a DOUBLE weight."""
+    scale = 2.0 ** -(FIXED_POINT_BITS if bits is None else bits)
+    return paren(exp.cast(paren(e), "DOUBLE") * num(scale))
+
+
+def weight(e: exp.Expression, bits: int | None) -> exp.Expression:
+    """A histogram weight as a DOUBLE: ``e`` itself, or ``from_fixed`` of it with ``bits``."""
+    return e if bits is None else from_fixed(e, bits)
+
+
+def weight_sum(e: exp.Expression, bits: int | None) -> exp.Expression:
+    """``SUM(e)`` of histogram weights as a DOUBLE, exact with ``bits`` (fixed-point ``e``)."""
+    return weight(exp.func("SUM", e), bits)
+
+
+def _left_sum(difference: exp.Expression, fixed: bool, bits: int | None = None) -> exp.Expression:
     """A difference of running sums as a weight."""
     if not fixed:
         return paren(difference)
-    return paren(exp.cast(paren(difference), "DOUBLE") * num(2.0**-FIXED_POINT_BITS))
+    return from_fixed(difference, bits)
+
+
+def _scan_term(column: str, fixed: bool, bits: int | None) -> exp.Expression:
+    """What an ordered scan adds up of a histogram column: the column itself when it holds
+    fixed-point weights (``bits``) or floating-point whole numbers, else ``to_fixed`` of it."""
+    return to_fixed(col(column)) if fixed and bits is None else col(column)
 
 
 def _ordered_scan(
-    hist: exp.Table, columns: Sequence[str], known: exp.Expression, next_name: str, fixed: bool
+    hist: exp.Table,
+    columns: Sequence[str],
+    known: exp.Expression,
+    next_name: str,
+    terms: Sequence[exp.Expression],
 ) -> exp.Select:
     """The known rows of ``hist`` in (attr, node, v) order with running sums.
 
     Columns: node, attr, v, ``next_name`` (the group's next value, else NULL) and ``g<i>``,
-    the sum of ``columns[i]`` (``to_fixed`` of it if ``fixed``) over every row so far,
-    across groups.
+    the sum of ``terms[i]`` (of the histogram's ``columns``) over every row so far, across
+    groups.
     """
     ordered = (
         exp.select(col("node"), col("attr"), col("v"), *[col(c) for c in columns])
@@ -987,24 +1157,25 @@ def _ordered_scan(
         alias(_next_in_group(), next_name),
         *[
             alias(
-                window(exp.func("SUM", to_fixed(col(c)) if fixed else col(c)), [], running=True),
+                window(exp.func("SUM", term.copy()), [], running=True),
                 f"g{i}",
             )
-            for i, c in enumerate(columns)
+            for i, term in enumerate(terms)
         ],
     ).from_(alias(exp.Subquery(this=ordered), "o"))
 
 
 def _group_offsets(
-    hist: exp.Table, columns: Sequence[str], known: exp.Expression, fixed: bool
+    hist: exp.Table, terms: Sequence[exp.Expression], known: exp.Expression
 ) -> exp.Select:
-    """Per (node, attr): ``o<i>``, the sums of the groups before it in the ordered scan."""
+    """Per (node, attr): ``o<i>``, the sums of ``terms[i]`` over the groups before it in the
+    ordered scan."""
     group_totals = (
         exp.select(
             col("node"), col("attr"),
             *[
-                alias(exp.func("SUM", to_fixed(col(c)) if fixed else col(c)), f"f{i}")
-                for i, c in enumerate(columns)
+                alias(exp.func("SUM", term.copy()), f"f{i}")
+                for i, term in enumerate(terms)
             ],
         )
         .from_(hist.copy())
@@ -1012,7 +1183,7 @@ def _group_offsets(
         .group_by(col("node"), col("attr"))
     )
     return exp.select(
-        col("node"), col("attr"), *[_sum_before(f"f{i}", f"o{i}") for i in range(len(columns))]
+        col("node"), col("attr"), *[_sum_before(f"f{i}", f"o{i}") for i in range(len(terms))]
     ).from_(alias(exp.Subquery(this=group_totals), "t"))
 
 
@@ -1147,12 +1318,13 @@ def build_branch_weights(
 
 
 def build_branch_counts(
-    hist: exp.Table, tests: exp.Expression, n_classes: int
+    hist: exp.Table, tests: exp.Expression, n_classes: int, bits: int | None = None
 ) -> exp.Select:
     """Class counts per (node, key) of the chosen tests, key -1 for unknown values.
 
     Keys as in ``build_partition``; the known keys give the branch shares, and with the
     routes they give every child's class counts without reading the level's rows again.
+    ``bits`` as in the histogram.
     """
     classes = class_columns(n_classes)
     key = case(
@@ -1165,7 +1337,7 @@ def build_branch_counts(
         exp.select(
             col("node", "h"),
             alias(key, "key"),
-            *[alias(exp.func("SUM", col(c, "h")), c) for c in classes],
+            *[alias(weight_sum(col(c, "h"), bits), c) for c in classes],
         )
         .from_(alias(hist.copy(), "h"))
         .join(
@@ -1223,11 +1395,15 @@ def build_keyed_counts(
     features: Sequence[Feature],
     tests: Sequence[tuple[int, int, float | None]] | exp.Expression,
     n_classes: int,
+    bits: int | None = None,
 ) -> exp.Select:
-    """Class weights per (node, key of the node's test) of a level table's rows.
+    """Class weights per (node, key of the node's test) of a level table's rows, by node and key.
 
     Keys as in ``build_partition``; rows of a node without a test, and rows whose tested
-    value is unknown, have key -1.
+    value is unknown, have key -1. The weights are summed in fixed point (``to_fixed``), so
+    they are the same whatever order the engine adds rows in, with ``bits`` fractional bits,
+    or, by default, as many as the level's largest weight times its row count allows (a
+    power of two worked out in the query; whole-number weights stay exact either way).
     """
     n_table = _small_table(tests, "n", TESTS_COLUMNS)
     value, key = _test_key(features)
@@ -1238,15 +1414,58 @@ def build_keyed_counts(
         .join(n_table, on=exp.EQ(this=col("node", "l"), expression=col("node", "n")),
               join_type="left")
     )
+    classes = class_columns(n_classes)
+    unit: exp.Expression = num(2.0**bits) if bits is not None else col("unit", "sc")
+    fixed = exp.cast(exp.func("FLOOR", col("w") * unit + num(0.5)), "BIGINT")
     sums = [
         alias(exp.func("SUM", weight), name)
-        for name, weight in zip(class_columns(n_classes), class_weights(n_classes), strict=True)
+        for name, weight in zip(classes, per_class(n_classes, fixed, num(0)), strict=True)
     ]
+    grouped = exp.select(col("node"), alias(key, "key"), *sums).from_(
+        alias(exp.Subquery(this=keyed), "k")
+    ).group_by(col("node"), key.copy())
+    scale = unit.copy()
+    if bits is None:
+        scale = col("unit", "g")
+        grouped = grouped.select(col("unit", "sc")).join(
+            alias(exp.Subquery(this=_fixed_point_unit(level)), "sc"), join_type="cross"
+        ).group_by(col("unit", "sc"))
     return (
-        exp.select(col("node"), alias(key, "key"), *sums)
-        .from_(alias(exp.Subquery(this=keyed), "k"))
-        .group_by(col("node"), key.copy())
+        exp.select(
+            col("node"),
+            col("key"),
+            *[alias(paren(as_double(col(c)) / scale.copy()), c) for c in classes],
+        )
+        .from_(alias(exp.Subquery(this=grouped), "g"))
+        .order_by(col("node"), col("key"))
     )
+
+
+def _fixed_point_unit(level: exp.Expression) -> exp.Select:
+    """One row: ``unit``, a power of two that keeps a bound of every sum of ``level``'s
+    weights, its largest weight times its row count, below ``2**FIXED_POINT_HEADROOM``
+    (``fixed_point_bits`` in SQL).
+
+    The exponent is ``CEIL(log2(bound) + 1/4)``, so that a logarithm a rounding error off
+    (engines' LN differ in the last bit) cannot change the scale where the bound is a power
+    of two, as it is for unit weights; only a bound within a rounding error of some
+    2^(k - 1/4) could get another scale on another engine.
+    """
+    bound = exp.func("MAX", col("w")) * exp.func("COUNT", exp.Star())
+    bits = num(FIXED_POINT_HEADROOM) - exp.func(
+        "CEIL", exp.func("LN", bound) / num(LN2) + num(0.25)
+    )
+    limit = FIXED_POINT_MAX_BITS
+    bits = case(
+        (exp.GT(this=bits, expression=num(limit)), num(limit)),
+        (exp.LT(this=bits.copy(), expression=num(-limit)), num(-limit)),
+        default=bits.copy(),
+    )
+    unit = case(
+        (exp.GT(this=bound.copy(), expression=num(0)), exp.Pow(this=num(2.0), expression=bits)),
+        default=num(1.0),
+    )
+    return exp.select(alias(unit, "unit")).from_(level.copy())
 
 
 def build_partition(
