@@ -8,12 +8,59 @@ from typing import Any
 
 import duckdb
 import pandas as pd
+import pytest
+
+from tests.conftest import ENGINES
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "examples" / "data"
 GOLF = DATA / "golf.csv"
 GOLF_NUMERIC = DATA / "golf_numeric_humidity.csv"
 BUYS = DATA / "buys_computer.csv"
+
+# Quinlan's tree for the weather data (golf.csv, windy as the text true/false), as J48 prints it.
+GOLF_TREE = """\
+outlook = overcast: yes (4.0)
+outlook = rainy
+|   windy = false: yes (3.0)
+|   windy = true: no (2.0)
+outlook = sunny
+|   humidity = high: no (3.0)
+|   humidity = normal: yes (2.0)
+
+Number of Leaves  : \t5
+
+Size of the tree : \t8
+"""
+
+
+def on_engines(
+    *,
+    exclude: tuple[str, ...] = (),
+    xfail: dict[str, tuple[type[BaseException], str]] | None = None,
+) -> pytest.MarkDecorator:
+    """``engine_factory`` over every engine but ``exclude``, with strict expected failures.
+
+    ``xfail`` maps an engine to ``(exception, reason)``: the test must fail there with that
+    exception (it is an error if it passes), and the reason says what the engine cannot do.
+    """
+    params = []
+    for param in ENGINES:
+        (name,) = param.values
+        if name in exclude:
+            continue
+        marks = list(param.marks)
+        if xfail and name in xfail:
+            raises, reason = xfail[name]
+            marks.append(pytest.mark.xfail(strict=True, raises=raises, reason=reason))
+        params.append(pytest.param(name, id=param.id, marks=marks))
+    return pytest.mark.parametrize("engine_factory", params, indirect=True)
+
+
+# Spark answers each statement in seconds. Tests that train on thousands of rows, or whose
+# behaviour on Spark another test already shows, run on DuckDB and PostgreSQL only, so that the
+# whole suite stays within its time; the small cases run on Spark too.
+WITHOUT_SPARK = on_engines(exclude=("spark",))
 
 
 def read_csv(path: Path) -> pd.DataFrame:
@@ -71,9 +118,9 @@ def _clean(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def assert_same_tree(a: Any, b: Any, tol: float = 1e-9) -> None:
+def assert_same_tree(a: Any, b: Any, tol: float = 1e-9, what: str = "") -> None:
     """Two trees (Node.to_dict() form) are equal: same tests, thresholds and counts to tol."""
-    assert _same(a, b, tol), f"trees differ:\n{a}\n{b}"
+    assert _same(a, b, tol), f"trees differ{f' ({what})' if what else ''}:\n{a}\n{b}"
 
 
 def _same(a: Any, b: Any, tol: float) -> bool:

@@ -20,6 +20,8 @@ from sqltree import cart
 from sqltree.dataset import describe
 from sqltree.engines.duckdb import DuckDBEngine
 from sqltree.grower import GrowOptions, grow
+from tests.helpers import BUYS, DATA, WITHOUT_SPARK, read_csv
+from tests.report import record
 
 sklearn = pytest.importorskip("sklearn")
 from sklearn import datasets  # noqa: E402
@@ -29,8 +31,8 @@ from sklearn.tree import DecisionTreeClassifier as SKTree  # noqa: E402
 from sqltree.estimator import DecisionTreeClassifier  # noqa: E402
 from tests.cart_oracle import compare_trees, same_arrays, sklearn_match  # noqa: E402
 
-DATA = "examples/data"
-RESULTS: list[tuple[str, str, str, str]] = []
+COMPARISON = "CART against scikit-learn's DecisionTreeClassifier"
+COMPARISON_COLUMNS = ("data set", "settings", "tree", "held-out predictions")
 
 
 def generated(n: int = 24000, seed: int = 7) -> tuple[pd.DataFrame, np.ndarray]:
@@ -108,25 +110,18 @@ def test_same_tree_as_sklearn(name, params):
     )
     theirs = SKTree(random_state=seed or 0, **params).fit(X_train, y_train)
     same_pred = bool(np.array_equal(theirs.predict(X_test), ours.predict(X_test)))
-    RESULTS.append((name, str(params), verdict, "yes" if same_pred else "no"))
+    row = (name, str(params), verdict, "yes" if same_pred else "no")
+    record(COMPARISON, COMPARISON_COLUMNS, row)
     assert verdict in ("identical", "identical up to ties"), verdict
     if verdict == "identical":
         assert same_pred
         np.testing.assert_allclose(ours.predict_proba(X_test), theirs.predict_proba(X_test))
 
 
-def test_print_comparison_table(capsys):
-    # Runs after the parametrized cases (file order); prints the table with `pytest -s`.
-    with capsys.disabled():
-        print("\n| data set | settings | tree | held-out predictions |")
-        print("| --- | --- | --- | --- |")
-        for row in RESULTS:
-            print("| " + " | ".join(row) + " |")
-
-
 # -- criteria in SQL ---------------------------------------------------------------------------
-def test_worked_example_income_gini():
-    data = describe(f"{DATA}/buys_computer.csv", DuckDBEngine(), _last_column("buys_computer"))
+def test_worked_example_income_gini(engine_factory):
+    engine, source = engine_factory(read_csv(BUYS), "buys_computer")
+    data = describe(source, engine, _last_column("buys_computer"))
     rows = [r for r in cart.split_scores(data, exhaustive=True) if r["feature"] == "income"]
     after = {frozenset(r["left"]) | frozenset(["|"]): r["impurity_after"] for r in rows}
     by_side = {}
@@ -150,7 +145,7 @@ def test_root_gini_of_buys_computer():
 
 
 def _last_column(stem: str) -> str:
-    with open(f"{DATA}/{stem}.csv") as fh:
+    with open(DATA / f"{stem}.csv") as fh:
         return fh.readline().strip().split(",")[-1]
 
 
@@ -178,29 +173,33 @@ def _brute_force(frame: pd.DataFrame, feature: str, target: str, classes, criter
     return best
 
 
+@WITHOUT_SPARK
 @pytest.mark.parametrize("n_classes", [2, 3, 4])
 @pytest.mark.parametrize("n_values", [3, 6, 9])
 @pytest.mark.parametrize("criterion", ["gini", "entropy"])
-def test_subset_splits_match_exhaustive_search(n_classes, n_values, criterion):
+def test_subset_splits_match_exhaustive_search(engine_factory, n_classes, n_values, criterion):
     rng = np.random.default_rng(n_classes * 100 + n_values)
     n = 300
     x = rng.integers(0, n_values, n)
     bias = rng.random((n_values, n_classes)) ** 3
     y = np.array([rng.choice(n_classes, p=bias[v] / bias[v].sum()) for v in x])
     frame = pd.DataFrame({"x": [f"v{i}" for i in x], "y": y})
-    data = describe(frame, DuckDBEngine(), "y")
+    engine, source = engine_factory(frame)
+    data = describe(source, engine, "y")
     rows = cart.split_scores(data, criterion=criterion)
     expected = _brute_force(frame, "x", "y", sorted(set(y)), criterion)
     assert max(r["gain"] for r in rows) == pytest.approx(expected, abs=1e-12)
 
 
-def test_many_valued_nominal_heuristic_is_valid():
+@WITHOUT_SPARK
+def test_many_valued_nominal_heuristic_is_valid(engine_factory):
     # More classes than two and more than EXACT_SUBSETS_MAX values: one-vs-rest orderings.
     rng = np.random.default_rng(3)
     x = rng.integers(0, 14, 500)
     y = (x % 3 + rng.integers(0, 2, 500)) % 3
     frame = pd.DataFrame({"x": [f"v{i:02d}" for i in x], "y": y})
-    data = describe(frame, DuckDBEngine(), "y")
+    engine, source = engine_factory(frame)
+    data = describe(source, engine, "y")
     rows = cart.split_scores(data)
     best = max(r["gain"] for r in rows)
     exact = _brute_force(frame, "x", "y", [0, 1, 2], "gini")
@@ -208,12 +207,14 @@ def test_many_valued_nominal_heuristic_is_valid():
     assert all(r["left"] and r["right"] for r in rows)
 
 
-def test_nominal_tree_through_grower():
-    data = describe(f"{DATA}/buys_computer.csv", DuckDBEngine(), _last_column("buys_computer"))
+@WITHOUT_SPARK
+def test_nominal_tree_through_grower(engine_factory):
+    engine, source = engine_factory(read_csv(BUYS), "buys_computer")
+    data = describe(source, engine, _last_column("buys_computer"))
     root, _ = grow(data, GrowOptions(algorithm="cart"))
     assert root.split is not None and len(root.children) == 2
     assert all(len(n.children) in (0, 2) for n in root.walk())
-    rows = pd.read_csv(f"{DATA}/buys_computer.csv").to_dict("records")
+    rows = pd.read_csv(BUYS).to_dict("records")
     target = _last_column("buys_computer")
     labels = [data.classes[int(np.argmax(root.predict_proba(r)))] for r in rows]
     assert labels == [r[target] for r in rows]
@@ -312,7 +313,7 @@ def test_pruning_never_adds_leaves_and_alpha_orders_trees():
 
 
 def test_pruning_path_on_grown_tree_object():
-    data = describe(f"{DATA}/buys_computer.csv", DuckDBEngine(), _last_column("buys_computer"))
+    data = describe(str(BUYS), DuckDBEngine(), _last_column("buys_computer"))
     root, _ = grow(data, GrowOptions(algorithm="cart"))
     path = cart.cost_complexity_pruning_path(root, "gini")
     assert path["ccp_alphas"][0] == 0.0
@@ -364,7 +365,7 @@ def test_fractional_min_samples():
 
 
 def test_train_through_grow_options():
-    data = describe(f"{DATA}/golf.csv", DuckDBEngine(), "play")
+    data = describe(str(DATA / "golf.csv"), DuckDBEngine(), "play")
     root, stats = grow(data, GrowOptions(algorithm="cart", criterion="entropy", max_depth=2))
     assert stats.scans >= 2
     assert max(_depth(root, n) for n in root.walk()) <= 2
@@ -381,22 +382,11 @@ def _depth(root, node, d=0):
 
 
 def test_bad_options():
-    data = describe(f"{DATA}/golf.csv", DuckDBEngine(), "play")
+    data = describe(str(DATA / "golf.csv"), DuckDBEngine(), "play")
     with pytest.raises(ValueError):
         grow(data, GrowOptions(algorithm="cart", criterion="mse"))
     with pytest.raises(ValueError):
         grow(data, GrowOptions(algorithm="cart", max_leaf_nodes=1))
-
-
-def test_c45_and_id3_unchanged_on_golf():
-    for algorithm in ("id3", "c4.5"):
-        data = describe(f"{DATA}/golf.csv", DuckDBEngine(), "play")
-        root, _ = grow(data, GrowOptions(algorithm=algorithm))
-        assert root.split is not None and root.split.feature == "outlook"
-        text = {root.split.describe(i): c for i, c in enumerate(root.children)}
-        assert text["outlook = overcast"].is_leaf
-        assert text["outlook = sunny"].split.feature == "humidity"
-        assert text["outlook = rainy"].split.feature == "windy"
 
 
 def test_compare_trees_reports_differences():
