@@ -14,7 +14,7 @@ from sqltree.dataset import describe
 from sqltree.engines.base import Engine
 from sqltree.engines.duckdb import DuckDBEngine
 from sqltree.grower import GrowOptions, grow
-from tests.helpers import mixed_table
+from tests.helpers import WITHOUT_SPARK, mixed_table, on_engines
 
 CONTINUOUS = ("a", "b", "c")
 
@@ -33,8 +33,12 @@ def frame():
     return mixed_table(4_000)
 
 
-def test_binned_thresholds_are_observed_values(frame):
-    model = sqltree.train(frame, target="label", max_depth=6, max_bins=8, pruning=None)
+@WITHOUT_SPARK
+def test_binned_thresholds_are_observed_values(engine_factory, frame):
+    engine, source = engine_factory(frame, "mixed")
+    model = sqltree.train(
+        source, target="label", max_depth=6, max_bins=8, pruning=None, connection=engine
+    )
     observed = {c: set(frame[c].dropna().astype(float)) for c in CONTINUOUS}
     tests = [n.split for n in model.root.walk() if n.split and n.split.kind == "continuous"]
     assert tests
@@ -42,19 +46,24 @@ def test_binned_thresholds_are_observed_values(frame):
         assert split.threshold in observed[split.feature]
 
 
-def test_binned_with_a_bin_per_value_grows_the_exact_tree(frame):
+@WITHOUT_SPARK
+def test_binned_with_a_bin_per_value_grows_the_exact_tree(engine_factory, frame):
     # As many bins as distinct values: the same partitions, so the same tree (thresholds
     # may differ: exact mode takes the largest training value below the midpoint).
-    exact = sqltree.train(frame, target="label", max_depth=6, pruning=None)
-    binned = sqltree.train(frame, target="label", max_depth=6, pruning=None, max_bins=20_000)
+    engine, source = engine_factory(frame, "mixed")
+    options = {"target": "label", "max_depth": 6, "pruning": None, "connection": engine}
+    exact = sqltree.train(source, **options)
+    binned = sqltree.train(source, max_bins=20_000, **options)
     assert shape(binned.root) == shape(exact.root)
     rows = frame.head(500).to_dict("records")
     assert [binned.predict_row(r) for r in rows] == [exact.predict_row(r) for r in rows]
 
 
-def test_binned_predictions_match_compiled_sql(frame):
-    model = sqltree.train(frame, target="label", max_depth=5, max_bins=16)
-    scored = model.predict(frame)
+@WITHOUT_SPARK
+def test_binned_predictions_match_compiled_sql(engine_factory, frame):
+    engine, source = engine_factory(frame, "mixed")
+    model = sqltree.train(source, target="label", max_depth=5, max_bins=16, connection=engine)
+    scored = model.predict(source, connection=engine)
     rows = frame.to_dict("records")
     assert list(scored["prediction"]) == [model.predict_row(r) for r in rows]
 
@@ -102,23 +111,29 @@ def test_bins_by_lookup_equal_bins_by_case(edges):
     assert [r[2] for r in rows if r[0] is None or not math.isnan(r[0])] == expected
 
 
-def test_cart_binned_with_a_bin_per_value_grows_the_exact_tree(frame):
-    options = {"algorithm": "cart", "max_depth": 5, "pruning": None}
-    exact = sqltree.train(frame, target="label", **options)
-    binned = sqltree.train(frame, target="label", max_bins=20_000, **options)
+@WITHOUT_SPARK
+def test_cart_binned_with_a_bin_per_value_grows_the_exact_tree(engine_factory, frame):
+    engine, source = engine_factory(frame, "mixed")
+    options = {"algorithm": "cart", "max_depth": 5, "pruning": None, "connection": engine}
+    exact = sqltree.train(source, target="label", **options)
+    binned = sqltree.train(source, target="label", max_bins=20_000, **options)
     assert shape(binned.root) == shape(exact.root)
     rows = frame.to_dict("records")
     assert [binned.predict_row(r) for r in rows] == [exact.predict_row(r) for r in rows]
 
 
-def test_cart_binned_thresholds_are_observed_values_and_sql_agrees(frame):
-    model = sqltree.train(frame, target="label", algorithm="cart", max_depth=6, max_bins=8)
+@WITHOUT_SPARK
+def test_cart_binned_thresholds_are_observed_values_and_sql_agrees(engine_factory, frame):
+    engine, source = engine_factory(frame, "mixed")
+    model = sqltree.train(
+        source, target="label", algorithm="cart", max_depth=6, max_bins=8, connection=engine
+    )
     observed = {c: set(frame[c].dropna().astype(float)) for c in CONTINUOUS}
     tests = [n.split for n in model.root.walk() if n.split and n.split.kind == "continuous"]
     assert tests
     for split in tests:
         assert split.threshold in observed[split.feature]
-    scored = model.predict(frame)
+    scored = model.predict(source, connection=engine)
     assert list(scored["prediction"]) == [model.predict_row(r) for r in frame.to_dict("records")]
 
 
@@ -158,9 +173,11 @@ def test_histogram_summed_by_class_first_is_the_same(frame):
     engine.cleanup()
 
 
-def test_max_bins_below_two_is_refused(frame):
+@on_engines()
+def test_max_bins_below_two_is_refused(engine_factory, frame):
+    engine, source = engine_factory(frame.head(10), "mixed")
     with pytest.raises(ValueError, match="max_bins"):
-        sqltree.train(frame, target="label", max_bins=1)
+        sqltree.train(source, target="label", max_bins=1, connection=engine)
 
 
 def test_loaded_rows_equal_a_values_table():

@@ -334,10 +334,21 @@ def test_recount_sql_renders_for_every_dialect(
     labor: tuple[pd.DataFrame, str, Any, Node], dialect: str
 ) -> None:
     """The raising recount is plain SQL: joins with small tables, CASE, GROUP BY (the training
-    engines and the warehouses)."""
+    engines and the warehouses). Each statement reads back in its dialect with the same
+    tables, joins, CASE expressions, GROUP BYs and output columns."""
+    import sqlglot
     from sqlglot.errors import ErrorLevel
 
     from sqltree import queries
+
+    def shape(query: exp.Expression) -> tuple:
+        return (
+            sorted(t.name for t in query.find_all(exp.Table)),
+            len(list(query.find_all(exp.Join))),
+            len(list(query.find_all(exp.Case))),
+            len(list(query.find_all(exp.Group))),
+            len(query.selects),
+        )
 
     _, _, data, root = labor
     level = exp.to_table("encoded_rows")
@@ -348,7 +359,8 @@ def test_recount_sql_renders_for_every_dialect(
         queries.build_keyed_counts(level, data.features, tests, len(data.classes)),
         queries.build_partition(level, data.features, tests, routes),
     ):
-        assert query.sql(dialect=dialect, unsupported_level=ErrorLevel.RAISE)
+        sql = query.sql(dialect=dialect, unsupported_level=ErrorLevel.RAISE)
+        assert shape(sqlglot.parse_one(sql, read=dialect)) == shape(query), sql
 
 
 def test_rounds_give_j48s_one_at_a_time_result(labor: tuple[pd.DataFrame, str, Any, Node]) -> None:
