@@ -2,16 +2,28 @@
 
 Everything above it builds sqlglot expressions and hands them to ``Engine.execute``;
 the engine renders them in its dialect, runs them, and returns plain Python rows.
+
+An engine works on a caller's connection as a guest. Engines on one connection (several
+threads training on it, each with its own engine) take turns a statement at a time: two
+statements at once break each other (DuckDB refuses the second, psycopg's transaction blocks
+nest out of order), while statements taking turns do not, since each engine's tables have names
+of their own. Whatever setting an engine changes is remembered first, by the first engine to
+begin, and given back when the last one cleans up, also after an error or a Ctrl-C. One engine
+object serves one training or scoring at a time.
 """
 
 from __future__ import annotations
 
 import itertools
+import sys
+import threading
 import time
 import uuid
+import warnings
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -25,7 +37,34 @@ class EngineStats:
 
     queries: int = 0
     seconds: float = 0.0
+    max_statement_chars: int = 0
+    """Length of the longest SQL text sent: training statements grow with the number of
+    features and classes, never with the size of the tree."""
     sql: list[str] = field(default_factory=list)
+
+
+class _Shared:
+    """What the engines on one connection share: the turn to run a statement, how many of
+    them have begun, and the caller's values of the settings they changed."""
+
+    def __init__(self) -> None:
+        self.turn = threading.RLock()  # re-entrant: a statement may run another (type lookups)
+        self.engines = 0
+        self.saved: dict[str, Any] = {}
+
+
+_shared: dict[int, _Shared] = {}
+_shared_guard = threading.Lock()
+
+
+def _shared_by(key: Any) -> _Shared:
+    """The record of ``key`` (a connection), made on first use and gone with the connection."""
+    with _shared_guard:
+        found = _shared.get(id(key))
+        if found is None:
+            found = _shared[id(key)] = _Shared()
+            weakref.finalize(key, _shared.pop, id(key), None)
+        return found
 
 
 class Engine(ABC):
@@ -71,6 +110,85 @@ class Engine(ABC):
         self._prefix = f"sqltree_{uuid.uuid4().hex[:8]}_"
         self._counter = itertools.count()
         self._temp: list[str] = []
+        self._shared: _Shared | None = None
+
+    # -- sharing the connection --------------------------------------------------------------
+    def _claim_key(self) -> Any:
+        """The object whose state sqltree's work shares (the connection, by default)."""
+        return getattr(self, "connection", self)
+
+    def begin(self) -> None:
+        """Join the connection's engines and apply this engine's settings.
+
+        Called by every method that uses the connection, so an engine used again after
+        ``cleanup`` applies them again.
+        """
+        if self._shared is not None:
+            return
+        shared = _shared_by(self._claim_key())
+        with shared.turn:
+            shared.engines += 1
+            self._shared = shared
+            try:
+                self._apply_settings()
+            except BaseException:
+                self._end()
+                raise
+
+    def _apply_settings(self) -> None:
+        """Change the connection's settings for sqltree's work (``_remember`` each first)."""
+        return None  # nothing to change unless an engine says so
+
+    def _remember(self, name: str, value: Any) -> None:
+        """Note a setting's value before sqltree changes it (the caller's, if it is the first)."""
+        assert self._shared is not None
+        self._shared.saved.setdefault(name, value)
+
+    def _restore_settings(self, saved: dict[str, Any]) -> None:
+        """Give every remembered setting its caller's value back."""
+        raise NotImplementedError(f"{type(self).__name__} remembered settings: {sorted(saved)}")
+
+    def _end(self) -> None:
+        """Leave the connection's engines; the last one gives the settings back."""
+        shared, self._shared = self._shared, None
+        if shared is None:
+            return
+        with shared.turn:
+            shared.engines -= 1
+            if shared.engines == 0 and shared.saved:
+                saved, shared.saved = shared.saved, {}
+                self._restore_settings(dict(reversed(list(saved.items()))))
+
+    # -- statements ----------------------------------------------------------------------------
+    def _interrupted(self, error: BaseException) -> bool:
+        """Whether ``error`` is the driver's report of a Ctrl-C (engines add their own forms)."""
+        seen: set[int] = set()
+        cause: BaseException | None = error
+        while cause is not None and id(cause) not in seen:
+            if isinstance(cause, KeyboardInterrupt):
+                return True
+            seen.add(id(cause))
+            cause = cause.__cause__ or cause.__context__
+        return False
+
+    @contextmanager
+    def _statement(self) -> Iterator[None]:
+        """Use the connection: wait for the turn to, and raise a driver's report of a Ctrl-C
+        (DuckDB's ``Query interrupted``, a cancelled query) as the KeyboardInterrupt it was."""
+        shared = self._shared
+        with shared.turn if shared is not None else nullcontext():
+            try:
+                yield
+            except Exception as error:
+                if self._interrupted(error):
+                    raise KeyboardInterrupt from error
+                raise
+
+    def _sending(self, sql: str) -> str:
+        """Note the size of a statement about to be sent; returns it unchanged."""
+        if len(sql) > self.stats.max_statement_chars:
+            self.stats.max_statement_chars = len(sql)
+        return sql
 
     # -- rendering -------------------------------------------------------------------------
     def render(self, query: exp.Expression) -> str:
@@ -107,7 +225,8 @@ class Engine(ABC):
     def counted(self, sql: str) -> Iterator[None]:
         """Count one statement, its time and (with ``keep_sql``) its text in ``stats``."""
         start = time.perf_counter()
-        yield
+        with self._statement():
+            yield
         self.stats.queries += 1
         self.stats.seconds += time.perf_counter() - start
         if self.keep_sql:
@@ -115,6 +234,7 @@ class Engine(ABC):
 
     def execute(self, query: exp.Expression) -> list[tuple[Any, ...]]:
         """Run ``query`` and return its rows as tuples."""
+        self.begin()
         sql = self.render(query)
         with self.counted(sql):
             rows = self._run(sql)
@@ -124,8 +244,10 @@ class Engine(ABC):
         """Run ``query`` and return its result as a pandas DataFrame."""
         import pandas as pd
 
+        self.begin()
         sql = self.render(query)
-        names = [name for name, _ in self._run_columns(sql)]
+        with self._statement():
+            names = [name for name, _ in self._run_columns(sql)]
         rows = self.execute(query)
         return pd.DataFrame.from_records(rows, columns=names)
 
@@ -138,9 +260,12 @@ class Engine(ABC):
 
     def columns(self, relation: exp.Expression) -> list[tuple[str, exp.DataType]]:
         """Names and types of a relation's columns, types parsed into sqlglot DataTypes."""
+        self.begin()
         query = exp.select("*").from_(_as_from(relation)).limit(0)
+        with self._statement():
+            described = self._run_columns(self.render(query))
         out = []
-        for name, type_text in self._run_columns(self.render(query)):
+        for name, type_text in described:
             try:
                 dtype = exp.DataType.build(type_text, dialect=self.dialect)
             except Exception:  # an engine type sqlglot cannot parse: unsupported downstream
@@ -154,10 +279,13 @@ class Engine(ABC):
 
     def materialize(self, hint: str, query: exp.Expression) -> exp.Table:
         """Store ``query``'s rows in a new temporary table and return a reference to it."""
+        self.begin()
         name = self.temp_name(hint)
+        # Listed first: a statement interrupted after creating the table (PostgreSQL's
+        # ANALYZE) must not leave it behind; dropping a table that is not there is a no-op.
+        self._temp.append(name)
         with self.counted(f"-- {name} :=\n" + self.render(query) if self.keep_sql else ""):
             self._create_temp_table(name, query)
-        self._temp.append(name)
         return exp.Table(this=exp.to_identifier(name, quoted=True))
 
     def load_rows(
@@ -178,17 +306,64 @@ class Engine(ABC):
     def drop(self, table: exp.Table) -> None:
         """Drop a temporary table made by ``materialize``."""
         name = table.name
-        self._drop_temp_table(name)
+        with self._statement():
+            self._drop_temp_table(name)
         if name in self._temp:
             self._temp.remove(name)
 
     def cleanup(self) -> None:
-        """Drop every temporary object this engine made."""
+        """Drop every temporary object this engine made and leave the connection's engines
+        (the last one gives the settings back); safe to call more than once.
+
+        Every step runs even if one fails. Called while an exception propagates (a failed
+        training, a Ctrl-C), a failure here is reported as a warning and that exception goes
+        on; otherwise the first failure is raised.
+        """
+        propagating = sys.exc_info()[1] is not None
+        failure: BaseException | None = None
+        for step in (self._drop_temporaries, self._end):
+            try:
+                step()
+            except BaseException as error:
+                failure = failure or error
+        if failure is None:
+            return
+        if propagating and not isinstance(failure, KeyboardInterrupt):
+            warnings.warn(
+                f"sqltree could not clean up after the error: {failure!r}",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return
+        raise failure
+
+    def _drop_temporaries(self) -> None:
+        """Drop the tables made by ``materialize`` and ``load_rows`` (all of them, even if
+        dropping one fails; the first failure is raised at the end)."""
+        failure: BaseException | None = None
         for name in list(self._temp):
             try:
-                self._drop_temp_table(name)
+                with self._statement():
+                    self._drop_temp_table(name)
+            except BaseException as error:
+                failure = failure or error
             finally:
                 self._temp.remove(name)
+        if failure is not None:
+            raise failure
+
+
+def arrow_rows(
+    columns: Sequence[str], types: Sequence[str], rows: Sequence[Sequence[Any]]
+) -> Any:
+    """Small Python rows as a pyarrow Table, for engines that load them without SQL text."""
+    import pyarrow as pa
+
+    arrow_types = {"BIGINT": pa.int64(), "INT": pa.int32(), "DOUBLE": pa.float64()}
+    arrays = [
+        pa.array([r[i] for r in rows], type=arrow_types[t.upper()]) for i, t in enumerate(types)
+    ]
+    return pa.table(arrays, names=list(columns))
 
 
 def _values_select(

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import duckdb
 from sqlglot import exp
 
-from .base import Engine
+from .base import Engine, arrow_rows
 
 _CSV_TYPES = ("BIGINT", "DOUBLE", "VARCHAR")
 _PROBE_SIDE_OPTIMIZER = "build_side_probe_side"
@@ -23,6 +24,14 @@ class DuckDBEngine(Engine):
         An open connection; sqltree only creates and drops its own temporary tables in it.
     threads, memory_limit : optional
         Applied with ``SET`` when given (e.g. ``threads=2``, ``memory_limit="4GB"``).
+
+    Notes
+    -----
+    Engines of several threads on one connection take turns a statement at a time (see
+    ``sqltree.engines.base``). Every setting changed here (``threads``, ``memory_limit``,
+    ``perfect_ht_threshold``, ``disabled_optimizers``) is in force from the engine's
+    construction and gets the caller's value back at ``cleanup`` (of the connection's last
+    engine).
     """
 
     dialect: ClassVar[str] = "duckdb"
@@ -42,18 +51,25 @@ class DuckDBEngine(Engine):
     ) -> None:
         super().__init__()
         self._loaded: set[str] = set()
+        self._registered: list[str] = []
         self.owns_connection = connection is None
         self.connection = connection if connection is not None else duckdb.connect()
-        if threads is not None:
-            self.connection.execute(f"SET threads = {int(threads)}")
-        if memory_limit is not None:
-            self.connection.execute("SET memory_limit = ?", [str(memory_limit)])
-        self._restore: dict[str, Any] = {}
+        self.threads = threads
+        self.memory_limit = memory_limit
+        # Begun at once, so that the engine's settings are in force as soon as it exists.
+        self.begin()
+
+    def _apply_settings(self) -> None:
+        if self.threads is not None:
+            self._set("threads", int(self.threads))
+        if self.memory_limit is not None:
+            self._set("memory_limit", str(self.memory_limit))
         # Histograms group (node, bin or code) pairs whose ranges are small; DuckDB's array-based
         # aggregate takes them up to 2^20 groups (its default, 2^12, leaves out most levels):
         # 3.9 s instead of 7.0 s for 17 histograms of 10M rows and 512 nodes.
         perfect_ht = int(self._setting("perfect_ht_threshold"))
-        self._set("perfect_ht_threshold", max(perfect_ht, 20))
+        if perfect_ht < 20:
+            self._set("perfect_ht_threshold", 20)
         # sqltree's joins put the large relation first and the small one (totals per node,
         # tests, routes) second, as the hash table. DuckDB's estimates of filtered window
         # output are far too low, so it would build on millions of cut points instead:
@@ -63,41 +79,82 @@ class DuckDBEngine(Engine):
             self._set("disabled_optimizers", ",".join([*disabled, _PROBE_SIDE_OPTIMIZER]))
 
     def _setting(self, name: str) -> Any:
-        (value,) = self.connection.execute("SELECT current_setting(?)", [name]).fetchone()
+        (value,) = self.connection.execute(
+            self._sending(_CURRENT_SETTING), [name]
+        ).fetchone()
         return value
 
     def _set(self, name: str, value: Any) -> None:
         """Change a setting of the connection for sqltree's work; ``cleanup`` restores it."""
-        self._restore.setdefault(name, self._setting(name))
-        self.connection.execute(f"SET {name} = ?", [value])
+        self._remember(name, self._setting(name))
+        self.connection.execute(self._sending(_set_statement(name)), [value])
+
+    def _restore_settings(self, saved: dict[str, Any]) -> None:
+        for name, value in saved.items():
+            self.connection.execute(self._sending(_set_statement(name)), [value])
+            if self._setting(name) != value:
+                self._restore_shown(name, value)
+
+    def _restore_shown(self, name: str, shown: Any) -> None:
+        """Give back a setting that DuckDB shows rounded and that its shown value does not set.
+
+        ``memory_limit`` reads ``'18.8 GiB'`` for 80% of 23.5 GiB, and setting ``'18.8 GiB'``
+        reads back ``'18.7 GiB'``. The caller had either the default, which ``RESET`` gives
+        back exactly, or some amount that showed as the same digits, as the middle of the
+        last digit's range does.
+        """
+        reset = exp.Command(this="RESET", expression=exp.to_identifier(name))
+        self.connection.execute(self._sending(reset.sql("duckdb")))
+        if self._setting(name) == shown:
+            return
+        match = re.fullmatch(r"(\d+)(\.\d+)? (\w+)", str(shown))
+        if match is not None:
+            number, fraction, unit = match.groups()
+            middle = f"{number}{fraction or '.'}5 {unit}"
+            self.connection.execute(self._sending(_set_statement(name)), [middle])
+
+    def _interrupted(self, error: BaseException) -> bool:
+        # DuckDB runs Python's SIGINT handler while a query runs; when it raises, DuckDB stops
+        # the query and reports it as this RuntimeError (the KeyboardInterrupt is gone).
+        # Connection.interrupt() from another thread raises duckdb.InterruptException instead.
+        return (
+            type(error) is RuntimeError and str(error) == "Query interrupted"
+        ) or super()._interrupted(error)
 
     def _run(self, sql: str) -> list[tuple[Any, ...]]:
-        return self.connection.execute(sql).fetchall()
+        return self.connection.execute(self._sending(sql)).fetchall()
 
     def frame(self, query: exp.Expression) -> Any:
+        self.begin()
         sql = self.render(query)
         with self.counted(sql):
-            out = self.connection.execute(sql).fetchdf()
+            out = self.connection.execute(self._sending(sql)).fetchdf()
         return out
 
     def _run_columns(self, sql: str) -> list[tuple[str, str]]:
-        rel = self.connection.sql(sql)
+        rel = self.connection.sql(self._sending(sql))
         return [(name, str(dtype)) for name, dtype in zip(rel.columns, rel.types, strict=True)]
 
     def _create_temp_table(self, name: str, query: exp.Expression) -> None:
-        self.connection.execute(
-            f"CREATE TEMP TABLE {self.render(exp.to_identifier(name, quoted=True))} AS "
-            + self.render(query)
+        create = exp.Create(
+            this=exp.Table(this=exp.to_identifier(name, quoted=True)),
+            kind="TABLE",
+            expression=query,
+            properties=exp.Properties(expressions=[exp.TemporaryProperty()]),
         )
+        self.connection.execute(self._sending(self.render(create)))
 
     def _drop_temp_table(self, name: str) -> None:
         if name in self._loaded:
             self._loaded.discard(name)
             self.connection.unregister(name)
             return
-        self.connection.execute(
-            f"DROP TABLE IF EXISTS {self.render(exp.to_identifier(name, quoted=True))}"
+        drop = exp.Drop(
+            tables=[exp.Table(this=exp.to_identifier(name, quoted=True))],
+            kind="TABLE",
+            exists=True,
         )
+        self.connection.execute(self._sending(self.render(drop)))
 
     def load_rows(
         self,
@@ -107,17 +164,12 @@ class DuckDBEngine(Engine):
         rows: Sequence[Sequence[Any]],
     ) -> exp.Table:
         """Register the rows as an Arrow table: no statement, no SQL text per row."""
-        import pyarrow as pa
-
-        arrow_types = {"BIGINT": pa.int64(), "INT": pa.int32(), "DOUBLE": pa.float64()}
-        arrays = [
-            pa.array([r[i] for r in rows], type=arrow_types[t.upper()])
-            for i, t in enumerate(types)
-        ]
+        self.begin()
         name = self.temp_name(hint)
-        self.connection.register(name, pa.table(arrays, names=list(columns)))
         self._loaded.add(name)
         self._temp.append(name)
+        with self._statement():
+            self.connection.register(name, arrow_rows(columns, types, rows))
         return exp.Table(this=exp.to_identifier(name, quoted=True))
 
     def relation_for_path(self, path: str) -> exp.Expression:
@@ -143,17 +195,26 @@ class DuckDBEngine(Engine):
         return exp.Table(this=exp.func(reader, exp.Literal.string(path)))
 
     def relation_for_dataframe(self, frame: Any) -> exp.Expression:
+        self.begin()
         name = self.temp_name("frame")
-        self.connection.register(name, frame)
-        self._registered = getattr(self, "_registered", [])
         self._registered.append(name)
+        with self._statement():
+            self.connection.register(name, frame)
         return exp.Table(this=exp.to_identifier(name, quoted=True))
 
-    def cleanup(self) -> None:
-        super().cleanup()
-        for name, value in self._restore.items():
-            self.connection.execute(f"SET {name} = ?", [value])
-        self._restore = {}
-        for name in getattr(self, "_registered", []):
-            self.connection.unregister(name)
-        self._registered = []
+    def _drop_temporaries(self) -> None:
+        try:
+            super()._drop_temporaries()
+        finally:
+            with self._statement():
+                while self._registered:
+                    self.connection.unregister(self._registered.pop())
+
+
+_CURRENT_SETTING = exp.select(exp.func("current_setting", exp.Placeholder())).sql("duckdb")
+
+
+def _set_statement(name: str) -> str:
+    """``SET name = ?``: the value is a parameter, so any Python value goes back as it was."""
+    item = exp.SetItem(this=exp.EQ(this=exp.to_identifier(name), expression=exp.Placeholder()))
+    return exp.Set(expressions=[item]).sql("duckdb")

@@ -6,6 +6,11 @@ sqltree only reads the source and writes session-local ``TEMP`` tables, so a rol
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
 from sqlglot import exp
@@ -50,6 +55,14 @@ class PostgresEngine(Engine):
         savepoint so that a failed query leaves the transaction usable (and the caller's own
         uncommitted work untouched).
 
+    Notes
+    -----
+    Engines of several threads on one connection take turns a statement at a time (see
+    ``sqltree.engines.base``). Statements run with ``SET LOCAL jit = off``; inside the
+    caller's open transaction that lasts until the transaction ends, so ``cleanup`` gives
+    ``jit`` the caller's value back. The connection is left in the transaction state it was
+    found in.
+
     Examples
     --------
     >>> engine = PostgresEngine.connect("postgresql://user@localhost/db")  # doctest: +SKIP
@@ -70,6 +83,7 @@ class PostgresEngine(Engine):
         self.owns_connection = owns_connection
         self.close_on_cleanup = close_on_cleanup
         self._frames: list[str] = []
+        self.begin()
 
     @classmethod
     def connect(cls, url: str, *, close_on_cleanup: bool = False, **kwargs: Any) -> PostgresEngine:
@@ -83,6 +97,83 @@ class PostgresEngine(Engine):
         conn = psycopg.connect(url, autocommit=True, **kwargs)
         return cls(conn, owns_connection=True, close_on_cleanup=close_on_cleanup)
 
+    # -- settings and Ctrl-C ----------------------------------------------------------------------
+    def _in_callers_transaction(self) -> bool:
+        return (
+            not self.connection.closed
+            and self.connection.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+        )
+
+    def _apply_settings(self) -> None:
+        # SET LOCAL (below) ends with the transaction it ran in: sqltree's own, except inside
+        # the caller's open transaction, where a released savepoint keeps it to the end.
+        if self._in_callers_transaction():
+            with self.connection.cursor() as cur:
+                cur.execute(self._sending(_SHOW_JIT))
+                (value,) = cur.fetchone()
+            self._remember("jit", value)
+
+    def _restore_settings(self, saved: dict[str, Any]) -> None:
+        if not self._in_callers_transaction():
+            return  # sqltree's SET LOCALs ended with their own transactions
+        with self.connection.cursor() as cur:
+            for name, value in saved.items():
+                restore = exp.select(
+                    exp.func(
+                        "set_config",
+                        exp.Literal.string(name),
+                        exp.Literal.string(str(value)),
+                        exp.true(),
+                    )
+                )
+                cur.execute(self._sending(self.render(restore)))
+
+    @contextmanager
+    def _cancel_on_ctrl_c(self) -> Iterator[None]:
+        """Make a Ctrl-C during a statement cancel it in the server, then raise it.
+
+        psycopg cancels a query itself when the KeyboardInterrupt reaches its wait loop, but
+        one that lands in its Python code between sending a query and reading the result
+        leaves the connection busy ("another command is already in progress"; 91 of 300
+        interrupts of a loop of short statements), and every cleanup statement after it
+        fails. While a statement runs, the signal only asks the server to cancel it: the
+        statement ends with QueryCanceled through psycopg's usual error path, which rolls
+        back its transaction or savepoint, and the KeyboardInterrupt is raised after that.
+        Python delivers signals to the main thread only, so other threads are left alone.
+        """
+        previous = signal.getsignal(signal.SIGINT)
+        if threading.current_thread() is not threading.main_thread() or not callable(previous):
+            yield
+            return
+        caught: list[KeyboardInterrupt] = []
+
+        def on_sigint(signum: int, frame: Any) -> None:
+            try:
+                previous(signum, frame)  # the caller's handler decides what Ctrl-C means
+            except KeyboardInterrupt as interrupt:
+                caught.append(interrupt)
+                self._cancel()
+
+        signal.signal(signal.SIGINT, on_sigint)
+        try:
+            yield
+        except Exception as error:
+            if caught:
+                raise caught[0] from error
+            raise
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        if caught:
+            raise caught[0]
+
+    def _cancel(self) -> None:
+        cancel = getattr(self.connection, "cancel_safe", None)  # psycopg >= 3.2
+        with contextlib.suppress(Exception):
+            if cancel is not None:
+                cancel(timeout=5.0)
+            else:
+                self.connection.cancel()
+
     # -- the contract ------------------------------------------------------------------------
     def _cursor(self) -> Any:
         cur = self.connection.cursor()
@@ -92,16 +183,20 @@ class PostgresEngine(Engine):
 
     def _execute(self, sql: str, *, fetch: bool) -> list[tuple[Any, ...]]:
         # ``transaction()`` is BEGIN/COMMIT in autocommit mode and a SAVEPOINT inside an open
-        # transaction: either way an error (or a KeyboardInterrupt, which psycopg turns into a
+        # transaction: either way an error (or a Ctrl-C, which _cancel_on_ctrl_c turns into a
         # query cancel) rolls back only this statement and leaves the connection usable for
         # the cleanup that follows.
-        with self.connection.transaction(), self._cursor() as cur:
+        with (
+            self._cancel_on_ctrl_c(),
+            self.connection.transaction(),
+            self._cursor() as cur,
+        ):
             # LLVM compilation of sqltree's large expressions costs far more than it saves:
             # scoring 200k rows with a 2,347-leaf tree took 196 s with JIT and 2.2 s without.
             # LOCAL: the setting ends with this statement's transaction (inside a caller's
-            # transaction, with that transaction).
-            cur.execute("SET LOCAL jit = off")
-            cur.execute(sql)
+            # transaction, with that transaction; see _restore_settings).
+            cur.execute(_JIT_OFF)
+            cur.execute(self._sending(sql))
             if fetch and cur.description is not None:
                 return [tuple(r) for r in cur.fetchall()]
             return []
@@ -110,13 +205,13 @@ class PostgresEngine(Engine):
         return self._execute(sql, fetch=True)
 
     def _run_columns(self, sql: str) -> list[tuple[str, str]]:
-        with self.connection.transaction(), self._cursor() as cur:
-            # LLVM compilation of sqltree's large expressions costs far more than it saves:
-            # scoring 200k rows with a 2,347-leaf tree took 196 s with JIT and 2.2 s without.
-            # LOCAL: the setting ends with this statement's transaction (inside a caller's
-            # transaction, with that transaction).
-            cur.execute("SET LOCAL jit = off")
-            cur.execute(sql)
+        with (
+            self._cancel_on_ctrl_c(),
+            self.connection.transaction(),
+            self._cursor() as cur,
+        ):
+            cur.execute(_JIT_OFF)  # as in _execute: planning a large expression JIT-compiles it
+            cur.execute(self._sending(sql))
             description = list(cur.description or [])
         out = []
         unknown: dict[int, str] = {}
@@ -189,6 +284,7 @@ class PostgresEngine(Engine):
         """
         import pyarrow as pa
 
+        self.begin()
         data = pa.Table.from_pandas(frame, preserve_index=False)
         columns = [
             exp.ColumnDef(
@@ -215,9 +311,14 @@ class PostgresEngine(Engine):
             and not (pa.types.is_string(f.type) or pa.types.is_large_string(f.type))
             for f in data.schema
         ]
-        with self.connection.transaction(), self.connection.cursor() as cur:
-            cur.execute(self.render(create))
-            with cur.copy(self.render(copy)) as out:
+        with (
+            self._statement(),
+            self._cancel_on_ctrl_c(),
+            self.connection.transaction(),
+            self.connection.cursor() as cur,
+        ):
+            cur.execute(self._sending(self.render(create)))
+            with cur.copy(self._sending(self.render(copy))) as out:
                 values = [c.to_pylist() for c in data.columns]
                 for row in zip(*values, strict=True):
                     out.write_row(
@@ -240,9 +341,16 @@ class PostgresEngine(Engine):
         try:
             if not self.connection.closed:
                 self.cleanup()
+            else:  # its temp tables went with the session
+                self._temp.clear()
+                self._end()
         finally:
             if self.owns_connection:
                 self.connection.close()
+
+
+_JIT_OFF = "SET LOCAL jit = off"
+_SHOW_JIT = exp.select(exp.func("current_setting", exp.Literal.string("jit"))).sql("postgres")
 
 
 def _parses(type_text: str) -> bool:

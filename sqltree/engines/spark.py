@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 from sqlglot import exp
 
-from .base import Engine, EngineStats
+from .base import Engine, EngineStats, arrow_rows
 
 # Types a CSV column keeps after Spark's inference; anything else (booleans from true/false,
 # dates, timestamps) is read back as text, as DuckDB's reader does, so that a file gives the
@@ -57,6 +57,13 @@ class SparkEngine(Engine):
     ``stats.jobs`` counts the Spark jobs sqltree's statements ran (classic sessions only): each
     statement runs under a job group of its own, counted from the status tracker as soon as
     the statement returns.
+
+    Engines of several threads on one session take turns a statement at a time (see
+    ``sqltree.engines.base``; ``spark.newSession()`` per thread runs their statements side by
+    side). The only setting changed, ``spark.sql.codegen.wholeStage`` for a large statement,
+    is restored after that statement, as are the thread's job group and description. Stage
+    progress bars cannot be turned off at run time (``spark.ui.showConsoleProgress`` is read
+    when the SparkContext starts): build the session with it set to false.
     """
 
     dialect: ClassVar[str] = "spark"
@@ -81,6 +88,10 @@ class SparkEngine(Engine):
             jobs_per_statement=None if self._context is None else []
         )
         self._parallelism = max(1, int(self._context.defaultParallelism)) if self._context else 1
+        self.begin()
+
+    def _claim_key(self) -> Any:
+        return self.spark
 
     # -- the contract ------------------------------------------------------------------------
     @contextmanager
@@ -103,7 +114,7 @@ class SparkEngine(Engine):
 
     def _run(self, sql: str) -> list[tuple[Any, ...]]:
         with self._job_group(), self._codegen_for(sql):
-            rows = self.spark.sql(sql).collect()
+            rows = self.spark.sql(self._sending(sql)).collect()
         return [tuple(_plain(v) for v in row) for row in rows]
 
     LARGE_STATEMENT: ClassVar[int] = 50_000
@@ -133,7 +144,7 @@ class SparkEngine(Engine):
 
     def _run_columns(self, sql: str) -> list[tuple[str, str]]:
         # Analysis only: reading a DataFrame's schema runs no job.
-        schema = self.spark.sql(sql).schema
+        schema = self.spark.sql(self._sending(sql)).schema
         return [(f.name, _type_text(f.dataType)) for f in schema.fields]
 
     def _create_temp_table(self, name: str, query: exp.Expression) -> None:
@@ -142,7 +153,7 @@ class SparkEngine(Engine):
         # against the cache made each query several times slower at depth 5 than at depth 1.
         # The view is made from a DataFrame (a SQL temp view would re-resolve, by name, views
         # that have been dropped by then).
-        frame = self.spark.sql(self.render(query))
+        frame = self.spark.sql(self._sending(self.render(query)))
         with self._job_group():
             frame = self._store(frame)
             rows = frame.count()  # reads the stored blocks only
@@ -150,10 +161,32 @@ class SparkEngine(Engine):
                 # A histogram is a UNION of one aggregate per feature: features x shuffle
                 # partitions of a few rows each, and every later query pays a task for each.
                 small = self._store(frame.coalesce(self._parallelism))
-                _release(frame)
+                _release(frame, self._context)
                 frame = small
         frame.createOrReplaceTempView(name)
         self._cached[name] = frame
+
+    def load_rows(
+        self,
+        hint: str,
+        columns: Sequence[str],
+        types: Sequence[str],
+        rows: Sequence[Sequence[Any]],
+    ) -> exp.Table:
+        """A temp view over the rows sent as Arrow data: no SQL text per row.
+
+        A level's tests and routes, and the cuts of a whole tree, have a row per node: as a
+        ``VALUES`` list, a deep tree's statement grew past 100 KB, and Spark's parser needs
+        many times that in driver memory. The rows become a local relation, which carries
+        statistics, so joins with it are broadcast.
+        """
+        self.begin()
+        name = self.temp_name(hint)
+        self._temp.append(name)
+        with self._statement():
+            frame = self.spark.createDataFrame(arrow_rows(columns, types, rows))
+            frame.createOrReplaceTempView(name)
+        return _table(name)
 
     def _store(self, frame: Any) -> Any:
         """Compute ``frame`` now and return it with a plan that no longer holds its lineage."""
@@ -165,31 +198,35 @@ class SparkEngine(Engine):
         frame = self._cached.pop(name, None)
         self.spark.catalog.dropTempView(name)
         if frame is not None:
-            _release(frame)
+            _release(frame, self._context)
 
     def relation_for_path(self, path: str) -> exp.Expression:
         """Register a Parquet, CSV (header, inferred numbers) or JSON file as a temp view."""
+        self.begin()
         reader = self.spark.read
         lower = path.lower()
-        if lower.endswith((".csv", ".csv.gz", ".tsv", ".txt")):
-            options = {"header": "true"}
-            if lower.endswith(".tsv"):
-                options["sep"] = "\t"
-            inferred = reader.options(inferSchema="true", **options).csv(path).schema
-            schema = _text_unless_numeric(inferred)
-            frame = self.spark.read.options(**options).schema(schema).csv(path)
-        elif lower.endswith((".json", ".jsonl", ".ndjson")):
-            frame = reader.json(path)
-        else:
-            frame = reader.parquet(path)
-        return self._register(frame, "file")
+        with self._statement():
+            if lower.endswith((".csv", ".csv.gz", ".tsv", ".txt")):
+                options = {"header": "true"}
+                if lower.endswith(".tsv"):
+                    options["sep"] = "\t"
+                inferred = reader.options(inferSchema="true", **options).csv(path).schema
+                schema = _text_unless_numeric(inferred)
+                frame = self.spark.read.options(**options).schema(schema).csv(path)
+            elif lower.endswith((".json", ".jsonl", ".ndjson")):
+                frame = reader.json(path)
+            else:
+                frame = reader.parquet(path)
+            return self._register(frame, "file")
 
     def relation_for_dataframe(self, frame: Any) -> exp.Expression:
         """Register a pandas DataFrame (through Arrow: NaN and NA become NULL) as a temp view."""
         import pyarrow as pa
 
+        self.begin()
         table = pa.Table.from_pandas(frame, preserve_index=False)
-        return self._register(self.spark.createDataFrame(table), "frame")
+        with self._statement():
+            return self._register(self.spark.createDataFrame(table), "frame")
 
     def _register(self, frame: Any, hint: str) -> exp.Expression:
         name = self.temp_name(hint)
@@ -197,13 +234,13 @@ class SparkEngine(Engine):
         self._views.append(name)
         return _table(name)
 
-    def cleanup(self) -> None:
+    def _drop_temporaries(self) -> None:
         try:
-            super().cleanup()
+            super()._drop_temporaries()
         finally:
-            for name in list(self._views):
-                self.spark.catalog.dropTempView(name)
-                self._views.remove(name)
+            with self._statement():
+                while self._views:
+                    self.spark.catalog.dropTempView(self._views.pop())
 
 
 def _table(name: str) -> exp.Table:
@@ -217,11 +254,14 @@ def _partitions(frame: Any) -> int:
         return 0
 
 
-def _release(frame: Any) -> None:
+def _release(frame: Any, context: Any) -> None:
     """Free the blocks of a checkpointed DataFrame now rather than when the JVM collects it."""
     # Spark Connect has no JVM handle; it frees them when the DataFrame is garbage-collected.
+    # Through the context, not RDD.unpersist: that logs a WARN for every locally checkpointed
+    # RDD ("its lineage has been truncated"), a line per temp table, about 6 per tree level.
     with contextlib.suppress(Exception):
-        frame._jdf.queryExecution().analyzed().rdd().unpersist(False)
+        rdd = frame._jdf.queryExecution().analyzed().rdd()
+        context._jsc.sc().unpersistRDD(rdd.id(), False)
 
 
 def _plain(value: Any) -> Any:
