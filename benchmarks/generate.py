@@ -1,4 +1,4 @@
-"""Generate the synthetic benchmark table of issue 5 as Parquet, deterministically, in DuckDB.
+"""Generate the synthetic benchmark table as Parquet, deterministically, in DuckDB.
 
 16 features: ``x0``..``x9`` continuous (``x0``, ``x1``, ``x5`` and ``x6`` have up to a distinct
 value per row, the others 20 to 50,001 values), ``n0``..``n5`` nominal with 3, 5, 8, 12, 20 and
@@ -10,8 +10,10 @@ rows from a disjoint range of ``i``.
 
 Usage::
 
-    python benchmarks/generate.py --rows 1000000 --out /work/bench-data/train_1m.parquet
-    python benchmarks/generate.py --rows 200000 --test --out /work/bench-data/test.parquet
+    python benchmarks/generate.py --rows 1000000 --out train_1m.parquet
+    python benchmarks/generate.py --rows 200000 --test --out test_200k.parquet
+
+``benchmarks/run.py`` calls ``generate`` itself for the files it needs.
 """
 
 from __future__ import annotations
@@ -150,10 +152,13 @@ def generate(rows: int, out: str, test: bool = False, threads: int | None = None
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rows", type=int, required=True)
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--test", action="store_true", help="held-out rows (a disjoint range)")
-    parser.add_argument("--threads", type=int)
+    parser.add_argument("--rows", type=int, required=True, help="number of rows to write")
+    parser.add_argument("--out", required=True, help="the Parquet file to write")
+    parser.add_argument(
+        "--test", action="store_true",
+        help="write held-out rows (drawn from a range of row numbers no training file uses)",
+    )
+    parser.add_argument("--threads", type=int, help="DuckDB threads (default: DuckDB's own)")
     args = parser.parse_args(argv)
     seconds = generate(args.rows, args.out, args.test, args.threads)
     print(f"wrote {args.rows:,} rows to {args.out} in {seconds:.1f} s")

@@ -1,4 +1,4 @@
-"""Benchmark sqltree against scikit-learn on the synthetic table of issue 5.
+"""Benchmark sqltree against scikit-learn on a synthetic table (benchmarks/generate.py).
 
 Each side runs in its own Python process on the same Parquet file, and reports its wall time
 (read, encode and fit for scikit-learn; the whole ``train`` call for sqltree), its peak RSS, the
@@ -6,6 +6,9 @@ size of the tree, the accuracy on a held-out file, and the time to score the tra
 (scikit-learn's ``predict`` on the in-memory matrix; sqltree's compiled SQL in DuckDB). For
 sqltree it also reports the queries and full scans of every level. The result is a markdown
 table with the sqltree / scikit-learn ratios.
+
+The generated files are kept (and reused) in ``--data-dir``: by default ``sqltree-bench`` in
+the system's temporary directory, or ``$SQLTREE_BENCH_DATA``.
 
 Usage::
 
@@ -21,6 +24,7 @@ import os
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -30,7 +34,10 @@ sys.path.insert(1, os.path.dirname(HERE))  # the sqltree checkout this script be
 
 import generate  # noqa: E402
 
-DEFAULT_DATA = os.environ.get("SQLTREE_BENCH_DATA", "/work/bench-data")
+DEFAULT_DATA = os.environ.get(
+    "SQLTREE_BENCH_DATA", os.path.join(tempfile.gettempdir(), "sqltree-bench")
+)
+SIDES = ("sqltree", "sklearn")
 TEST_ROWS = 200_000
 TARGET = "y"
 NOMINAL = [f"n{j}" for j in range(len(generate.NOMINAL_LEVELS))]
@@ -140,49 +147,30 @@ def sqltree_worker(args: argparse.Namespace) -> dict[str, Any]:
         options["subtree_raising"] = args.subtree_raising
     truth = pd.read_parquet(args.test, columns=[TARGET])[TARGET].to_numpy()
 
-    if hasattr(sqltree, "train"):
-        start = time.perf_counter()
-        model = sqltree.train(
-            args.train, target=TARGET, connection=con, progress=True, **options
+    start = time.perf_counter()
+    model = sqltree.train(args.train, target=TARGET, connection=con, progress=True, **options)
+    seconds = time.perf_counter() - start
+    rss = peak_rss_mb()
+    print(f"trained in {seconds:.1f} s, {model.n_leaves} leaves", file=sys.stderr, flush=True)
+    stats = model.stats
+    root = model.root
+    predict_seconds: float | None = None
+    if args.score:
+        # The compiled SQL over every training row, already loaded into a DuckDB table (as
+        # scikit-learn's predict gets its matrix in memory), written into another table.
+        con.execute(
+            "CREATE TABLE sqltree_bench_rows AS SELECT * FROM read_parquet(?)", [args.train]
         )
-        seconds = time.perf_counter() - start
-        rss = peak_rss_mb()
-        print(f"trained in {seconds:.1f} s, {model.n_leaves} leaves", file=sys.stderr, flush=True)
-        stats = model.stats.to_dict() if hasattr(model.stats, "to_dict") else model.stats
-        root = model.root
-        predict_seconds: float | None = None
-        if args.score:
-            # The compiled SQL over every training row, already loaded into a DuckDB table (as
-            # scikit-learn's predict gets its matrix in memory), written into another table.
-            con.execute("CREATE TABLE sqltree_bench_rows AS SELECT * FROM read_parquet(?)",
-                        [args.train])
-            t = time.perf_counter()
-            model.predict("sqltree_bench_rows", connection=con, into="sqltree_bench_scored")
-            predict_seconds = time.perf_counter() - t
-            con.execute("DROP TABLE sqltree_bench_scored")
-            con.execute("DROP TABLE sqltree_bench_rows")
-            labels = model.predict(args.test, connection=con)["prediction"]
-        else:  # held-out accuracy from the tree in Python (same routing as the SQL)
-            test = pd.read_parquet(args.test)
-            rows = test.astype(object).where(test.notna(), None).to_dict("records")
-            labels = [model.predict_row(r) for r in rows]
-    else:  # before the public API: the grower directly, Python scoring of the held-out rows
-        from sqltree.dataset import describe
-        from sqltree.engines.duckdb import DuckDBEngine
-        from sqltree.grower import GrowOptions, grow
-
-        start = time.perf_counter()
-        engine = DuckDBEngine(con)
-        data = describe(args.train, engine, TARGET)
-        root, grow_stats = grow(data, GrowOptions(**options))
-        seconds = time.perf_counter() - start
-        rss = peak_rss_mb()
-        stats = grow_stats.to_dict()
-        predict_seconds = None
+        t = time.perf_counter()
+        model.predict("sqltree_bench_rows", connection=con, into="sqltree_bench_scored")
+        predict_seconds = time.perf_counter() - t
+        con.execute("DROP TABLE sqltree_bench_scored")
+        con.execute("DROP TABLE sqltree_bench_rows")
+        labels = list(model.predict(args.test, connection=con)["prediction"])
+    else:  # held-out accuracy from the tree in Python (same routing as the SQL)
         test = pd.read_parquet(args.test)
         rows = test.astype(object).where(test.notna(), None).to_dict("records")
-        labels = [data.classes[_argmax(root.predict_proba(r))] for r in rows]
-    labels = labels.iloc[:, 0] if hasattr(labels, "columns") else labels
+        labels = [model.predict_row(r) for r in rows]
     accuracy = float((pd.Series(labels).to_numpy() == truth).mean())
     nodes = list(root.walk())
     return {
@@ -194,18 +182,12 @@ def sqltree_worker(args: argparse.Namespace) -> dict[str, Any]:
         "depth": _depth(root),
         "accuracy": accuracy,
         "predict_seconds": predict_seconds,
-        "grow_seconds": stats.get("seconds") if "pruning" not in stats else sum(
-            lv["seconds"] for lv in stats.get("levels", [])
-        ),
+        "grow_seconds": sum(lv["seconds"] for lv in stats["levels"]),
         "levels": stats.get("levels", []),
         "queries": stats.get("queries"),
         "scans": stats.get("scans"),
         "tree": root.to_dict() if args.keep_tree else None,
     }
-
-
-def _argmax(values: list[float]) -> int:
-    return max(range(len(values)), key=lambda i: (values[i], -i))
 
 
 def _depth(node: Any) -> int:
@@ -273,43 +255,86 @@ def _span(values: list[int]) -> str:
     return str(values[0]) if len(values) == 1 else f"{values[0]}-{values[-1]}"
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--max-depth", type=int, default=10)
-    parser.add_argument("--algorithm", default="c4.5", choices=["c4.5", "id3", "cart"])
-    parser.add_argument("--max-bins", type=int, default=0, help="binned mode (0: exact)")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument(
-        "--pruning", default="default",
-        help="sqltree post-pruning: default (C4.5: error-based), none, c4.5, pessimistic",
+def _sides(text: str) -> list[str]:
+    sides = [s.strip() for s in text.split(",") if s.strip()]
+    unknown = [s for s in sides if s not in SIDES]
+    if not sides or unknown:
+        raise argparse.ArgumentTypeError(
+            f"expected a comma-separated list of {', '.join(SIDES)}, got {text!r}"
+        )
+    return sides
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line; every option has a help line (``--help``)."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument(
+        "--rows", type=int, default=1_000_000, help="training rows (default: %(default)s)"
     )
-    parser.add_argument(
+    p.add_argument(
+        "--max-depth", type=int, default=10,
+        help="deepest test level, both sides (default: %(default)s)",
+    )
+    p.add_argument(
+        "--algorithm", default="c4.5", choices=["c4.5", "id3", "cart"],
+        help="sqltree's algorithm; scikit-learn grows an entropy tree, or a gini tree for cart "
+        "(default: %(default)s)",
+    )
+    p.add_argument(
+        "--max-bins", type=int, default=0,
+        help="sqltree's binned mode with this many bins per continuous feature "
+        "(default: 0, exact)",
+    )
+    p.add_argument(
+        "--threads", type=int, default=2,
+        help="DuckDB threads, and OMP_NUM_THREADS for scikit-learn (default: %(default)s)",
+    )
+    p.add_argument(
+        "--pruning", default="default", choices=["default", "none", "c4.5", "pessimistic"],
+        help="sqltree's post-pruning; default: error-based for C4.5, none for ID3 and CART",
+    )
+    p.add_argument(
         "--subtree-raising", action="store_true",
         help="C4.5 pruning with subtree raising (recounts rows in the engine; slower)",
     )
-    parser.add_argument(
+    p.add_argument(
         "--no-score", dest="score", action="store_false",
         help="skip the compiled-SQL scoring (accuracy from the tree in Python)",
     )
-    parser.add_argument("--memory-limit", default=None, help="DuckDB memory_limit, e.g. 4GB")
-    parser.add_argument("--sides", default="sqltree,sklearn")
-    parser.add_argument("--data-dir", default=DEFAULT_DATA)
-    parser.add_argument("--json", help="also write the raw results here")
-    parser.add_argument("--keep-tree", action="store_true", help="put sqltree's tree in --json")
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
-    parser.add_argument("--train", help=argparse.SUPPRESS)
-    parser.add_argument("--test", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    p.add_argument("--memory-limit", default=None, help="DuckDB memory_limit, e.g. 4GB")
+    p.add_argument(
+        "--sides", type=_sides, default="sqltree,sklearn",
+        help="which sides to run, comma-separated (default: sqltree,sklearn)",
+    )
+    p.add_argument(
+        "--data-dir", default=DEFAULT_DATA,
+        help="folder for the generated Parquet files, reused across runs (default: "
+        "$SQLTREE_BENCH_DATA or sqltree-bench in the temporary folder: %(default)s)",
+    )
+    p.add_argument("--json", help="also write the raw results to this file")
+    p.add_argument("--keep-tree", action="store_true", help="put sqltree's tree in --json")
+    worker = p.add_argument_group("one side in this process (the driver runs these)")
+    worker.add_argument(
+        "--worker", choices=SIDES, help="train this side only and print its result as JSON"
+    )
+    worker.add_argument("--train", help="the worker's training file (Parquet)")
+    worker.add_argument("--test", help="the worker's held-out file (Parquet)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
 
     if args.worker:
+        if not (args.train and args.test):
+            parser().error("--worker needs --train and --test")
         worker = {"sqltree": sqltree_worker, "sklearn": sklearn_worker}[args.worker]
         print(json.dumps(worker(args)))
         return
 
     train, test = ensure_data(args.rows, args.data_dir)
     results = []
-    for side in args.sides.split(","):
+    for side in args.sides:
         result = run_side(side, args, train, test)
         mode = f"binned {args.max_bins}" if args.max_bins else "exact"
         result["label"] = (
