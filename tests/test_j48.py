@@ -11,7 +11,6 @@ training row, and on a small set every cross-validation prediction on Weka's own
 from __future__ import annotations
 
 import copy
-import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from sqltree.engines.duckdb import DuckDBEngine
 from sqltree.grower import GrowOptions, grow
 from sqltree.pruning import collapse, prune_c45
 from sqltree.tree import Node
+from tests.conftest import IN_CI
 from tests.weka import (
     J48Result,
     describe_like_weka,
@@ -39,7 +39,7 @@ from tests.weka import (
 pytestmark = pytest.mark.weka
 
 if not have_weka():
-    if os.environ.get("CI"):
+    if IN_CI:
         raise RuntimeError("CI needs java and weka.jar for the J48 comparison (see .ci/run)")
     pytest.skip("java or weka.jar is missing", allow_module_level=True)
 
