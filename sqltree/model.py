@@ -108,8 +108,51 @@ class Model:
 
     # -- prediction in Python ----------------------------------------------------------------
     def predict_proba_row(self, row: dict[str, Any]) -> list[float]:
-        """Class probabilities for one row (a mapping of column name to value)."""
-        return self.root.predict_proba(row)
+        """Class probabilities for one row (a mapping of column name to value).
+
+        The same sums, in the same order, as ``Node.predict_proba``, without its recursion:
+        a row with an unknown value at each of a thousand fractional tests in a chain goes a
+        thousand tests deep.
+        """
+
+        def follow(node: Node) -> Node:  # to a leaf, or to the test where the value is unknown
+            while node.split is not None:
+                branch = node.split.branch_of(row.get(node.split.feature))
+                if branch is None:
+                    branch = node.unknown_branch
+                if branch is None:
+                    return node
+                node = node.children[branch]
+            return node
+
+        start = follow(self.root)
+        if start.split is None:
+            return list(start.proba)
+        k = len(start.proba)
+        stack: list[tuple[Node, int, list[float]]] = [(start, 0, [0.0] * k)]
+        done: list[float] | None = None  # the sum of the child last finished
+        while True:
+            node, i, total = stack[-1]
+            if done is not None:
+                share = node.shares[i - 1]
+                for c, p in enumerate(done):
+                    total[c] += share * p
+                done = None
+            branches = min(len(node.shares), len(node.children))
+            while i < branches and not node.shares[i] > 0:
+                i += 1
+            if i == branches:
+                stack.pop()
+                if not stack:
+                    return total
+                done = total
+                continue
+            stack[-1] = (node, i + 1, total)
+            child = follow(node.children[i])
+            if child.split is None:
+                done = list(child.proba)
+            else:
+                stack.append((child, 0, [0.0] * k))
 
     def predict_row(self, row: dict[str, Any]) -> Value:
         """The predicted class of one row, as the compiled SQL would give it."""
@@ -162,7 +205,24 @@ class Model:
         return render(query, dialect, pretty)
 
     def proba_columns(self) -> list[str]:
-        return [f"proba_{format_value(c)}" for c in self.classes]
+        """The probability columns' names: ``proba_<label>``, one per class, in class order.
+
+        Engines compare column names without regard to case (DuckDB, SQLite and Spark even
+        quoted ones), so two labels whose names differ only in case, such as ``yes`` and
+        ``YES``, would give one column twice, which DuckDB renames on its own (``proba_yes_1``).
+        Such labels are refused with a ``DataError`` that names them.
+        """
+        names = [f"proba_{format_value(c)}" for c in self.classes]
+        seen: dict[str, int] = {}
+        for i, name in enumerate(names):
+            j = seen.setdefault(name.lower(), i)
+            if j != i:
+                raise DataError(
+                    f"class labels {self.classes[j]!r} and {self.classes[i]!r} would both name "
+                    f"the probability column {names[j]!r} (column names are compared without "
+                    "regard to case): score without probabilities, or relabel the classes"
+                )
+        return names
 
     def scoring_query(
         self,
@@ -184,19 +244,22 @@ class Model:
         ``ordered``).
         """
         if source_columns is not None and output == "label":
+            _refuse_duplicates([column, *(self.proba_columns() if proba else [])])
             return compiler.build_scoring_query(
                 self.root, self.classes, relation, source_columns, column,
                 self.proba_columns() if proba else None, expand=expand, ordered=ordered,
             )
-        outputs: list[exp.Expression] = [
-            exp.alias_(self.to_expression(output), exp.to_identifier(column, quoted=True))
-        ]
+        names = [column, *(self.proba_columns() if proba else [])]
+        _refuse_duplicates(names)
+        outputs: list[exp.Expression] = [self.to_expression(output)]
         if proba:
-            for name, expression in zip(
-                self.proba_columns(), compiler.compile_proba(self.root, len(self.classes))
-            ):
-                outputs.append(exp.alias_(expression, exp.to_identifier(name, quoted=True)))
-        return exp.select(exp.Star(), *outputs).from_(relation)
+            outputs += compiler.compile_proba(self.root, len(self.classes))
+        # Built without copies: sqlglot's builders would copy the whole tree's expressions.
+        select = exp.Select(expressions=[exp.Star()] + [
+            exp.Alias(this=e, alias=exp.to_identifier(name, quoted=True))
+            for e, name in zip(outputs, names)
+        ])
+        return select.from_(relation, copy=False)
 
     def predict(
         self,
@@ -227,7 +290,9 @@ class Model:
             ]
             if missing:
                 raise DataError(f"columns the tree tests are not in the source: {missing}")
-            clash = [c for c in [column, *(self.proba_columns() if proba else [])] if c in names]
+            taken = {n.lower() for n in names}
+            clash = [c for c in [column, *(self.proba_columns() if proba else [])]
+                     if c.lower() in taken]
             if clash:
                 raise DataError(
                     f"the source already has columns {clash}; choose another name with column="
@@ -297,11 +362,21 @@ def render(expression: exp.Expression, dialect: str, pretty: bool = False) -> st
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, 20_000))
     try:
-        return expression.sql(
-            dialect=dialect, unsupported_level=ErrorLevel.RAISE, pretty=pretty, copy=False
-        )
+        with compiler.collector_paused():
+            return expression.sql(
+                dialect=dialect, unsupported_level=ErrorLevel.RAISE, pretty=pretty, copy=False
+            )
     finally:
         sys.setrecursionlimit(limit)
+
+
+def _refuse_duplicates(names: Sequence[str]) -> None:
+    """Output columns must differ in more than case (see ``Model.proba_columns``)."""
+    lowered = [n.lower() for n in names]
+    twice = sorted({n for n, low in zip(names, lowered) if lowered.count(low) > 1})
+    if twice:
+        raise ValueError(f"output columns {twice} would have the same name: choose another "
+                         "column=")
 
 
 def features_info(features: Sequence[Any]) -> list[FeatureInfo]:

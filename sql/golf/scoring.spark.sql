@@ -7,46 +7,58 @@ COALESCE(
     THEN CASE
       WHEN `humidity` = 'normal'
       THEN 'yes'
-      WHEN NOT COALESCE(`humidity` = 'high', FALSE)
+      WHEN `humidity` IS NULL OR NOT `humidity` = 'high'
       THEN NULL
       ELSE 'no'
     END
-    WHEN NOT COALESCE(`outlook` = 'rainy', FALSE)
+    WHEN `outlook` IS NULL OR NOT `outlook` = 'rainy'
     THEN NULL
     WHEN `windy` = 'true'
     THEN 'no'
-    WHEN NOT COALESCE(`windy` = 'false', FALSE)
+    WHEN `windy` IS NULL OR NOT `windy` = 'false'
     THEN NULL
     ELSE 'yes'
   END,
   CASE
-    WHEN CASE
-      WHEN `outlook` = 'overcast'
-      THEN -1.0e0
-      WHEN NOT COALESCE(`outlook` IN ('overcast', 'rainy', 'sunny'), FALSE)
-      THEN -0.2857142857142857e0
-      ELSE 0.0e0
-    END + CASE
-      WHEN `outlook` = 'rainy'
-      OR NOT COALESCE(`outlook` IN ('overcast', 'rainy', 'sunny'), FALSE)
-      THEN CASE WHEN `outlook` = 'rainy' THEN 1.0e0 ELSE 0.35714285714285715e0 END * CASE
-        WHEN `windy` = 'false'
-        THEN -1.0e0
-        WHEN `windy` = 'true'
-        THEN 1.0e0
-        ELSE -0.19999999999999996e0
-      END
-      ELSE 0.0e0
-    END + CASE
-      WHEN `outlook` = 'sunny'
-      OR NOT COALESCE(`outlook` IN ('overcast', 'rainy', 'sunny'), FALSE)
-      THEN CASE WHEN `outlook` = 'sunny' THEN 1.0e0 ELSE 0.35714285714285715e0 END * CASE
-        WHEN `humidity` = 'high'
-        THEN 1.0e0
+    WHEN (
+      CASE
         WHEN `humidity` = 'normal'
         THEN -1.0e0
-        ELSE 0.19999999999999996e0
+        WHEN `humidity` = 'high'
+        THEN 0.0e0
+        ELSE -0.4e0
+      END + CASE
+        WHEN `humidity` = 'high'
+        THEN 1.0e0
+        WHEN `humidity` IS NULL OR NOT `humidity` IN ('high', 'normal')
+        THEN 0.6e0
+        ELSE 0.0e0
       END
+    ) * CASE
+      WHEN `outlook` = 'sunny'
+      THEN 1.0e0
+      WHEN `outlook` IS NULL OR NOT `outlook` IN ('overcast', 'rainy', 'sunny')
+      THEN 0.35714285714285715e0
+      ELSE 0.0e0
+    END + (
+      CASE WHEN `windy` = 'true' THEN 1.0e0 WHEN `windy` = 'false' THEN 0.0e0 ELSE 0.4e0 END + CASE
+        WHEN `windy` = 'false'
+        THEN -1.0e0
+        WHEN `windy` IS NULL OR NOT `windy` IN ('false', 'true')
+        THEN -0.6e0
+        ELSE 0.0e0
+      END
+    ) * CASE
+      WHEN `outlook` = 'rainy'
+      THEN 1.0e0
+      WHEN `outlook` IS NULL OR NOT `outlook` IN ('overcast', 'rainy', 'sunny')
+      THEN 0.35714285714285715e0
+      ELSE 0.0e0
+    END + CASE
+      WHEN `outlook` = 'overcast'
+      THEN -1.0e0
+      WHEN `outlook` IS NULL OR NOT `outlook` IN ('overcast', 'rainy', 'sunny')
+      THEN -0.2857142857142857e0
       ELSE 0.0e0
     END >= -1e-09
     THEN 'no'

@@ -5,50 +5,54 @@ COALESCE(
     THEN 'Yes'
     WHEN `outlook` = 'Sun'
     THEN CASE WHEN `humidity` > 75.0 THEN 'No' WHEN `humidity` IS NULL THEN NULL ELSE 'Yes' END
-    WHEN NOT COALESCE(`outlook` = 'Rain', FALSE)
+    WHEN `outlook` IS NULL OR NOT `outlook` = 'Rain'
     THEN NULL
     WHEN `wind` = 'Low'
     THEN 'Yes'
-    WHEN NOT COALESCE(`wind` = 'High', FALSE)
+    WHEN `wind` IS NULL OR NOT `wind` = 'High'
     THEN NULL
     ELSE 'No'
   END,
   CASE
-    WHEN CASE
-      WHEN `outlook` = 'Overcast'
-      THEN -1.0e0
-      WHEN NOT COALESCE(`outlook` IN ('Overcast', 'Rain', 'Sun'), FALSE)
-      THEN -0.2857142857142857e0
+    WHEN (
+      CASE
+        WHEN `humidity` > 75.0
+        THEN 1.0e0
+        WHEN `humidity` IS NULL
+        THEN 0.6e0
+        ELSE 0.0e0
+      END + CASE
+        WHEN `humidity` <= 75.0
+        THEN -1.0e0
+        WHEN `humidity` IS NULL
+        THEN -0.4e0
+        ELSE 0.0e0
+      END
+    ) * CASE
+      WHEN `outlook` = 'Sun'
+      THEN 1.0e0
+      WHEN `outlook` IS NULL OR NOT `outlook` IN ('Overcast', 'Rain', 'Sun')
+      THEN 0.35714285714285715e0
       ELSE 0.0e0
-    END + CASE
-      WHEN `outlook` = 'Rain'
-      OR NOT COALESCE(`outlook` IN ('Overcast', 'Rain', 'Sun'), FALSE)
-      THEN CASE WHEN `outlook` = 'Rain' THEN 1.0e0 ELSE 0.35714285714285715e0 END * CASE
+    END + (
+      CASE WHEN `wind` = 'Low' THEN -1.0e0 WHEN `wind` = 'High' THEN 0.0e0 ELSE -0.6e0 END + CASE
         WHEN `wind` = 'High'
         THEN 1.0e0
-        WHEN `wind` = 'Low'
-        THEN -1.0e0
-        ELSE -0.19999999999999996e0
+        WHEN `wind` IS NULL OR NOT `wind` IN ('High', 'Low')
+        THEN 0.4e0
+        ELSE 0.0e0
       END
+    ) * CASE
+      WHEN `outlook` = 'Rain'
+      THEN 1.0e0
+      WHEN `outlook` IS NULL OR NOT `outlook` IN ('Overcast', 'Rain', 'Sun')
+      THEN 0.35714285714285715e0
       ELSE 0.0e0
     END + CASE
-      WHEN `outlook` = 'Sun'
-      OR NOT COALESCE(`outlook` IN ('Overcast', 'Rain', 'Sun'), FALSE)
-      THEN CASE WHEN `outlook` = 'Sun' THEN 1.0e0 ELSE 0.35714285714285715e0 END * (
-        CASE
-          WHEN `humidity` <= 75.0
-          THEN -1.0e0
-          WHEN `humidity` IS NULL
-          THEN -0.4e0
-          ELSE 0.0e0
-        END + CASE
-          WHEN `humidity` > 75.0
-          THEN 1.0e0
-          WHEN `humidity` IS NULL
-          THEN 0.6e0
-          ELSE 0.0e0
-        END
-      )
+      WHEN `outlook` = 'Overcast'
+      THEN -1.0e0
+      WHEN `outlook` IS NULL OR NOT `outlook` IN ('Overcast', 'Rain', 'Sun')
+      THEN -0.2857142857142857e0
       ELSE 0.0e0
     END >= -1e-09
     THEN 'No'
