@@ -9,9 +9,11 @@ from typing import Any
 import pandas as pd
 
 from . import queries as q
+from .algorithms import grow
+from .algorithms.c45 import score_options
 from .dataset import describe
 from .engines import get_engine
-from .grower import GrowOptions, Progress, grow, print_progress, score_options
+from .grower import GrowOptions, Progress, print_progress
 from .model import Model, features_info
 from .options import CART_OPTIONS, check_train_options, normalise_algorithm
 from .pruning import prune

@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from . import cart
+from .algorithms import cart, grow
 from .dataset import describe
 from .engines.duckdb import DuckDBEngine
-from .grower import GrowOptions, grow
+from .grower import GrowOptions
 from .tree import CONTINUOUS, Node
 
 TREE_LEAF = -1

@@ -13,9 +13,10 @@ from pathlib import Path
 from sqlglot import exp
 
 from . import queries as q
+from .algorithms.c45 import score_options
 from .dataset import describe
 from .engines.duckdb import DuckDBEngine
-from .grower import GrowOptions, score_options
+from .grower import GrowOptions
 from .model import render
 from .tree import CONTINUOUS
 

@@ -7,9 +7,10 @@ import pandas as pd
 import pytest
 
 import sqltree
+from sqltree.algorithms import grow
 from sqltree.dataset import describe
 from sqltree.engines.duckdb import DuckDBEngine
-from sqltree.grower import GrowOptions, grow
+from sqltree.grower import GrowOptions
 from tests.helpers import (
     DATA,
     GOLF,

@@ -16,10 +16,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sqltree import cart
+from sqltree.algorithms import cart, grow
 from sqltree.dataset import describe
 from sqltree.engines.duckdb import DuckDBEngine
-from sqltree.grower import GrowOptions, grow
+from sqltree.grower import GrowOptions
 from tests.helpers import BUYS, DATA, WITHOUT_SPARK, read_csv
 from tests.report import record
 

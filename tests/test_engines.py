@@ -16,11 +16,12 @@ import pandas as pd
 import pytest
 from sqlglot import exp
 
+from sqltree.algorithms import grow
 from sqltree.dataset import describe
 from sqltree.engines.base import Engine
 from sqltree.engines.duckdb import DuckDBEngine
 from sqltree.errors import DataError, UnsupportedError
-from sqltree.grower import GrowOptions, GrowStats, grow
+from sqltree.grower import GrowOptions, GrowStats
 from sqltree.tree import Node
 
 from .conftest import DATA, EngineFactory

@@ -19,9 +19,10 @@ import pandas as pd
 import pytest
 
 from sqltree import export
+from sqltree.algorithms import grow
 from sqltree.dataset import describe
 from sqltree.engines.duckdb import DuckDBEngine
-from sqltree.grower import GrowOptions, grow
+from sqltree.grower import GrowOptions
 from sqltree.pruning import collapse, prune_c45
 from sqltree.tree import Node
 from tests.conftest import IN_CI

@@ -10,10 +10,11 @@ from dataclasses import replace
 import pytest
 
 import sqltree
+from sqltree.algorithms import grow
 from sqltree.dataset import describe
 from sqltree.engines.base import Engine
 from sqltree.engines.duckdb import DuckDBEngine
-from sqltree.grower import GrowOptions, grow
+from sqltree.grower import GrowOptions
 from tests.helpers import WITHOUT_SPARK, mixed_table, on_engines
 
 CONTINUOUS = ("a", "b", "c")
@@ -218,7 +219,7 @@ def test_ordered_scan_scores_equal_windowed_scores(frame, options, fractional):
     # windows per (node, attribute). Both must give the same best cut and scores everywhere,
     # in fixed point or (whole-number weights, as at the root) in floating point.
     from sqltree import queries as q
-    from sqltree.grower import score_options
+    from sqltree.algorithms.c45 import score_options
 
     engine = DuckDBEngine()
     data = describe(frame, engine, "label")
@@ -280,7 +281,7 @@ def test_ordered_scan_scores_are_exact_after_heavy_groups():
     import pandas as pd
 
     from sqltree import queries as q
-    from sqltree.grower import score_options
+    from sqltree.algorithms.c45 import score_options
 
     engine = DuckDBEngine()
     frame = pd.DataFrame({"a": [1.0, 2.0], "label": ["x", "y"]})
@@ -325,9 +326,9 @@ def _grouped_and_ungrouped(frame, monkeypatch, module, **options):
 def test_ungrouped_histograms_grow_the_grouped_tree(frame, monkeypatch, options):
     # Features whose (node, value) pairs are nearly all distinct get a histogram row per
     # level row; "b" (1,000 values over 4,000 rows) repeats values within nodes.
-    from sqltree import grower
+    from sqltree.algorithms import c45
 
-    trees, seen = _grouped_and_ungrouped(frame, monkeypatch, grower, pruning=None, **options)
+    trees, seen = _grouped_and_ungrouped(frame, monkeypatch, c45, pruning=None, **options)
     assert any(seen), "no level read an ungrouped histogram"
     assert {1} <= set().union(*seen)  # "b"
     assert trees[0] == trees[1]
@@ -335,7 +336,7 @@ def test_ungrouped_histograms_grow_the_grouped_tree(frame, monkeypatch, options)
 
 @pytest.mark.parametrize("options", [{}, {"class_weight": "balanced"}])
 def test_ungrouped_cart_histograms_grow_the_grouped_tree(frame, monkeypatch, options):
-    from sqltree import cart
+    from sqltree.algorithms import cart
 
     trees, seen = _grouped_and_ungrouped(frame, monkeypatch, cart, algorithm="cart", **options)
     assert {0, 1, 2} <= set().union(*seen)  # every continuous feature, below the root
@@ -366,7 +367,7 @@ def test_bin_edges_closer_than_the_cut_gap_merge():
 def test_binned_level_table_holds_small_integers(frame):
     engine = DuckDBEngine()
     data = describe(frame, engine, "label")
-    from sqltree.grower import C45Strategy
+    from sqltree.algorithms.c45 import C45Strategy
 
     strategy = C45Strategy(data, GrowOptions(max_bins=16))
     level = engine.materialize("level", strategy.build_level0())

@@ -12,9 +12,10 @@ import pandas as pd
 import pytest
 from sqlglot import exp
 
+from sqltree.algorithms import grow
 from sqltree.dataset import describe
 from sqltree.engines.duckdb import DuckDBEngine
-from sqltree.grower import GrowOptions, grow
+from sqltree.grower import GrowOptions
 from sqltree.pruning import (
     _Router,
     add_errs,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from .tree import Node
+from ..tree import Node
 
 CRITERIA = ("gini", "entropy", "log_loss")
 

@@ -14,23 +14,22 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any
 
 from sqlglot import exp
 
-from . import queries as q
-from .dataset import Dataset, resolve_relation
-from .tree import CONTINUOUS, Node, normalise
+from .. import queries as q
+from ..dataset import Dataset, resolve_relation
+from ..tree import CONTINUOUS, Node, normalise
 
 __all__ = [
     "PruneStats",
     "add_errs",
     "collapse",
     "estimated_errors",
-    "prune",
     "prune_c45",
     "prune_pessimistic",
     "prune_reduced_error",
@@ -146,7 +145,7 @@ def _leaf(node: Node) -> None:
     node.make_leaf()
 
 
-def _count_leaves(root: Node) -> int:
+def count_leaves(root: Node) -> int:
     return sum(1 for _ in root.leaves())
 
 
@@ -438,7 +437,7 @@ def prune_c45(
     recount statement per round (about one per level of the tree instead of one per node).
     The resulting tree is the same.
     """
-    stats = PruneStats("c4.5", leaves_before=_count_leaves(root))
+    stats = PruneStats("c4.5", leaves_before=count_leaves(root))
     if collapse_first:
         stats.collapsed = collapse(root)
     router = None
@@ -456,7 +455,7 @@ def prune_c45(
         if router is not None:
             stats.queries = router.queries
             router.close()
-    stats.leaves_after = _count_leaves(root)
+    stats.leaves_after = count_leaves(root)
     return stats
 
 
@@ -581,7 +580,7 @@ def prune_pessimistic(root: Node) -> PruneStats:
     ``E = sum over L of (e(l) + 1/2)`` and ``SE(E) = sqrt(E (N - E) / N)``. A pruned subtree's
     descendants are not examined. Needs no data: the counts are all it reads.
     """
-    stats = PruneStats("pessimistic", leaves_before=_count_leaves(root))
+    stats = PruneStats("pessimistic", leaves_before=count_leaves(root))
 
     def visit(node: Node) -> None:
         if node.is_leaf:
@@ -596,7 +595,7 @@ def prune_pessimistic(root: Node) -> PruneStats:
             visit(child)
 
     visit(root)
-    stats.leaves_after = _count_leaves(root)
+    stats.leaves_after = count_leaves(root)
     return stats
 
 
@@ -609,7 +608,7 @@ def prune_reduced_error(root: Node, data: Dataset, validation: Any) -> PruneStat
     subtree becomes a leaf when the leaf (predicting the node's training class) misclassifies
     no more validation weight than the pruned subtree does. Training counts are unchanged.
     """
-    stats = PruneStats("reduced-error", leaves_before=_count_leaves(root))
+    stats = PruneStats("reduced-error", leaves_before=count_leaves(root))
     router = _Router.open(data, validation, materialize=False)
     try:
         counts = route_counts(router, [], root, recompute_shares=False)
@@ -635,37 +634,8 @@ def prune_reduced_error(root: Node, data: Dataset, validation: Any) -> PruneStat
         return subtree
 
     visit(root)
-    stats.leaves_after = _count_leaves(root)
+    stats.leaves_after = count_leaves(root)
     return stats
 
 
 # -- one entry point ---------------------------------------------------------------------------
-def prune(
-    root: Node,
-    data: Dataset | None = None,
-    method: str | None = "c4.5",
-    *,
-    cf: float = 0.25,
-    subtree_raising: bool = True,
-    validation: Any = None,
-) -> PruneStats:
-    """Prune with ``method``: ``"c4.5"`` (J48's default), ``"pessimistic"``,
-    ``"reduced-error"`` (needs ``validation``), or None (J48 -U: only :func:`collapse`)."""
-    if method is None:
-        stats = PruneStats("none", leaves_before=_count_leaves(root))
-        stats.collapsed = collapse(root)
-        stats.leaves_after = _count_leaves(root)
-        return stats
-    if method == "c4.5":
-        return prune_c45(root, data, cf, subtree_raising)
-    if method == "pessimistic":
-        return prune_pessimistic(root)
-    if method == "reduced-error":
-        if data is None or validation is None:
-            raise ValueError("reduced-error pruning needs the dataset and a validation source")
-        return prune_reduced_error(root, data, validation)
-    raise ValueError(f"pruning must be one of {METHODS} or None, not {method!r}")
-
-
-def iter_nodes(root: Node) -> Iterator[Node]:
-    return root.walk()

@@ -51,19 +51,19 @@ from typing import Any
 
 from sqlglot import exp
 
-from . import queries as q
-from .cost_complexity import (
+from .. import queries as q
+from ..dataset import Dataset, Feature
+from ..errors import DataError
+from ..grower import DENSE_VALUES, GrowOptions, Pending, Plan, Strategy, bin_edges
+from ..pruning.cost_complexity import (
     CRITERIA,
     _criterion,
     cost_complexity_pruning_path,
     impurity,
     prune_ccp,
 )
-from .dataset import Dataset, Feature
-from .errors import DataError
-from .grower import DENSE_VALUES, GrowOptions, Pending, Plan, Strategy, bin_edges
-from .queries import col, num, paren
-from .tree import CONTINUOUS, NOMINAL, Node, Split
+from ..queries import col, num, paren
+from ..tree import CONTINUOUS, NOMINAL, Node, Split
 
 __all__ = [  # cost-complexity pruning is re-exported: CART's pruning API is found here too
     "CRITERIA",

@@ -1,0 +1,77 @@
+"""Post-pruning, after growth: the grower knows nothing of it (as scikit-learn's builder and
+``_prune_tree``).
+
+- ``c45``: J48's error-based pruning with subtree raising (which recounts rows through the
+  grower's own partition stage), Quinlan's pessimistic pruning, reduced-error pruning against
+  a validation source, and J48 ``-U``'s collapse;
+- ``cost_complexity``: CART's minimal cost-complexity pruning (``ccp_alpha``) and its path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..dataset import Dataset
+from ..tree import Node
+from .c45 import (
+    METHODS,
+    PruneStats,
+    _Router,
+    add_errs,
+    collapse,
+    count_leaves,
+    estimated_errors,
+    pessimistic_decision,
+    prune_c45,
+    prune_pessimistic,
+    prune_reduced_error,
+    recount_raised,
+    route_counts,
+)
+from .cost_complexity import cost_complexity_pruning_path, prune_ccp
+
+
+def prune(
+    root: Node,
+    data: Dataset | None = None,
+    method: str | None = "c4.5",
+    *,
+    cf: float = 0.25,
+    subtree_raising: bool = True,
+    validation: Any = None,
+) -> PruneStats:
+    """Prune with ``method``: ``"c4.5"`` (J48's default), ``"pessimistic"``,
+    ``"reduced-error"`` (needs ``validation``), or None (J48 -U: only :func:`collapse`)."""
+    if method is None:
+        stats = PruneStats("none", leaves_before=count_leaves(root))
+        stats.collapsed = collapse(root)
+        stats.leaves_after = count_leaves(root)
+        return stats
+    if method == "c4.5":
+        return prune_c45(root, data, cf, subtree_raising)
+    if method == "pessimistic":
+        return prune_pessimistic(root)
+    if method == "reduced-error":
+        if data is None or validation is None:
+            raise ValueError("reduced-error pruning needs the dataset and a validation source")
+        return prune_reduced_error(root, data, validation)
+    raise ValueError(f"pruning must be one of {METHODS} or None, not {method!r}")
+
+
+__all__ = [
+    "METHODS",
+    "PruneStats",
+    "_Router",
+    "add_errs",
+    "collapse",
+    "cost_complexity_pruning_path",
+    "estimated_errors",
+    "pessimistic_decision",
+    "prune",
+    "prune_c45",
+    "prune_ccp",
+    "prune_pessimistic",
+    "prune_reduced_error",
+    "recount_raised",
+    "route_counts",
+]
