@@ -15,10 +15,8 @@ from sqlglot.errors import ErrorLevel
 
 from . import compiler
 from .errors import DataError, ModelFileError
+from .model_file import FORMAT, FORMAT_VERSION, read_json, validate
 from .tree import Node, Value, format_value
-
-FORMAT = "sqltree-model"
-FORMAT_VERSION = 1
 
 
 @dataclass
@@ -327,8 +325,6 @@ class Model:
     def from_dict(cls, data: dict[str, Any]) -> Model:
         """The model of a ``to_dict`` document, checked first by ``model_file.validate``:
         anything else raises ModelFileError saying what is wrong and where."""
-        from .model_file import validate
-
         validate(data)
         return cls(
             root=Node.from_dict(data["tree"]),
@@ -348,8 +344,6 @@ class Model:
 
 def load(path: str | os.PathLike[str]) -> Model:
     """Read a model written by ``Model.save``; any other file raises ModelFileError naming it."""
-    from .model_file import read_json
-
     data = read_json(path)
     try:
         return Model.from_dict(data)

@@ -20,8 +20,10 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from .errors import ModelFileError
-from .model import FORMAT, FORMAT_VERSION
 from .tree import CONTINUOUS, NOMINAL
+
+FORMAT = "sqltree-model"
+FORMAT_VERSION = 1
 
 REQUIRED = ("target", "classes", "features", "tree")
 FEATURE_FIELDS = {"name", "kind", "sql_type", "values"}
