@@ -254,3 +254,18 @@ def engine_factory(request: pytest.FixtureRequest) -> Iterator[EngineFactory]:
     factory = EngineFactory(request.param, request)
     yield factory
     factory.close()
+
+
+# -- hypothesis profiles (tests/test_properties.py) --------------------------------------------
+from hypothesis import settings as _hypothesis_settings  # noqa: E402
+
+# "default": the same examples on every run (CI is deterministic); "thorough": 10x as many,
+# new ones each run. Choose with SQLTREE_HYPOTHESIS_PROFILE.
+_hypothesis_settings.register_profile(
+    "default", max_examples=100, derandomize=True, deadline=None, database=None,
+    print_blob=True,
+)
+_hypothesis_settings.register_profile(
+    "thorough", max_examples=1000, derandomize=False, deadline=None, print_blob=True,
+)
+_hypothesis_settings.load_profile(os.environ.get("SQLTREE_HYPOTHESIS_PROFILE", "default"))
