@@ -9,6 +9,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+TIE_TOLERANCE = 1e-9
+"""Scores closer than this are ties; ties go to the earlier feature, then the lower threshold."""
+
+J48_SMALL = 1e-6
+"""Weka's ``Utils.SMALL``: the tolerance of J48's weight comparisons, used for minimum counts."""
+
 
 def entropy(counts: Sequence[float]) -> float:
     """Entropy in bits of a class distribution given as weights."""
@@ -52,9 +58,3 @@ def gain_ratio(
 ) -> float:
     si = split_info(branches, unknown)
     return information_gain(branches, unknown) / si if si > 0 else 0.0
-
-
-def weighted_gini(branches: Sequence[Sequence[float]]) -> float:
-    """Gini after a split: the branches' Gini weighted by their share of the weight."""
-    total = sum(sum(b) for b in branches)
-    return sum(sum(b) / total * gini(b) for b in branches)

@@ -52,6 +52,7 @@ from typing import Any
 from sqlglot import exp
 
 from .. import queries as q
+from ..criteria import TIE_TOLERANCE
 from ..dataset import Dataset, Feature
 from ..errors import DataError
 from ..grower import DENSE_VALUES, GrowOptions, Pending, Plan, Strategy, bin_edges
@@ -85,9 +86,6 @@ FEATURE_THRESHOLD = 1e-7
 
 EPSILON = 2.220446049250313e-16
 """``np.finfo(float).eps``: impurity at most this is pure; improvement tolerance."""
-
-TIE_TOLERANCE = 1e-9
-"""Impurity decreases (per unit weight of the node) closer than this tie."""
 
 EXACT_SUBSETS_MAX = 10
 """More classes than two: all two-way partitions up to this many values at a node."""

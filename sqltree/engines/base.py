@@ -30,6 +30,8 @@ from typing import Any, ClassVar
 from sqlglot import exp
 from sqlglot.errors import ErrorLevel
 
+from ..sqlexpr import values_table
+
 
 @dataclass
 class EngineStats:
@@ -370,8 +372,6 @@ def _values_select(
     columns: Sequence[str], types: Sequence[str], rows: Sequence[Sequence[Any]]
 ) -> exp.Select:
     """``SELECT CAST(c AS type) ... FROM (VALUES ...)``, or no rows when ``rows`` is empty."""
-    from .. import queries  # the literal writers; imported here to keep engines a leaf module
-
     if not rows:
         return exp.select(
             *[
@@ -379,7 +379,7 @@ def _values_select(
                 for c, t in zip(columns, types)
             ]
         ).where(exp.false())
-    table = queries.values_table("v", list(columns), [tuple(r) for r in rows], list(types))
+    table = values_table("v", list(columns), [tuple(r) for r in rows], list(types))
     return exp.select(*[exp.column(c, table="v") for c in columns]).from_(table)
 
 

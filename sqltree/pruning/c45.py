@@ -22,6 +22,7 @@ from typing import Any
 from sqlglot import exp
 
 from .. import queries as q
+from ..criteria import J48_SMALL
 from ..dataset import Dataset, resolve_relation
 from ..tree import CONTINUOUS, Node, normalise
 
@@ -36,8 +37,8 @@ __all__ = [
     "route_counts",
 ]
 
-SMALL = 1e-6
-"""Weka's ``Utils.SMALL``: J48 compares weights and error estimates with this tolerance."""
+SMALL = J48_SMALL
+"""J48 compares weights and error estimates with ``Utils.SMALL``."""
 
 METHODS = ("c4.5", "pessimistic", "reduced-error")
 

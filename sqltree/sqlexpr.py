@@ -1,0 +1,140 @@
+"""SQL building blocks every builder, the engines and the compiler share: columns, exact
+numeric literals, CASE, aliases, small literal tables and window specs, all as sqlglot
+expressions (never pasted text)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from sqlglot import exp
+
+
+def col(name: str, table: str | None = None) -> exp.Column:
+    return exp.column(name, table=table)
+
+
+def num(x: float | int, *, double: bool = True) -> exp.Expression:
+    """A numeric literal, exact (``repr``) for floats.
+
+    Floats get an exponent (``0.25e0``) unless ``double=False``: DuckDB and Spark read a plain
+    ``0.25`` as a DECIMAL, whose products soon overflow its scale, and ``e0`` makes it DOUBLE.
+    """
+    if isinstance(x, bool):
+        raise TypeError("booleans are not numbers here")
+    if isinstance(x, int):
+        return exp.Literal.number(x)
+    if math.isinf(x) or math.isnan(x):
+        raise ValueError(f"{x} cannot be written as a SQL literal")
+    text = repr(float(x))
+    if double and "e" not in text:
+        text += "e0"
+    if text.startswith("-"):
+        return exp.Neg(this=exp.Literal.number(text[1:]))
+    return exp.Literal.number(text)
+
+
+def as_double(e: exp.Expression) -> exp.Cast:
+    return exp.cast(e, exp.DataType.build("DOUBLE"))
+
+
+def alias(e: exp.Expression, name: str) -> exp.Alias:
+    """``e AS name``, taking ``e`` itself: the builders here pass fresh expressions, and
+    copying each one again cost most of the time of building a level's queries."""
+    return exp.alias_(e, name, copy=False)
+
+
+def paren(e: exp.Expression) -> exp.Expression:
+    return exp.paren(e, copy=False)
+
+
+def case(*whens: tuple[exp.Expression, exp.Expression], default: exp.Expression) -> exp.Case:
+    # Copies each part once; sqlglot's own builder copies the whole CASE on every WHEN.
+    c = exp.Case()
+    for cond, value in whens:
+        c.when(cond.copy(), value.copy(), copy=False)
+    return c.else_(default.copy(), copy=False)
+
+
+def xlogx(e: exp.Expression) -> exp.Expression:
+    """``e * LN(e)``, 0 for ``e <= 0`` (engines disagree on LN(0), so it is never evaluated)."""
+    return case(
+        (exp.GT(this=e, expression=num(0)), paren(e * exp.func("LN", e))), default=num(0.0)
+    )
+
+
+def safe_div(a: exp.Expression, b: exp.Expression) -> exp.Expression:
+    """``a / b``, NULL where ``b`` is not positive (engines disagree on division by zero)."""
+    return case((exp.GT(this=b, expression=num(0)), paren(a) / paren(b)), default=exp.null())
+
+
+def class_columns(n_classes: int, prefix: str = "c") -> list[str]:
+    return [f"{prefix}{i}" for i in range(n_classes)]
+
+
+def total(names: Sequence[str], table: str | None = None) -> exp.Expression:
+    return add_all([col(name, table) for name in names])
+
+
+def add_all(terms: Sequence[exp.Expression]) -> exp.Expression:
+    """``(t1 + t2 + ...)``."""
+    # Built without the operator overloads, which copy the growing left operand every time.
+    out = terms[0]
+    for t in terms[1:]:
+        out = exp.Add(this=out, expression=t)
+    return paren(out)
+
+
+def window(
+    func: exp.Expression,
+    partition: Sequence[exp.Expression],
+    order: Sequence[exp.Expression] = (),
+    running: bool = False,
+) -> exp.Window:
+    spec = None
+    if running:
+        spec = exp.WindowSpec(
+            kind="ROWS", start="UNBOUNDED", start_side="PRECEDING", end="CURRENT ROW"
+        )
+    return exp.Window(
+        this=func,
+        partition_by=list(partition),
+        order=exp.Order(expressions=[exp.Ordered(this=o, nulls_first=False) for o in order])
+        if order
+        else None,
+        spec=spec,
+    )
+
+
+def literal(value: object) -> exp.Expression:
+    if isinstance(value, bool):
+        return exp.Boolean(this=value)
+    if isinstance(value, (int, float)):
+        return num(value)
+    return exp.Literal.string(str(value))
+
+
+def values_table(
+    name: str,
+    columns: Sequence[str],
+    rows: Sequence[Sequence[float | int | None]],
+    types: Sequence[str],
+) -> exp.Expression:
+    """A small literal table, typed by casts so every engine infers the same column types."""
+    literal_rows = [
+        exp.Tuple(
+            expressions=[exp.null() if v is None else num(v) for v in row]
+        )
+        for row in rows
+    ]
+    raw = exp.Values(
+        expressions=literal_rows,
+        alias=exp.TableAlias(
+            this=exp.to_identifier(f"{name}_raw"),
+            columns=[exp.to_identifier(c) for c in columns],
+        ),
+    )
+    select = exp.select(
+        *[alias(exp.cast(col(c), t), c) for c, t in zip(columns, types)]
+    ).from_(raw)
+    return alias(exp.Subquery(this=select), name)
