@@ -265,6 +265,7 @@ def describe(
         if types[f.name].is_type(*FLOAT_TYPES):
             checks[f"nan {f.index}"] = _count_when(_is_special(col(f.name), ("NaN",)))
             checks[f"inf {f.index}"] = _count_when(_is_special(col(f.name), ("Infinity",)))
+            checks[f"-inf {f.index}"] = _count_when(_is_special(col(f.name), ("-Infinity",)))
         # Training compares continuous values as DOUBLE, where integers beyond 2^53 merge,
         # while the compiled SQL and the Python walk compare them exactly.
         if types[f.name].is_type(*INTEGER_TYPES):
@@ -362,6 +363,13 @@ def _check_rows(
         raise DataError(
             f"columns holding NaN: {with_nan}; sqltree reads a missing value as NULL, so "
             "replace NaN by NULL first (in SQL: NULLIF(x, 'NaN'))"
+        )
+    # A cut is written as "x <= the value below it", and -infinity has no SQL literal.
+    below = [f.name for f in feats if int(row.get(f"-inf {f.index}") or 0)]
+    if below:
+        raise DataError(
+            f"columns holding -infinity: {below}; replace it by NULL (unknown) or by a "
+            "finite number in a query"
         )
     beyond = [
         f.name for f in feats

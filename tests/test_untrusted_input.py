@@ -218,3 +218,11 @@ def test_algorithm_names_are_forgiving() -> None:
     frame = SMALL.copy()
     for name in ("C4.5", "c45", "J48", " id3 ", "CART"):
         assert sqltree.train(frame, target="y", algorithm=name, min_samples_split=2).n_leaves == 2
+
+
+def test_minus_infinity_in_a_feature_is_refused() -> None:
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT CASE WHEN x = 1 THEN '-Infinity'::DOUBLE "
+                "ELSE x::DOUBLE END AS x, y FROM SMALL")
+    with pytest.raises(sqltree.DataError, match="-infinity"):
+        sqltree.train("t", target="y", connection=con, min_cases=1)
