@@ -776,13 +776,34 @@ def build_closed_form_label(
 
 
 # -- single expressions ----------------------------------------------------------------------
+def _slow_path(root: Node, closed: exp.Expression, table: str | None) -> exp.Expression:
+    """``CASE WHEN <some value a fractional test reads is unknown> THEN closed END``.
+
+    Only rows whose walk stopped need the closed form, and each of those has such a value. The
+    CASE also keeps DuckDB's optimizer out of the closed form: it gathers the repeated
+    subexpressions of a projection that are sure to be evaluated, which excludes those inside
+    a CASE's branches, and gathering the closed form's hundreds took minutes on a 4,000-leaf
+    tree.
+    """
+    tests: dict[tuple[Any, ...], Split] = {}
+    for n in root.walk():
+        if n.split is not None and n.unknown_branch is None:
+            split = n.split
+            key = ((split.feature,) if split.kind == CONTINUOUS
+                   else (split.feature, tuple(_listed(split))))
+            tests.setdefault(key, split)
+    unknown = [_Part(unknown_condition(s, table), 1, 1) for s in tests.values()]
+    return _case([(_chain(unknown, exp.Or).e, closed)], None)
+
+
 @_builds_large
 def compile_label(root: Node, classes: Sequence[Any], table: str | None = None) -> exp.Expression:
     """The predicted class as one SQL expression."""
     fast = build_case(root, lambda n: literal(classes[leaf_label(n)]), table)
     if not has_fractional(root):
         return fast
-    return exp.Coalesce(this=fast, expressions=[build_closed_form_label(root, classes, table)])
+    slow = _slow_path(root, build_closed_form_label(root, classes, table), table)
+    return exp.Coalesce(this=fast, expressions=[slow])
 
 
 @_builds_large
@@ -797,7 +818,7 @@ def compile_proba(root: Node, n_classes: int, table: str | None = None) -> list[
             out.append(fast)
             continue
         closed = build_closed_form(root, lambda n, c=c: n.proba[c], table) or dnum(0.0)
-        out.append(exp.Coalesce(this=fast, expressions=[closed]))
+        out.append(exp.Coalesce(this=fast, expressions=[_slow_path(root, closed, table)]))
     return out
 
 

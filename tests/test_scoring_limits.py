@@ -263,9 +263,10 @@ def test_id3_staircase_scores_on_sqlite():
 # -- engines in marked tests -----------------------------------------------------------------
 @pytest.mark.postgres
 @pytest.mark.parametrize("engine_factory", ["postgres"], indirect=True)
-@pytest.mark.parametrize("case", ["chain-1000-fractional", "leaves-4000"])
+@pytest.mark.parametrize("case", ["chain-1000-fractional", "leaves-4000", *[
+    pytest.param(case, marks=pytest.mark.slow) for case in WIDE_FRACTIONAL]])
 def test_deep_trees_on_postgres(engine_factory, postgres_admin, case):
-    make_model, make_rows = DEEP[case]
+    make_model, make_rows = {**DEEP, **WIDE_FRACTIONAL}[case]
     model, frame = make_model(), make_rows()
     engine, source = engine_factory(frame, "deep")
     rows = python_rows(frame)

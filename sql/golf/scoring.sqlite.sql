@@ -20,48 +20,56 @@ COALESCE(
     ELSE 'yes'
   END,
   CASE
-    WHEN (
-      CASE
-        WHEN "humidity" = 'normal'
-        THEN -1.0e0
-        WHEN "humidity" = 'high'
-        THEN 0.0e0
-        ELSE -0.4e0
-      END + CASE
-        WHEN "humidity" = 'high'
+    WHEN "outlook" IS NULL
+    OR NOT "outlook" IN ('overcast', 'rainy', 'sunny')
+    OR "windy" IS NULL
+    OR NOT "windy" IN ('false', 'true')
+    OR "humidity" IS NULL
+    OR NOT "humidity" IN ('high', 'normal')
+    THEN CASE
+      WHEN (
+        CASE
+          WHEN "humidity" = 'normal'
+          THEN -1.0e0
+          WHEN "humidity" = 'high'
+          THEN 0.0e0
+          ELSE -0.4e0
+        END + CASE
+          WHEN "humidity" = 'high'
+          THEN 1.0e0
+          WHEN "humidity" IS NULL OR NOT "humidity" IN ('high', 'normal')
+          THEN 0.6e0
+          ELSE 0.0e0
+        END
+      ) * CASE
+        WHEN "outlook" = 'sunny'
         THEN 1.0e0
-        WHEN "humidity" IS NULL OR NOT "humidity" IN ('high', 'normal')
-        THEN 0.6e0
+        WHEN "outlook" IS NULL OR NOT "outlook" IN ('overcast', 'rainy', 'sunny')
+        THEN 0.35714285714285715e0
         ELSE 0.0e0
-      END
-    ) * CASE
-      WHEN "outlook" = 'sunny'
-      THEN 1.0e0
-      WHEN "outlook" IS NULL OR NOT "outlook" IN ('overcast', 'rainy', 'sunny')
-      THEN 0.35714285714285715e0
-      ELSE 0.0e0
-    END + (
-      CASE WHEN "windy" = 'true' THEN 1.0e0 WHEN "windy" = 'false' THEN 0.0e0 ELSE 0.4e0 END + CASE
-        WHEN "windy" = 'false'
+      END + (
+        CASE WHEN "windy" = 'true' THEN 1.0e0 WHEN "windy" = 'false' THEN 0.0e0 ELSE 0.4e0 END + CASE
+          WHEN "windy" = 'false'
+          THEN -1.0e0
+          WHEN "windy" IS NULL OR NOT "windy" IN ('false', 'true')
+          THEN -0.6e0
+          ELSE 0.0e0
+        END
+      ) * CASE
+        WHEN "outlook" = 'rainy'
+        THEN 1.0e0
+        WHEN "outlook" IS NULL OR NOT "outlook" IN ('overcast', 'rainy', 'sunny')
+        THEN 0.35714285714285715e0
+        ELSE 0.0e0
+      END + CASE
+        WHEN "outlook" = 'overcast'
         THEN -1.0e0
-        WHEN "windy" IS NULL OR NOT "windy" IN ('false', 'true')
-        THEN -0.6e0
+        WHEN "outlook" IS NULL OR NOT "outlook" IN ('overcast', 'rainy', 'sunny')
+        THEN -0.2857142857142857e0
         ELSE 0.0e0
-      END
-    ) * CASE
-      WHEN "outlook" = 'rainy'
-      THEN 1.0e0
-      WHEN "outlook" IS NULL OR NOT "outlook" IN ('overcast', 'rainy', 'sunny')
-      THEN 0.35714285714285715e0
-      ELSE 0.0e0
-    END + CASE
-      WHEN "outlook" = 'overcast'
-      THEN -1.0e0
-      WHEN "outlook" IS NULL OR NOT "outlook" IN ('overcast', 'rainy', 'sunny')
-      THEN -0.2857142857142857e0
-      ELSE 0.0e0
-    END >= -1e-09
-    THEN 'no'
-    ELSE 'yes'
+      END >= -1e-09
+      THEN 'no'
+      ELSE 'yes'
+    END
   END
 )

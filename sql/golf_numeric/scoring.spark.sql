@@ -14,48 +14,55 @@ COALESCE(
     ELSE 'No'
   END,
   CASE
-    WHEN (
-      CASE
-        WHEN `humidity` > 75.0
+    WHEN `outlook` IS NULL
+    OR NOT `outlook` IN ('Overcast', 'Rain', 'Sun')
+    OR `wind` IS NULL
+    OR NOT `wind` IN ('High', 'Low')
+    OR `humidity` IS NULL
+    THEN CASE
+      WHEN (
+        CASE
+          WHEN `humidity` > 75.0
+          THEN 1.0e0
+          WHEN `humidity` IS NULL
+          THEN 0.6e0
+          ELSE 0.0e0
+        END + CASE
+          WHEN `humidity` <= 75.0
+          THEN -1.0e0
+          WHEN `humidity` IS NULL
+          THEN -0.4e0
+          ELSE 0.0e0
+        END
+      ) * CASE
+        WHEN `outlook` = 'Sun'
         THEN 1.0e0
-        WHEN `humidity` IS NULL
-        THEN 0.6e0
+        WHEN `outlook` IS NULL OR NOT `outlook` IN ('Overcast', 'Rain', 'Sun')
+        THEN 0.35714285714285715e0
+        ELSE 0.0e0
+      END + (
+        CASE WHEN `wind` = 'Low' THEN -1.0e0 WHEN `wind` = 'High' THEN 0.0e0 ELSE -0.6e0 END + CASE
+          WHEN `wind` = 'High'
+          THEN 1.0e0
+          WHEN `wind` IS NULL OR NOT `wind` IN ('High', 'Low')
+          THEN 0.4e0
+          ELSE 0.0e0
+        END
+      ) * CASE
+        WHEN `outlook` = 'Rain'
+        THEN 1.0e0
+        WHEN `outlook` IS NULL OR NOT `outlook` IN ('Overcast', 'Rain', 'Sun')
+        THEN 0.35714285714285715e0
         ELSE 0.0e0
       END + CASE
-        WHEN `humidity` <= 75.0
+        WHEN `outlook` = 'Overcast'
         THEN -1.0e0
-        WHEN `humidity` IS NULL
-        THEN -0.4e0
+        WHEN `outlook` IS NULL OR NOT `outlook` IN ('Overcast', 'Rain', 'Sun')
+        THEN -0.2857142857142857e0
         ELSE 0.0e0
-      END
-    ) * CASE
-      WHEN `outlook` = 'Sun'
-      THEN 1.0e0
-      WHEN `outlook` IS NULL OR NOT `outlook` IN ('Overcast', 'Rain', 'Sun')
-      THEN 0.35714285714285715e0
-      ELSE 0.0e0
-    END + (
-      CASE WHEN `wind` = 'Low' THEN -1.0e0 WHEN `wind` = 'High' THEN 0.0e0 ELSE -0.6e0 END + CASE
-        WHEN `wind` = 'High'
-        THEN 1.0e0
-        WHEN `wind` IS NULL OR NOT `wind` IN ('High', 'Low')
-        THEN 0.4e0
-        ELSE 0.0e0
-      END
-    ) * CASE
-      WHEN `outlook` = 'Rain'
-      THEN 1.0e0
-      WHEN `outlook` IS NULL OR NOT `outlook` IN ('Overcast', 'Rain', 'Sun')
-      THEN 0.35714285714285715e0
-      ELSE 0.0e0
-    END + CASE
-      WHEN `outlook` = 'Overcast'
-      THEN -1.0e0
-      WHEN `outlook` IS NULL OR NOT `outlook` IN ('Overcast', 'Rain', 'Sun')
-      THEN -0.2857142857142857e0
-      ELSE 0.0e0
-    END >= -1e-09
-    THEN 'No'
-    ELSE 'Yes'
+      END >= -1e-09
+      THEN 'No'
+      ELSE 'Yes'
+    END
   END
 )
