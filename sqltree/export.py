@@ -120,21 +120,23 @@ def text(
     root, labels = _resolve(model_or_root, classes)
     lines: list[str] = []
 
-    def dump(node: Node, depth: int) -> None:
+    # An explicit stack of (test node, depth, next branch): trees of any depth print.
+    stack: list[tuple[Node, int, int]] = [] if root.is_leaf else [(root, 0, 0)]
+    while stack:
+        node, depth, branch = stack.pop()
+        if branch == len(node.children):
+            continue
         assert node.split is not None
-        for branch, child in enumerate(node.children):
-            line = "|   " * depth + condition(node.split, branch, decimals)
-            if child.is_leaf:
-                lines.append(f"{line}: {_label(child, labels)}")
-            else:
-                lines.append(line)
-                dump(child, depth + 1)
+        stack.append((node, depth, branch + 1))
+        child = node.children[branch]
+        line = "|   " * depth + condition(node.split, branch, decimals)
+        if child.is_leaf:
+            lines.append(f"{line}: {_label(child, labels)}")
+        else:
+            lines.append(line)
+            stack.append((child, depth + 1, 0))
 
-    if root.is_leaf:
-        body = f": {_label(root, labels)}"
-    else:
-        dump(root, 0)
-        body = "\n".join(lines)
+    body = f": {_label(root, labels)}" if root.is_leaf else "\n".join(lines)
     if not summary:
         return body
     leaves, size = _count(root)
@@ -167,17 +169,20 @@ def rule_list(
     root, labels = _resolve(model_or_root, classes)
     out: list[Rule] = []
 
-    def visit(node: Node, path: list[str]) -> None:
+    stack: list[tuple[Node, list[str]]] = [(root, [])]
+    while stack:
+        node, path = stack.pop()
         if node.is_leaf:
             weight = node.weight
             confidence = node.counts[node.label] / weight if weight > 0 else 0.0
-            out.append(Rule(list(path), labels[node.label], weight, confidence, node))
-            return
+            out.append(Rule(path, labels[node.label], weight, confidence, node))
+            continue
         assert node.split is not None
-        for branch, child in enumerate(node.children):
-            visit(child, [*path, condition(node.split, branch, decimals)])
-
-    visit(root, [])
+        split = node.split
+        stack.extend(
+            (child, [*path, condition(split, branch, decimals)])
+            for branch, child in reversed(list(enumerate(node.children)))
+        )
     return out
 
 
@@ -207,19 +212,37 @@ def graphviz(
     out = [f"digraph {_dot_quote(name)} {{", "  node [fontname=\"Helvetica\"];"]
     counter = iter(range(1 << 62))
 
-    def visit(node: Node) -> int:
+    def open_node(node: Node) -> int:
         me = next(counter)
         if node.is_leaf:
             out.append(f"  N{me} [label={_dot_quote(_label(node, labels))} shape=box];")
-            return me
-        assert node.split is not None
-        out.append(f"  N{me} [label={_dot_quote(node.split.feature)}];")
-        for branch, child in enumerate(node.children):
-            child_id = visit(child)
-            edge = condition(node.split, branch, decimals)[len(node.split.feature) + 1 :]
-            out.append(f"  N{me} -> N{child_id} [label={_dot_quote(edge)}];")
+        else:
+            assert node.split is not None
+            out.append(f"  N{me} [label={_dot_quote(node.split.feature)}];")
         return me
 
-    visit(root)
+    def edge(parent: Node, parent_id: int, branch: int, child_id: int) -> None:
+        assert parent.split is not None
+        label = condition(parent.split, branch, decimals)[len(parent.split.feature) + 1 :]
+        out.append(f"  N{parent_id} -> N{child_id} [label={_dot_quote(label)}];")
+
+    # Frames (node, its id, next branch, where it hangs): a child's edge follows its subtree.
+    Frame = tuple[Node, int, int, tuple[Node, int, int] | None]
+    root_id = open_node(root)
+    stack: list[Frame] = [] if root.is_leaf else [(root, root_id, 0, None)]
+    while stack:
+        node, me, branch, parent = stack.pop()
+        if branch == len(node.children):
+            if parent is not None:
+                edge(*parent, me)
+            continue
+        stack.append((node, me, branch + 1, parent))
+        child = node.children[branch]
+        child_id = open_node(child)
+        if child.is_leaf:
+            edge(node, me, branch, child_id)
+        else:
+            stack.append((child, child_id, 0, (node, me, branch)))
+
     out.append("}")
     return "\n".join(out) + "\n"

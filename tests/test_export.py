@@ -111,3 +111,27 @@ def test_graphviz_escapes_quotes() -> None:
     svg = render_svg(dot)
     # Graphviz reads the escaped label back as the original text.
     assert "say &quot;hi&quot;" in svg and "= a\\b" in svg and "x&quot;y (1.0)" in svg
+
+
+def test_exporters_print_trees_of_any_depth():
+    def leaf(counts: list[float]) -> Node:
+        return Node(counts=counts, proba=[c / sum(counts) for c in counts])
+
+    depth = 3000  # far beyond Python's recursion limit
+    root = node = Node([1.0, 1.0], [0.5, 0.5])
+    for i in range(depth):
+        right = Node([1.0, 1.0], [0.5, 0.5])
+        node.split = Split("x", "continuous", float(i))
+        node.children = [leaf([1.0, 0.0] if i % 2 else [0.0, 1.0]), right]
+        node = right
+    node.counts, node.proba = [1.0, 0.0], [1.0, 0.0]
+    text = export.text(root, ["a", "b"], summary=False).splitlines()
+    assert len(text) == 2 * depth
+    assert text[-1] == "|   " * (depth - 1) + f"x > {depth - 1}: a (1.0)"
+    rules = export.rule_list(root, ["a", "b"])
+    assert len(rules) == depth + 1 and len(rules[-1].conditions) == depth
+    dot = export.graphviz(root, ["a", "b"]).splitlines()
+    assert sum("->" in line for line in dot) == 2 * depth
+    # as before: a test's edge follows its child's subtree, so the root's second edge is last
+    assert dot[-2] == '  N0 -> N2 [label="> 0"];'
+    assert f'  N{2 * depth - 1} -> N{2 * depth} [label="> {depth - 1}"];' in dot
