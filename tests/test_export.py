@@ -134,4 +134,4 @@ def test_exporters_print_trees_of_any_depth():
     assert sum("->" in line for line in dot) == 2 * depth
     # as before: a test's edge follows its child's subtree, so the root's second edge is last
     assert dot[-2] == '  N0 -> N2 [label="> 0"];'
-    assert f'  N{2 * depth - 1} -> N{2 * depth} [label="> {depth - 1}"];' in dot
+    assert f'  N{2 * depth - 2} -> N{2 * depth} [label="> {depth - 1}"];' in dot
