@@ -315,6 +315,28 @@ def test_cart_branch_of_unknown_values_only_has_no_empty_list():
     assert [model.predict_row(r) for r in python_rows(frame)] == ["p", "q", "q", "p"]
 
 
+@pytest.mark.postgres
+@pytest.mark.parametrize("engine_factory", ["postgres"], indirect=True)
+def test_cart_branch_of_unknown_values_only_on_postgres(engine_factory, postgres_admin):
+    train = pd.DataFrame({"c": ["a"] * 10 + [None] * 10, "y": ["p"] * 10 + ["q"] * 10})
+    model = sqltree.train(train, target="y", algorithm="cart")
+    frame = pd.DataFrame({"c": ["a", None, "b", "a"], "rid": range(4)})
+    engine, source = engine_factory(frame, "cart")
+    for output in ("label", "leaf"):
+        query = expression_form(model, output)
+        query.set("from_", exp.From(this=source.copy()))
+        want = [(model.predict_row(r) if output == "label" else python_leaf(model.root, r))
+                for r in python_rows(frame)]
+        assert [p for _, p in sorted(engine.execute(query))] == want
+    view = exp.Table(this=exp.to_identifier("v"), db=source.args["db"].copy())
+    postgres_admin.execute(model.to_sql("postgres", table=render(source, "postgres"),
+                                        view=render(view, "postgres"), proba=True))
+    assert_scored_like_python(model, frame, engine.frame(exp.select("*").from_(view))
+                              .sort_values("rid"))
+    got = model.predict(source, connection=engine, proba=True).sort_values("rid")
+    assert_scored_like_python(model, frame, got)
+
+
 def _empty_group_trees() -> dict[str, Node]:
     """Nominal tests with a branch that lists no value, in every position and routing."""
 
