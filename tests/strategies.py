@@ -242,7 +242,7 @@ class TableSpec:
     case_clash: bool = False
     names: tuple[str, ...] = HOSTILE_NAMES
     nominal_infinities: bool = True  # numeric columns holding infinity may be made nominal
-    binned_infinities: bool = True  # max_bins with infinite values
+    binned_extremes: bool = True  # max_bins over values whose range overflows a double
     feature_kinds: tuple[str, ...] = KINDS
     label_kinds: tuple[str, ...] = ("text", "text", "text", "int", "bool", "float")
     extra: dict[str, Any] = field(default_factory=dict)
@@ -474,7 +474,7 @@ def trained_cases(draw: st.DrawFn, spec: TableSpec | None = None,
         spec = dataclasses.replace(spec, infinities=tuple(x for x in spec.infinities if x < 0))
     table = draw(tables(spec))
     opts = draw(options(table, algorithm))
-    if not spec.binned_infinities and any(_holds_infinity(c) for c in table.features):
+    if not spec.binned_extremes and any(_overflows(c) for c in table.features):
         opts.pop("max_bins", None)
     numeric = [c.name for c in table.features if c.kind in ("int", "float")
                and (spec.nominal_infinities or not _holds_infinity(c))]
@@ -494,6 +494,12 @@ def beyond_2_53(table: Table) -> list[str]:
 
 def _holds_infinity(column: Column) -> bool:
     return any(isinstance(v, float) and math.isinf(v) for v in column.values)
+
+
+def _overflows(column: Column) -> bool:
+    """Whether the column's range (max - min) is beyond the largest double."""
+    values = [float(v) for v in column.values if isinstance(v, (int, float))]
+    return bool(values) and math.isinf(max(values) - min(values))
 
 
 @st.composite
@@ -555,10 +561,10 @@ def _data_refusals(draw: st.DrawFn, table: Table, opts: dict[str, Any], kind: st
     n = table.n_rows
     row = draw(st.integers(0, n - 1))
     target = table.target
-    if kind == "nan_feature":
+    if kind in ("nan_feature", "nan_nominal"):
         name = draw(st.sampled_from(table.features)).name
         kw["nominal"] = [c for c in kw.get("nominal", []) if c != name]
-        if draw(st.booleans()):
+        if kind == "nan_nominal":
             kw["nominal"].append(name)
         table = table.replace(name, [math.nan if i == row else float(i) for i in range(n)],
                               "float")
@@ -600,6 +606,11 @@ def _data_refusals(draw: st.DrawFn, table: Table, opts: dict[str, Any], kind: st
         name = draw(st.sampled_from(table.features)).name
         big = draw(st.sampled_from((TWO_53 + 1, -TWO_53 - 1, INT64_MAX, INT64_MIN)))
         table = table.replace(name, [big if i == row else i for i in range(n)], "int")
+        kw["nominal"] = [c for c in kw.get("nominal", []) if c != name]
+    elif kind == "minus_infinity":
+        name = draw(st.sampled_from(table.features)).name
+        table = table.replace(name, [-math.inf if i == row else float(i) for i in range(n)],
+                              "float")
         kw["nominal"] = [c for c in kw.get("nominal", []) if c != name]
     elif kind == "cart_infinity":
         name = draw(st.sampled_from(table.features)).name
@@ -760,9 +771,10 @@ def _source_refusals(draw: st.DrawFn, table: Table, opts: dict[str, Any], kind: 
 
 
 DATA_REFUSALS = (
-    "nan_feature", "nan_target", "fractional_target", "negative_weight", "null_weight",
-    "nan_weight", "inf_weight", "zero_weights", "text_weight", "bool_weight", "single_class",
-    "null_target", "null_feature", "empty", "beyond_2_53", "cart_infinity",
+    "nan_feature", "nan_nominal", "nan_target", "fractional_target", "negative_weight",
+    "null_weight", "nan_weight", "inf_weight", "zero_weights", "text_weight", "bool_weight",
+    "single_class", "null_target", "null_feature", "empty", "beyond_2_53", "minus_infinity",
+    "cart_infinity",
 )
 OPTION_REFUSALS = (
     "bad_option", "negative_class_weight", "unknown_keyword", "reduced_error_alone",

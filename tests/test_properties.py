@@ -19,10 +19,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import itertools
 import json
+import math
 import os
 import random
 import sqlite3
+import sys
 import tempfile
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -30,6 +33,7 @@ from typing import Any
 
 import duckdb
 import pytest
+import sqlglot
 from hypothesis import HealthCheck, Phase, given, note, settings
 from hypothesis import strategies as st
 from sqlglot import exp
@@ -56,7 +60,9 @@ from tests.strategies import (
 # Input families left out of the valid tables until their bugs are fixed (each has a test in
 # tests/test_regressions_found.py).
 SPEC = TableSpec(
-    infinities=(),  # -inf thresholds, nominal and binned infinities: see regressions
+    infinities=(math.inf,),  # -infinity is refused (a refusal below)
+    nominal_infinities=False,  # unassigned bug: an infinite nominal value has no SQL literal
+    binned_extremes=False,  # unassigned bug: max_bins over an overflowing range gives NaN bins
 )
 VALID = trained_cases(SPEC)
 
@@ -279,6 +285,84 @@ def check_counts(model: Model, table: Table) -> None:
             f"node {node.node_id}: counts {node.counts}, the training rows give {want}")
 
 
+def reaching(model: Model, table: Table) -> dict[int, list[dict[str, Any]]]:
+    """The training rows that reach each node (by any route, for fractional unknowns)."""
+    drop = model.options.get("algorithm") != "cart" and model.options.get("missing") == "drop"
+    out: dict[int, list[dict[str, Any]]] = {id(n): [] for n in model.root.walk()}
+    for row in table.rows():
+        if row[table.target] is None:
+            continue
+        stack = [model.root]
+        while stack:
+            node = stack.pop()
+            out[id(node)].append(row)
+            if node.split is None:
+                continue
+            branch = node.split.branch_of(row.get(node.split.feature))
+            if branch is None and not drop:
+                branch = node.unknown_branch
+                if branch is None:
+                    stack.extend(c for c, share in zip(node.children, node.shares) if share > 0)
+                    continue
+            if branch is not None:
+                stack.append(node.children[branch])
+    return out
+
+
+def midpoint(a: float, b: float) -> float:
+    """scikit-learn's threshold between adjacent values (``a`` where ``a/2 + b/2`` is ``b``)."""
+    t = a / 2.0 + b / 2.0
+    return a if t == b or math.isinf(t) else t
+
+
+def check_tree(model: Model, table: Table) -> None:
+    """Thresholds are training values (C4.5, ID3, bins) or midpoints of a node's adjacent
+    values (CART); probabilities are counts normalised and add up to 1."""
+    cart = model.options.get("algorithm") == "cart"
+    binned = model.options.get("max_bins") is not None
+    training = [r for r in table.rows() if r[table.target] is not None]
+    rows = reaching(model, table) if cart and not binned else {}
+    for node in model.root.walk():
+        assert abs(sum(node.proba) - 1.0) <= TOL, f"node {node.node_id}: proba {node.proba}"
+        if node.weight > 0:
+            assert all(close(p, c / node.weight, 1e-300) for p, c in zip(node.proba, node.counts))
+        split = node.split
+        if split is None or split.kind != "continuous":
+            continue
+        values = sorted({float(r[split.feature]) for r in training
+                         if r[split.feature] is not None})
+        if cart and split.threshold == sys.float_info.max:
+            continue  # scikit-learn's infinite threshold: known values left, unknown right
+        if not cart or binned:
+            assert split.threshold in values, (
+                f"node {node.node_id}: threshold {split.threshold!r} is no value of "
+                f"{split.feature!r}")
+            continue
+        here = sorted({float(r[split.feature]) for r in rows[id(node)]
+                       if r[split.feature] is not None})
+        cuts = {midpoint(a, b) for a, b in itertools.pairwise(here)}
+        assert split.threshold in cuts, (
+            f"node {node.node_id}: threshold {split.threshold!r} is no midpoint of the "
+            f"node's adjacent values of {split.feature!r} ({here[:20]})")
+
+
+DIALECTS = ("postgres", "spark", "bigquery", "snowflake", "tsql", "mysql", "trino")
+
+
+def check_exports(model: Model, table: Table) -> None:
+    """Text, rules and DOT print, and the scoring SQL renders in other dialects and reads
+    back; the Python walk reads NaN as unknown."""
+    assert model.text() and model.rules() and model.graphviz()
+    for dialect in DIALECTS:
+        sql = model.to_sql(dialect)
+        assert sqlglot.parse_one(f"SELECT {sql} FROM t", read=dialect) is not None
+    for row in table.rows()[:20]:
+        proba = model.predict_proba_row(row)
+        assert abs(sum(proba) - 1.0) <= TOL
+        nan = {k: math.nan if v is None else v for k, v in row.items()}
+        assert model.predict_proba_row(nan) == proba
+
+
 def check_round_trip(model: Model, table: Table) -> None:
     """to_dict/from_dict is exact; save, load, save writes the same bytes; the loaded model
     compiles to the same SQL and walks rows the same way."""
@@ -346,19 +430,37 @@ def unchanged(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
 
 
 # -- properties --------------------------------------------------------------------------------
-@given(case=VALID, source=st.sampled_from(SOURCES))
+# A caller's own settings, which sqltree changes while it works and must give back.
+PRESETS = ("SET threads = 1", "SET perfect_ht_threshold = 7",
+           "SET disabled_optimizers = 'build_side_probe_side'")
+
+
+@given(case=VALID, source=st.sampled_from(SOURCES),
+       presets=st.lists(st.sampled_from(PRESETS), unique=True), transaction=st.booleans())
 @settings(max_examples=examples(60))
-def test_trained_models_score_count_and_save_consistently(case, source):
+def test_trained_models_score_count_and_save_consistently(case, source, presets, transaction):
     """For every trained model: the compiled SQL on DuckDB and SQLite, ``predict`` and the
-    Python walk agree on every row; weights are conserved down the tree; the model file
-    round-trips exactly; the caller's connection is left as it was."""
+    Python walk agree on every row; weights are conserved down the tree; thresholds are
+    training values or midpoints; the model file round-trips exactly; the caller's connection
+    (its settings, catalog and open transaction) is left as it was."""
     table, opts = case
-    with contextlib.closing(duckdb_with(table)) as con, unchanged(con):
-        model = train(table, opts, con, source)
-        note(f"tree:\n{model.text()}")
-        check_agreement(model, table, con)
+    if source == "frame":  # unassigned bug: an unfinished result then blocks register()
+        presets = [p for p in presets if "build_side_probe_side" not in p]
+    with contextlib.closing(duckdb_with(table)) as con:
+        for statement in presets:
+            con.execute(statement)
+        if transaction:
+            con.execute("BEGIN TRANSACTION")
+        with unchanged(con):
+            model = train(table, opts, con, source)
+            note(f"tree:\n{model.text()}")
+            check_agreement(model, table, con)
+        if transaction:
+            con.execute("ROLLBACK")  # still the caller's transaction, still open
     check_counts(model, table)
+    check_tree(model, table)
     check_round_trip(model, table)
+    check_exports(model, table)
 
 
 @given(case=pruned_cases(SPEC))
@@ -402,6 +504,8 @@ def check_refused(case: Refusal) -> None:
         assert con.execute("SELECT COUNT(*) FROM t").fetchone() == (case.table.n_rows,)
 
 
+# Unassigned bug: NaN in a nominal float column fails as a SQL literal (plain ValueError).
+NOT_YET = ("nan_nominal",)
 # Checked by sqltree.options, which raises plain ValueError/TypeError for now.
 CHECKED_OPTIONS = ("bad_option", "negative_class_weight", "unknown_keyword",
                    "reduced_error_alone", "validation_alone", "no_features",
@@ -409,7 +513,7 @@ CHECKED_OPTIONS = ("bad_option", "negative_class_weight", "unknown_keyword",
 
 
 @given(case=refusals(SPEC, kinds=[k for k in DATA_REFUSALS + OPTION_REFUSALS + SOURCE_REFUSALS
-                                  if k not in CHECKED_OPTIONS]))
+                                  if k not in CHECKED_OPTIONS + NOT_YET]))
 @settings(max_examples=examples(60))
 def test_invalid_input_is_refused_with_a_sqltree_error(case):
     """Wrong data, columns, sources or connections raise a ``sqltree.SqlTreeError``
@@ -443,6 +547,51 @@ def test_corrupt_model_files_are_refused(data):
             fh.write(raw)
         with pytest.raises(sqltree.ModelFileError):
             sqltree.load(path)
+
+
+# "missing_table" is left out until predict reads a missing table's schema into a DataError
+# (unassigned bug: DuckDB's CatalogException comes through; see the regression test).
+SCORING_REFUSALS = ("missing_column", "column_clash", "proba_clash", "multi_statement",
+                    "writing_query", "bad_source_type", "bad_connection")
+
+
+@given(kind=st.sampled_from(SCORING_REFUSALS), data=st.data())
+@settings(max_examples=examples(30))
+def test_invalid_scoring_input_is_refused(kind, data):
+    """``predict`` refuses a source without a tested column, output columns that clash with
+    the source's (ignoring case), sources that are not one readable relation and connections
+    that are not engines, with a ``sqltree.SqlTreeError``; the source is untouched."""
+    model = Model.from_dict(saved_model())
+    frame = mixed_table(50)
+    tested = sorted({n.split.feature for n in model.root.walk() if n.split is not None})
+    source: Any = "s"
+    kwargs: dict[str, Any] = {"proba": data.draw(st.booleans())}
+    if kind == "missing_column":
+        frame = frame.drop(columns=[data.draw(st.sampled_from(tested))])
+    elif kind == "column_clash":
+        frame[data.draw(st.sampled_from(("prediction", "Prediction", "PREDICTION")))] = 1
+    elif kind == "proba_clash":
+        name = data.draw(st.sampled_from(model.proba_columns()))
+        frame[data.draw(st.sampled_from((name, name.upper(), name.title())))] = 1.0
+        kwargs["proba"] = True
+    elif kind == "multi_statement":
+        source = data.draw(st.sampled_from(("SELECT * FROM s; DROP TABLE s",
+                                            "SELECT * FROM s;; DELETE FROM s")))
+    elif kind == "writing_query":
+        source = "WITH d AS (DELETE FROM s RETURNING *) SELECT * FROM d"
+    elif kind == "bad_source_type":
+        source = data.draw(st.sampled_from((42, None, b"s", ["s"])))
+    with contextlib.closing(duckdb.connect()) as con:
+        con.register("frame", frame)
+        con.execute("CREATE TABLE s AS SELECT * FROM frame")
+        con.unregister("frame")
+        if kind == "bad_connection":
+            kwargs["connection"] = data.draw(st.sampled_from((42, "mysql://u@h/db", object())))
+        else:
+            kwargs["connection"] = con
+        with unchanged(con), pytest.raises(sqltree.SqlTreeError):
+            model.predict(source, **kwargs)
+        assert con.execute("SELECT COUNT(*) FROM s").fetchone() == (len(frame),)
 
 
 # -- PostgreSQL and Spark: a sample in CI ------------------------------------------------------
