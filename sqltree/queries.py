@@ -1370,7 +1370,9 @@ def _fixed_point_unit(level: exp.Expression) -> exp.Select:
         default=bits.copy(),
     )
     unit = case(
-        (exp.GT(this=bound.copy(), expression=num(0)), exp.Pow(this=num(2.0), expression=bits)),
+        # a DOUBLE base: PostgreSQL's NUMERIC power rounds negative powers to decimals
+        (exp.GT(this=bound.copy(), expression=num(0)),
+         exp.Pow(this=as_double(num(2.0)), expression=bits)),
         default=num(1.0),
     )
     return exp.select(alias(unit, "unit")).from_(level.copy())

@@ -10,14 +10,17 @@ continuous and nominal features and a fractional weight column.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
+from sqlglot import exp
 
 import sqltree
+from sqltree import queries as q
 from sqltree.engines.duckdb import DuckDBEngine
 from sqltree.model import Model
 
@@ -51,10 +54,10 @@ def data() -> pd.DataFrame:
 
 CASES = {
     # unknown values make weights fractional from the first split on
-    "c4.5 unknown values": {"max_depth": 6},
-    "c4.5 weight column": {"weight": "w", "max_depth": 6},
+    "c4.5 unknown values": {"max_depth": 5},
+    "c4.5 weight column": {"weight": "w", "max_depth": 5},
     "cart class and sample weights": {
-        "algorithm": "cart", "weight": "w", "class_weight": "balanced", "max_depth": 6,
+        "algorithm": "cart", "weight": "w", "class_weight": "balanced", "max_depth": 5,
     },
 }
 
@@ -118,3 +121,72 @@ def test_other_engines_give_duckdbs_model(engine_factory: EngineFactory, case):
     other = sqltree.train(source, target="y", connection=engine, **options)
     assert duck.n_leaves > 10
     assert _comparable(other) == _comparable(duck)
+
+
+def test_fixed_point_bits_keep_every_sum_in_a_bigint():
+    assert q.fixed_point_bits(1_000_000.0) == 41  # 1e6 < 2^20
+    assert q.fixed_point_bits(2.0**20) == 40  # a power of two is itself the bound's top bit
+    assert q.fixed_point_bits(0.75) == 61
+    assert q.fixed_point_bits(0.0) == q.fixed_point_bits(1.0)
+    for bound in (1e-300, 3e-5, 1.0, 12345.678, 2.0**52, 1e30, 1e300):
+        bits = q.fixed_point_bits(bound)
+        assert math.isfinite(2.0**bits) and 2.0**-bits > 0
+        if abs(bits) < q.FIXED_POINT_MAX_BITS:
+            assert 2.0**60 <= bound * 2.0**bits < 2.0**61
+
+
+def test_fixed_point_rounds_and_converts_alike_on_every_engine(engine_factory):
+    # Rounding to the nearest unit with ties up (casts round ties differently per engine), and
+    # sums above 2^53 units converted to DOUBLE correctly rounded (as Python's float(int)).
+    bits = 41
+    unit = 2.0**-bits
+    weights = [0.1, 1 / 3, 2.5 * unit, 3.5 * unit, 0.5 * unit, 1.0, 123456.789, 1.7]
+    sums = [2**53 + 1, 2**61 + 12345, 2**62 - 1, 3, 2**60 + 2**7 + 1, 0, 5, 2**55 - 3]
+    frame = pd.DataFrame({"k": range(len(weights)), "w": weights, "s": sums})
+    engine, source = engine_factory(frame)
+    query = (
+        exp.select(
+            exp.column("k"),
+            exp.alias_(q.to_fixed(exp.column("w"), bits), "f"),
+            exp.alias_(q.from_fixed(exp.func("SUM", exp.column("s")), bits), "d"),
+        )
+        .from_(source)
+        .group_by(exp.column("k"), exp.column("w"))
+        .order_by(exp.column("k"))
+    )
+    got = [(int(f), float(d)) for _, f, d in engine.execute(query)]
+    expected = [(math.floor(w * 2.0**bits + 0.5), float(s) * unit) for w, s in zip(weights, sums)]
+    assert got == expected
+    assert got[2][0] == 3 and got[3][0] == 4 and got[4][0] == 1
+
+
+def test_recounted_weights_are_exact_sums_in_every_engine(engine_factory):
+    # Pruning recounts class weights per (node, key) of rows it routes: fixed-point sums scaled
+    # in the query from the rows' largest weight, in (node, key) order.
+    from sqltree.dataset import describe
+
+    rng = np.random.default_rng(3)
+    n = 5_000
+    x = rng.normal(size=n).round(2)
+    x[rng.random(n) < 0.1] = np.nan
+    rows = pd.DataFrame({
+        "x": x,
+        "w": rng.random(n) * 3 + 0.01,
+        "y": rng.choice(["a", "b", "c"], size=n).astype(object),
+    })
+    engine, source = engine_factory(rows)
+    data = describe(source, engine, "y", weight="w")
+    level = engine.materialize("level", q.build_level0(data))
+    got = engine.execute(q.build_keyed_counts(level, data.features, [(0, 0, 0.25)], 3))
+
+    bound = rows["w"].max() * n
+    unit = 2.0 ** (q.FIXED_POINT_HEADROOM - math.ceil(math.log2(bound) + 0.25))
+    keys = np.where(np.isnan(x), -1.0, np.where(x <= 0.25, 0.0, 1.0))
+    expected = []
+    for key in (-1.0, 0.0, 1.0):
+        fixed = [
+            sum(math.floor(w * unit + 0.5) for w in rows["w"][(keys == key) & (rows["y"] == c)])
+            for c in ("a", "b", "c")
+        ]
+        expected.append((0, key, *[s / unit for s in fixed]))
+    assert [(int(r[0]), float(r[1]), *map(float, r[2:])) for r in got] == expected
