@@ -438,7 +438,7 @@ def options(draw: st.DrawFn, table: Table, algorithm: str | None = None) -> dict
 
 @st.composite
 def cart_options(draw: st.DrawFn, table: Table) -> dict[str, Any]:
-    out: dict[str, Any] = {"criterion": draw(st.sampled_from(("gini", "entropy")))}
+    out: dict[str, Any] = {"criterion": draw(st.sampled_from(("gini", "entropy", "log_loss")))}
     maybe = st.booleans()
     if draw(maybe):
         out["min_samples_leaf"] = draw(st.sampled_from((1, 2, 5, 0.1)))
