@@ -212,6 +212,43 @@ def check_agreement(model: Model, table: Table, con: duckdb.DuckDBPyConnection) 
         ("closed-form query on DuckDB", closed_form, ()), ("to_sql on SQLite", sqlite, ()),
     ]:
         assert_scores(where, scored(model, run, taken), model, table, expected)
+    check_leaves_and_into(model, table, con)
+
+
+def leaf_of(model: Model, row: dict[str, Any]) -> int | None:
+    """The id of the leaf a row's known values lead to; None where a test that spreads
+    unknown values over its branches meets one."""
+    node = model.root
+    while node.split is not None:
+        branch = node.split.branch_of(row.get(node.split.feature))
+        if branch is None:
+            branch = node.unknown_branch
+        if branch is None:
+            return None
+        node = node.children[branch]
+    return node.node_id
+
+
+def check_leaves_and_into(model: Model, table: Table, con: duckdb.DuckDBPyConnection) -> None:
+    """``output="leaf"`` gives each row's leaf; ``predict(into=...)`` writes the rows
+    ``predict`` returns (in any order)."""
+    sql = model.to_sql("duckdb", table="t", output="leaf", column=free_name(table, "leaf"))
+    leaves = [r[-1] for r in con.execute(sql).fetchall()]
+    assert leaves == [leaf_of(model, r) for r in table.rows()]
+
+    column = free_name(table, "prediction")
+    into = free_name(table, "scored")
+    expected = model.predict("t", connection=con, column=column)
+    model.predict("t", connection=con, column=column, into=into)
+    try:
+        written = con.execute(exp.select("*").from_(exp.to_table(into)).sql("duckdb")).df()
+    finally:
+        con.execute(exp.Drop(tables=[exp.to_table(into)], kind="TABLE").sql("duckdb"))
+
+    def rows(frame: pd.DataFrame) -> list[str]:
+        return sorted(repr(tuple(r)) for r in frame.astype(object).itertuples(index=False))
+
+    assert rows(written) == rows(expected)
 
 
 def class_factors(model: Model, table: Table) -> list[float]:
