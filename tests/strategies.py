@@ -730,6 +730,9 @@ def _source_refusals(draw: st.DrawFn, table: Table, opts: dict[str, Any], kind: 
             "WITH d AS (DELETE FROM t RETURNING *) SELECT * FROM d",
             "SELECT * INTO u FROM t",
         )))
+    elif kind == "star_duplicates":  # * expands to names another column of the query has
+        source = draw(st.sampled_from(("SELECT * FROM t AS a, t AS b", "SELECT *, * FROM t",
+                                       "SELECT t.*, u.* FROM t, t AS u")))
     elif kind == "missing_table":
         source = draw(st.sampled_from(("no_such_table", '"t "', "main.nope", "SELECT * FROM nope")))
     elif kind == "bad_query":
@@ -782,9 +785,9 @@ OPTION_REFUSALS = (
     "target_as_feature_list", "weight_is_target",
 )
 SOURCE_REFUSALS = (
-    "multi_statement", "writing_query", "missing_table", "bad_query", "bad_source_type",
-    "blank_source", "missing_file", "bad_connection", "case_clash", "duplicate_names",
-    "blank_name", "unsupported_feature", "unsupported_target",
+    "multi_statement", "writing_query", "star_duplicates", "missing_table", "bad_query",
+    "bad_source_type", "blank_source", "missing_file", "bad_connection", "case_clash",
+    "duplicate_names", "blank_name", "unsupported_feature", "unsupported_target",
 )
 
 
