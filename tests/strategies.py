@@ -918,3 +918,25 @@ def corrupt_model_files(draw: st.DrawFn, data: dict[str, Any]) -> tuple[str, byt
         inner = [i for i, node in enumerate(doc["tree"]) if "split" in node]
         what = _corrupt_split(draw, doc["tree"], draw(st.sampled_from(inner)))
     return what, json.dumps(doc, indent=1, ensure_ascii=False).encode()
+
+
+@st.composite
+def scoring_tables(draw: st.DrawFn, table: Table, spec: TableSpec | None = None) -> Table:
+    """New rows for a model trained on ``table``: the same columns, its values mixed with
+    values it never saw (nominal values no branch lists, numbers between and beyond its
+    thresholds, integers beyond 2^53) and more NULLs."""
+    spec = spec or TableSpec()
+    n_rows = draw(st.integers(1, 60))
+    rng = random.Random(draw(st.integers(0, 2**32 - 1)))
+    columns = []
+    for c in table.columns:
+        seen = [v for v in c.values if v is not None]
+        if c.name in (table.target, table.weight):
+            values = [rng.choice(seen) if seen else None for _ in range(n_rows)]
+        else:
+            fresh = draw(st.lists(value_strategy(c.kind, infinities=spec.infinities),
+                                  max_size=6, unique_by=_identity))
+            pool = seen + fresh or [None]
+            values = [None if rng.random() < 0.2 else rng.choice(pool) for _ in range(n_rows)]
+        columns.append(Column(c.name, c.kind, tuple(values)))
+    return Table(tuple(columns), table.target, table.weight)

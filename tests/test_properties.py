@@ -56,6 +56,7 @@ from tests.strategies import (
     corrupt_model_files,
     pruned_cases,
     refusals,
+    scoring_tables,
     trained_cases,
 )
 
@@ -480,13 +481,16 @@ PRESETS = ("SET threads = 1", "SET perfect_ht_threshold = 7",
 
 
 @given(case=VALID, source=st.sampled_from(SOURCES),
-       presets=st.lists(st.sampled_from(PRESETS), unique=True), transaction=st.booleans())
+       presets=st.lists(st.sampled_from(PRESETS), unique=True), transaction=st.booleans(),
+       data=st.data())
 @settings(max_examples=examples(75))
-def test_trained_models_score_count_and_save_consistently(case, source, presets, transaction):
+def test_trained_models_score_count_and_save_consistently(case, source, presets, transaction,
+                                                          data):
     """For every trained model: the compiled SQL on DuckDB and SQLite, ``predict`` and the
-    Python walk agree on every row; weights are conserved down the tree; thresholds are
-    training values or midpoints; the model file round-trips exactly; the caller's connection
-    (its settings, catalog and open transaction) is left as it was."""
+    Python walk agree on every row, of the training table and of new rows; weights are
+    conserved down the tree; thresholds are training values or midpoints; the model file
+    round-trips exactly; the caller's connection (its settings, catalog and open
+    transaction) is left as it was."""
     table, opts = case
     if source == "frame":  # unassigned bug: an unfinished result then blocks register()
         presets = [p for p in presets if "build_side_probe_side" not in p]
@@ -501,6 +505,9 @@ def test_trained_models_score_count_and_save_consistently(case, source, presets,
             check_agreement(model, table, con)
         if transaction:
             con.execute("ROLLBACK")  # still the caller's transaction, still open
+    fresh = data.draw(scoring_tables(table, SPEC), label="new rows")
+    with contextlib.closing(duckdb_with(fresh)) as con:
+        check_agreement(model, fresh, con)
     check_counts(model, table)
     check_tree(model, table)
     check_round_trip(model, table)
