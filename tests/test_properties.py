@@ -483,7 +483,7 @@ PRESETS = ("SET threads = 1", "SET perfect_ht_threshold = 7",
 @given(case=VALID, source=st.sampled_from(SOURCES),
        presets=st.lists(st.sampled_from(PRESETS), unique=True), transaction=st.booleans(),
        data=st.data())
-@settings(max_examples=examples(75))
+@settings(max_examples=examples(120))
 def test_trained_models_score_count_and_save_consistently(case, source, presets, transaction,
                                                           data):
     """For every trained model: the compiled SQL on DuckDB and SQLite, ``predict`` and the
@@ -515,7 +515,7 @@ def test_trained_models_score_count_and_save_consistently(case, source, presets,
 
 
 @given(case=pruned_cases(SPEC))
-@settings(max_examples=examples(12))
+@settings(max_examples=examples(20))
 def test_pruning_never_adds_leaves(case):
     table, pruned_opts, unpruned_opts = case
     with contextlib.closing(duckdb_with(table)) as con:
@@ -525,7 +525,7 @@ def test_pruning_never_adds_leaves(case):
 
 
 @given(case=VALID, seed=st.integers(0, 2**32 - 1))
-@settings(max_examples=examples(12))
+@settings(max_examples=examples(20))
 def test_row_order_does_not_change_the_tree(case, seed):
     table, opts = case
     order = list(range(table.n_rows))
@@ -583,7 +583,7 @@ def candidate_splits(table: Table, feature: str, nominal: bool,
 
 
 @given(case=VALID)
-@settings(max_examples=examples(20))
+@settings(max_examples=examples(30))
 def test_split_scores_are_the_formulas_over_the_rows(case):
     """``split_scores`` (every root candidate, scored in SQL) equals gain, split info and
     gain ratio computed in Python from the rows, for every candidate and no other."""
@@ -640,7 +640,7 @@ CHECKED_OPTIONS = ("bad_option", "negative_class_weight", "unknown_keyword",
 
 @given(case=refusals(SPEC, kinds=[k for k in DATA_REFUSALS + OPTION_REFUSALS + SOURCE_REFUSALS
                                   if k not in CHECKED_OPTIONS + NOT_YET]))
-@settings(max_examples=examples(80))
+@settings(max_examples=examples(120))
 def test_invalid_input_is_refused_with_a_sqltree_error(case):
     """Wrong data, columns, sources or connections raise a ``sqltree.SqlTreeError``
     subclass, never another exception; the caller's connection and table are untouched."""
