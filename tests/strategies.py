@@ -17,7 +17,7 @@ import json
 import math
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -200,21 +200,14 @@ def _name_key(name: str) -> tuple[str, str]:
 
 
 @st.composite
-def column_names(draw: st.DrawFn, n: int, *, case_clash: bool = False,
-                 hostile: Sequence[str] = HOSTILE_NAMES) -> list[str]:
-    """``n`` distinct hostile names (distinct without case unless ``case_clash``)."""
+def column_names(draw: st.DrawFn, n: int, hostile: Sequence[str] = HOSTILE_NAMES) -> list[str]:
+    """``n`` hostile names, distinct without regard to case (names that differ only in case
+    are the refused duplicate-columns family)."""
     name = st.one_of(
         st.sampled_from(tuple(hostile)),
         st.text(SAFE_TEXT, min_size=1, max_size=8).filter(str.strip),  # blank names: refused
     )
-    names = draw(st.lists(name, min_size=n, max_size=n,
-                          unique_by=(lambda s: s) if case_clash else _name_key))
-    if case_clash and n >= 2 and len({_name_key(s) for s in names}) == n:
-        i = draw(st.integers(1, n - 1))
-        swapped = names[0].swapcase()
-        if swapped != names[0]:
-            names[i] = swapped
-    return names
+    return draw(st.lists(name, min_size=n, max_size=n, unique_by=_name_key))
 
 
 def label_strategy(kind: str, *, big_ints: bool = True) -> st.SearchStrategy[Any]:
@@ -239,13 +232,11 @@ class TableSpec:
     big_ints: bool = True
     infinities: tuple[float, ...] = (math.inf, -math.inf)
     weights: bool | None = None  # None: drawn
-    case_clash: bool = False
     names: tuple[str, ...] = HOSTILE_NAMES
     nominal_infinities: bool = True  # numeric columns holding infinity may be made nominal
     binned_extremes: bool = True  # max_bins over values whose range overflows a double
     feature_kinds: tuple[str, ...] = KINDS
     label_kinds: tuple[str, ...] = ("text", "text", "text", "int", "bool", "float")
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def _order_key(v: Any) -> tuple[int, Any]:
@@ -380,8 +371,7 @@ def tables(draw: st.DrawFn, spec: TableSpec | None = None) -> Table:
     n_features = draw(st.integers(spec.min_features, spec.max_features))
     weighted = draw(st.booleans()) if spec.weights is None else spec.weights
     draft = draw(_drafts(spec, n_features, weighted))
-    names = draw(column_names(n_features + 1 + int(weighted), case_clash=spec.case_clash,
-                              hostile=spec.names))
+    names = draw(column_names(n_features + 1 + int(weighted), spec.names))
     rng = random.Random(draw(st.integers(0, 2**32 - 1)))
     rows, target, weights = _make_rows(draft, n_rows, rng)
 
