@@ -11,6 +11,7 @@ import pandas as pd
 from . import queries as q
 from .algorithms import grow
 from .algorithms.c45 import score_options
+from .algorithms.c45_scores import SCORE_COLUMNS, build_split_scores
 from .dataset import describe
 from .engines import get_engine
 from .grower import GrowOptions, Progress, print_progress
@@ -182,14 +183,13 @@ def split_scores(
             "hist", q.build_histogram(level, data.features, len(data.classes))
         )
         opts = score_options(GrowOptions(algorithm="id3", min_cases=1.0), all_thresholds=True)
-        rows = engine.execute(q.build_split_scores(hist, data.features, len(data.classes), opts))
+        rows = engine.execute(build_split_scores(hist, data.features, len(data.classes), opts))
     finally:
         engine.cleanup()
     by_index = {f.index: f for f in data.features}
     records = []
     for row in rows:
-        r = dict(zip(("node", "attr", "threshold", "next_value", "gain", "mdl_gain",
-                      "split_info", "gain_ratio", "candidates", "w_known", "w_all"), row))
+        r = dict(zip(SCORE_COLUMNS, row, strict=True))
         f = by_index[int(r["attr"])]
         records.append(
             {

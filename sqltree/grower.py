@@ -23,6 +23,10 @@ from .tree import CONTINUOUS, Node, Split, normalise
 
 ROWS_PER_CLASS_GROUP = 16
 """Rows per (node, value, class) group from which a histogram is summed per class first."""
+TestRow = tuple[int, int, float | None]
+"""A row of a level's tests: (node, feature index, threshold or None for a nominal test)."""
+RouteRow = tuple[int, int, int, float]
+"""A row of a level's routes: (node, key, child, factor); see ``queries.build_partition``."""
 DENSE_VALUES = 0.8
 """Distinct (node, value) pairs per level row from which a continuous feature's histogram is
 not grouped (C4.5 estimates them by cuts per unit of known weight).
@@ -240,11 +244,8 @@ class Strategy:
         raise NotImplementedError
 
     def build_partition(
-        self,
-        level: exp.Table,
-        features: list[Feature],
-        tests: list[tuple[int, int, float | None]],
-        routes: list[tuple[int, int, int, float]],
+        self, level: exp.Table, features: list[Feature], tests: list[TestRow],
+        routes: list[RouteRow],
     ) -> exp.Expression:
         """The next level's rows (``queries.build_partition``)."""
         return q.build_partition(level, features, tests, routes)
@@ -360,8 +361,8 @@ def _grow(strategy: Strategy, progress: Progress | None) -> tuple[Node, GrowStat
             if choices:
                 plans = strategy.plan(engine, hist, choices, frontier)
                 features = {f.name: f for f in data.features}
-                tests: list[tuple[int, int, float | None]] = []
-                routes: list[tuple[int, int, int, float]] = []
+                tests: list[TestRow] = []
+                routes: list[RouteRow] = []
                 child_depth = depth + 1
                 children_can_grow = max_depth is None or child_depth < max_depth
                 for node_id, plan in sorted(plans.items()):
