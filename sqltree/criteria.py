@@ -24,14 +24,6 @@ def entropy(counts: Sequence[float]) -> float:
     return -sum(c / total * math.log2(c / total) for c in counts if c > 0)
 
 
-def gini(counts: Sequence[float]) -> float:
-    """Gini impurity of a class distribution given as weights."""
-    total = sum(counts)
-    if total <= 0:
-        return 0.0
-    return 1.0 - sum((c / total) ** 2 for c in counts)
-
-
 def information_gain(
     branches: Sequence[Sequence[float]], unknown: Sequence[float] | None = None
 ) -> float:

@@ -35,7 +35,6 @@ class DuckDBEngine(Engine):
     """
 
     dialect: ClassVar[str] = "duckdb"
-    MAX_CASE_DEPTH: ClassVar[int] = 990
     SUPPORTS_ASOF_JOIN: ClassVar[bool] = True
     SUPPORTS_ROW_SAMPLE: ClassVar[bool] = True
     SUPPORTS_ORDERED_SCAN: ClassVar[bool] = True
