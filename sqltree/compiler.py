@@ -17,7 +17,7 @@ lists) the walk stops: the CASE gives NULL there, or, in a query, a code naming 
 Only rows that stopped take the slow path, which classifies them as C4.5 does: each class's
 probability is a sum over leaves of the leaf's probability times, along its path, 1 for a test
 the row passes, 0 for one it fails, and the branch's share of training weight where the value
-is unknown; the label is the most probable class (ties, within 1e-9, to the first class).
+is unknown; the label is the most probable class (``criteria.predicted_class``).
 A single expression computes that sum in closed form (``build_closed_form``), along the same
 paths of largest children, halving each path's segments, so that it too nests by about
 log2(leaves). A query can instead copy each stopped row once per branch, weighted by the
@@ -39,9 +39,8 @@ from typing import Any, ParamSpec, TypeVar
 
 from sqlglot import exp
 
+from .criteria import PROBA_TIE
 from .tree import CONTINUOUS, NOMINAL, Node, Split
-
-PROBA_TIE = 1e-9
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -113,12 +112,6 @@ def column(name: str, table: str | None = None) -> exp.Column:
         this=exp.to_identifier(name, quoted=True),
         table=exp.to_identifier(table, quoted=True) if table else None,
     )
-
-
-def leaf_label(node: Node) -> int:
-    """The class a leaf predicts as ``Model.predict_row`` decides it (ties within 1e-9 first)."""
-    best = max(node.proba)
-    return next(i for i, p in enumerate(node.proba) if p >= best - PROBA_TIE)
 
 
 def has_fractional(root: Node) -> bool:
@@ -727,7 +720,8 @@ def build_probabilities(
 def build_argmax(
     probs: Sequence[Callable[[], exp.Expression]], labels: Sequence[exp.Expression]
 ) -> exp.Expression:
-    """The first class whose probability is within 1e-9 of the largest.
+    """The first class whose probability is within ``PROBA_TIE`` of the largest: the rule of
+    ``criteria.predicted_class``, in SQL.
 
     ``probs`` make a fresh expression per call (each is used more than once). Once the
     classes before ``i`` have failed, the largest is among ``i`` and later classes, so class
@@ -799,7 +793,7 @@ def _slow_path(root: Node, closed: exp.Expression, table: str | None) -> exp.Exp
 @_builds_large
 def compile_label(root: Node, classes: Sequence[Any], table: str | None = None) -> exp.Expression:
     """The predicted class as one SQL expression."""
-    fast = build_case(root, lambda n: literal(classes[leaf_label(n)]), table)
+    fast = build_case(root, lambda n: literal(classes[n.label]), table)
     if not has_fractional(root):
         return fast
     slow = _slow_path(root, build_closed_form_label(root, classes, table), table)
@@ -947,7 +941,7 @@ def build_closed_form_query(
     fast = nm.ref("fast")
     stopped = _is_null(fast)
     walk = exp.Select(expressions=[exp.Star(), _as(build_case(
-        root, lambda n: literal(classes[leaf_label(n)]), layout=layout), nm.ident("fast"))])
+        root, lambda n: literal(classes[n.label]), layout=layout), nm.ident("fast"))])
     if proba_names is not None:
         for c in range(k):
             walk.append("expressions", _as(
@@ -1037,7 +1031,7 @@ def _expansion_tables(
         return _values("e", names, rows, ["INT", "INT", "DOUBLE"])
 
     def leaf_table() -> exp.Expression:
-        rows = [(layout.leaf[id(n)], leaf_label(n), *[float(p) for p in n.proba])
+        rows = [(layout.leaf[id(n)], n.label, *[float(p) for p in n.proba])
                 for n in layout.nodes if n.is_leaf]
         names = [nm.prefix + "leaf", nm.prefix + "label", *[nm.prefix + f"p{c}" for c in range(k)]]
         return _values("l", names, rows, ["INT", "INT"] + ["DOUBLE"] * k)
@@ -1120,7 +1114,7 @@ def build_expansion_query(
     edges, leaf_table = _expansion_tables(layout, k, nm)
 
     def fast_value(n: Node) -> exp.Expression:
-        return _int(layout.leaf[id(n)] if with_proba else leaf_label(n))
+        return _int(layout.leaf[id(n)] if with_proba else n.label)
 
     needed = [column(c) for c in dict.fromkeys([*source_columns, *features])]
     numbered = _from(exp.Select(expressions=[

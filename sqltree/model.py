@@ -14,6 +14,7 @@ from sqlglot import exp
 from sqlglot.errors import ErrorLevel
 
 from . import compiler
+from .criteria import predicted_class
 from .errors import DataError, ModelFileError
 from .model_file import FORMAT, FORMAT_VERSION, read_json, validate
 from .tree import Node, Value, format_value
@@ -154,12 +155,7 @@ class Model:
 
     def predict_row(self, row: dict[str, Any]) -> Value:
         """The predicted class of one row, as the compiled SQL would give it."""
-        proba = self.predict_proba_row(row)
-        best = max(proba)
-        for i, p in enumerate(proba):
-            if p >= best - compiler.PROBA_TIE:
-                return self.classes[i]
-        raise AssertionError("unreachable")
+        return self.classes[predicted_class(self.predict_proba_row(row))]
 
     # -- SQL ---------------------------------------------------------------------------------
     def to_expression(self, output: str = "label", table: str | None = None) -> exp.Expression:

@@ -16,6 +16,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .criteria import predicted_class
+
 Value = Any  # a nominal value as the engine returns it: str, bool, int or float
 
 CONTINUOUS = "continuous"
@@ -107,8 +109,9 @@ class Node:
 
     @property
     def label(self) -> int:
-        """Index of the predicted class: the most probable, ties to the lowest index."""
-        return argmax(self.proba)
+        """Index of the predicted class (``criteria.predicted_class``: the most probable, near
+        ties to the lowest index)."""
+        return predicted_class(self.proba)
 
     @property
     def errors(self) -> float:
