@@ -14,6 +14,7 @@ from sqlglot import exp
 from sqlglot.errors import ErrorLevel
 
 from . import compiler
+from .compiler.scoring import build_scoring_query
 from .criteria import predicted_class
 from .errors import DataError, ModelFileError
 from .model_file import FORMAT, FORMAT_VERSION, read_json, validate
@@ -234,12 +235,12 @@ class Model:
         Given the source's column names, rows that meet an unknown value at a C4.5 test get
         their class probabilities in a step of their own, once per row: in closed form, or,
         with ``expand``, by copies of the row that walk on from every branch (see
-        ``compiler.build_expansion_query``; that keeps the source's row order only when
+        ``compiler.scoring.build_expansion_query``; that keeps the source's row order only when
         ``ordered``).
         """
         if source_columns is not None and output == "label":
             _refuse_duplicates([column, *(self.proba_columns() if proba else [])])
-            return compiler.build_scoring_query(
+            return build_scoring_query(
                 self.root, self.classes, relation, source_columns, column,
                 self.proba_columns() if proba else None, expand=expand, ordered=ordered,
             )
