@@ -112,29 +112,33 @@ def build_scoring_query(
                 select.append("expressions", _as(p, name))
         return _from(select, relation)
     names = Names.for_query(relation, [*source_columns, column_name, *(proba_names or [])])
+    query = ScoringQuery(root, classes, relation, source_columns, column_name, proba_names, names)
     if expand:
-        return build_expansion_query(root, classes, relation, source_columns, column_name,
-                                     proba_names, ordered=ordered, names=names)
-    return build_closed_form_query(root, classes, relation, source_columns, column_name,
-                                   proba_names, names=names)
+        return build_expansion_query(query, ordered=ordered)
+    return build_closed_form_query(query)
 
 
-def build_closed_form_query(
-    root: Node,
-    classes: Sequence[Any],
-    relation: exp.Expression,
-    source_columns: Sequence[str],
-    column_name: str = "prediction",
-    proba_names: Sequence[str] | None = None,
-    *,
-    names: Names | None = None,
-) -> exp.Select:
+@dataclass(frozen=True)
+class ScoringQuery:
+    """What a scoring query of a tree with fractional tests is asked for (see
+    ``build_scoring_query``), and the names of its helpers."""
+
+    root: Node
+    classes: Sequence[Any]
+    relation: exp.Expression
+    source_columns: Sequence[str]
+    column_name: str
+    proba_names: Sequence[str] | None
+    names: Names
+
+
+def build_closed_form_query(query: ScoringQuery) -> exp.Select:
     """Walk every row; rows that stopped get closed-form probabilities, computed once each.
 
     Nominal tests' unknown flags are columns of a step of their own, so that the closed form
     names each domain once instead of once per branch.
     """
-    nm = names or Names.for_query(relation, [*source_columns, column_name, *(proba_names or [])])
+    root, classes, nm, proba_names = query.root, query.classes, query.names, query.proba_names
     k = len(classes)
     layout = Layout.of(root)
     fast = nm.ref("fast")
@@ -146,7 +150,7 @@ def build_closed_form_query(
             walk.append("expressions", _as(
                 build_case(root, lambda n, c=c: dnum(n.proba[c]), layout=layout),
                 nm.ident(f"fast{c}")))
-    step = _from(walk, relation)
+    step = _from(walk, query.relation)
 
     flags: dict[tuple[str, tuple[Any, ...]], str] = {}
     for n in layout.nodes:
@@ -171,11 +175,11 @@ def build_closed_form_query(
         spread.append("expressions", _as(cases([(stopped.copy(), p)], None), nm.ident(f"p{c}")))
     spread = _from(spread, _step(step, nm.ident("flags")))
 
-    out = exp.Select(expressions=[column(c) for c in source_columns])
+    out = exp.Select(expressions=[column(c) for c in query.source_columns])
     label = build_argmax([lambda c=c: nm.ref(f"p{c}") for c in range(k)],
                          [literal(c) for c in classes])
     out.append("expressions", _as(exp.Coalesce(this=fast.copy(), expressions=[label]),
-                                  column_name))
+                                  query.column_name))
     if proba_names is not None:
         for c, name in enumerate(proba_names):
             out.append("expressions", _as(
@@ -276,17 +280,7 @@ def _expansion_walk(root: Node, layout: Layout, features: list[str], nm: Names,
     return exp.Union(this=base, expression=step, distinct=False)
 
 
-def build_expansion_query(
-    root: Node,
-    classes: Sequence[Any],
-    relation: exp.Expression,
-    source_columns: Sequence[str],
-    column_name: str = "prediction",
-    proba_names: Sequence[str] | None = None,
-    *,
-    ordered: bool = True,
-    names: Names | None = None,
-) -> exp.Select:
+def build_expansion_query(query: ScoringQuery, *, ordered: bool = True) -> exp.Select:
     """Walk every row; copy rows that stopped once per branch and let the copies walk on.
 
     ``scored`` walks every row to a leaf (its class, or its leaf with ``proba_names``) or to
@@ -305,7 +299,7 @@ def build_expansion_query(
     sorting subquery. Joining the stopped rows' results back loses the source's row order;
     ``ordered`` sorts by row number to restore it.
     """
-    nm = names or Names.for_query(relation, [*source_columns, column_name, *(proba_names or [])])
+    root, classes, nm, proba_names = query.root, query.classes, query.names, query.proba_names
     k = len(classes)
     layout = Layout.of(root)
     with_proba = proba_names is not None
@@ -315,9 +309,9 @@ def build_expansion_query(
     def fast_value(n: Node) -> exp.Expression:
         return inum(layout.leaf[id(n)] if with_proba else n.label)
 
-    needed = [column(c) for c in dict.fromkeys([*source_columns, *features])]
+    needed = [column(c) for c in dict.fromkeys([*query.source_columns, *features])]
     numbered = _from(exp.Select(expressions=[
-        *needed, _as(exp.Window(this=exp.RowNumber()), nm.ident("row"))]), relation)
+        *needed, _as(exp.Window(this=exp.RowNumber()), nm.ident("row"))]), query.relation)
     region = _region(root, layout, SORT_REGIONS)
     if isinstance(region, exp.Case):  # a constant would be read as a column's position
         numbered = numbered.order_by(region, copy=False)
@@ -348,9 +342,9 @@ def build_expansion_query(
     slow_label = build_argmax([lambda c=c: nm.ref(f"p{c}", "r") for c in range(k)],
                               [literal(c) for c in classes])
     fast_label = _label_case(nm.ref("label", "l") if with_proba else at.copy(), classes)
-    out = exp.Select(expressions=[column(c, "s") for c in source_columns])
+    out = exp.Select(expressions=[column(c, "s") for c in query.source_columns])
     out.append("expressions", _as(cases([(exp.GTE(this=at, expression=inum(0)), fast_label)],
-                                        slow_label), column_name))
+                                        slow_label), query.column_name))
     if proba_names is not None:
         for c, name in enumerate(proba_names):
             out.append("expressions", _as(exp.Coalesce(
