@@ -285,11 +285,7 @@ class Engine(ABC):
         return exp.Table(this=exp.to_identifier(name, quoted=True))
 
     def load_rows(
-        self,
-        hint: str,
-        columns: Sequence[str],
-        types: Sequence[str],
-        rows: Sequence[Sequence[Any]],
+        self, hint: str, columns: Sequence[str], types: Sequence[str], rows: Sequence[Sequence[Any]]
     ) -> exp.Table:
         """Store small Python rows (a level's splits and routes) in a new temporary table.
 

@@ -156,11 +156,7 @@ class DuckDBEngine(Engine):
         self.connection.execute(self._sending(self.render(drop)))
 
     def load_rows(
-        self,
-        hint: str,
-        columns: Sequence[str],
-        types: Sequence[str],
-        rows: Sequence[Sequence[Any]],
+        self, hint: str, columns: Sequence[str], types: Sequence[str], rows: Sequence[Sequence[Any]]
     ) -> exp.Table:
         """Register the rows as an Arrow table: no statement, no SQL text per row."""
         self.begin()

@@ -165,11 +165,7 @@ class SparkEngine(Engine):
         self._cached[name] = frame
 
     def load_rows(
-        self,
-        hint: str,
-        columns: Sequence[str],
-        types: Sequence[str],
-        rows: Sequence[Sequence[Any]],
+        self, hint: str, columns: Sequence[str], types: Sequence[str], rows: Sequence[Sequence[Any]]
     ) -> exp.Table:
         """A temp view over the rows sent as Arrow data: no SQL text per row.
 
