@@ -15,7 +15,8 @@ from .algorithms.c45 import score_options
 from .algorithms.c45_scores import SCORE_COLUMNS, build_split_scores
 from .dataset import describe
 from .engines import get_engine
-from .grower import GrowOptions, Progress, print_progress
+from .engines.select_plan import check_plan
+from .grower import GrowOptions, Progress, print_plan, print_progress
 from .model import Model, features_info
 from .options import CART_OPTIONS, check_train_options, normalise_algorithm
 from .pruning import prune
@@ -44,6 +45,7 @@ def train(
     subtree_raising: bool = True,
     validation: Any = None,
     progress: bool | Progress = False,
+    plan: str = "auto",
     **cart_options: Any,
 ) -> Model:
     """Train a classification tree where the data lives.
@@ -81,7 +83,13 @@ def train(
         pruning against the ``validation`` source. None only collapses subtrees that do not
         reduce training error (J48 ``-U``) for C4.5, and nothing for ID3.
     progress : bool or callable
-        Report each level (nodes, splits, queries, seconds); True prints to standard error.
+        Report each level (nodes, splits, queries, seconds); True prints to standard error,
+        after a line naming the training plan.
+    plan : {"auto", "tables", "select"}, default="auto"
+        Where the rows of each level live: in temporary tables (``"tables"``), or nowhere, as
+        single SELECT statements over the source (``"select"``, for a connection that may
+        not create tables; every statement then reads the source). ``"auto"`` asks the
+        connection once whether it may create temporary tables. The same tree either way.
     **cart_options
         ``algorithm="cart"`` only, with scikit-learn's names and meanings: ``criterion``,
         ``min_samples_leaf``, ``min_weight_fraction_leaf``, ``min_impurity_decrease``,
@@ -92,6 +100,7 @@ def train(
     Model
     """
     algorithm = normalise_algorithm(algorithm)
+    check_plan(plan)
     unknown = sorted(set(cart_options) - set(CART_OPTIONS))
     if unknown:
         raise TypeError(f"train() got unexpected keyword arguments {unknown}")
@@ -111,7 +120,7 @@ def train(
         pruning = "c4.5" if algorithm == "c4.5" else None
     roles = {"features": features, "nominal": nominal, "continuous": continuous, "weight": weight}
     return _fit(source, target, connection, roles, options, progress,
-                PruneOptions(pruning, cf, subtree_raising, validation))
+                PruneOptions(pruning, cf, subtree_raising, validation), plan)
 
 
 @dataclass(frozen=True)
@@ -132,12 +141,16 @@ def _fit(
     options: GrowOptions,
     progress: bool | Progress,
     post: PruneOptions,
+    plan: str = "auto",
 ) -> Model:
     """The fit pipeline: describe the source, grow, prune, and the model."""
     callback = print_progress if progress is True else (progress or None)
     engine = get_engine(connection)
     started = time.perf_counter()
     try:
+        reason = engine.use_plan(plan)
+        if progress is True:
+            print_plan(engine.plan, reason)
         data = describe(source, engine, target, **roles)
         root, grow_stats = grow(data, options, callback)
         prune_stats = None
@@ -175,16 +188,19 @@ def split_scores(
     nominal: Sequence[str] = (),
     continuous: Sequence[str] = (),
     weight: str | None = None,
+    plan: str = "auto",
 ) -> pd.DataFrame:
     """Every candidate split at the root, scored in the engine.
 
     One row per nominal feature (its multiway split; ``threshold`` is NULL) and one per
     candidate threshold of a continuous feature (the test ``feature <= threshold``), with
     ``gain`` (information gain in bits, times the known fraction), ``split_info`` and
-    ``gain_ratio``, uncorrected.
+    ``gain_ratio``, uncorrected. ``plan`` as in ``train``.
     """
+    check_plan(plan)
     engine = get_engine(connection)
     try:
+        engine.use_plan(plan)
         data = describe(
             source, engine, target,
             features=features, nominal=nominal, continuous=continuous, weight=weight,

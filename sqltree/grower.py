@@ -19,6 +19,7 @@ from sqlglot import exp
 from . import queries as q
 from .compiler import collector_paused
 from .dataset import Dataset, Feature
+from .engines.select_plan import TABLES
 from .tree import CONTINUOUS, Node, Split, normalise
 
 ROWS_PER_CLASS_GROUP = 16
@@ -78,9 +79,12 @@ class GrowStats:
     queries: int = 0
     scans: int = 0
     seconds: float = 0.0
+    plan: str = "tables"
+    """The training plan the engine used (``sqltree.engines.select_plan``)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "plan": self.plan,
             "queries": self.queries,
             "scans": self.scans,
             "seconds": round(self.seconds, 6),
@@ -283,6 +287,15 @@ def print_progress(level: LevelStats) -> None:
     )
 
 
+def print_plan(plan: str, reason: str) -> None:
+    """Say on standard error which training plan runs, and why."""
+    where = (
+        "levels in temporary tables" if plan == TABLES
+        else "single SELECT statements over the source, no table created"
+    )
+    print(f"plan: {plan} ({where}; {reason})", file=sys.stderr, flush=True)
+
+
 def grow_with(strategy: Strategy, progress: Progress | None = None) -> tuple[Node, GrowStats]:
     """Grow a tree with ``strategy`` (which holds the data and options); return its root and
     the query counts. ``sqltree.algorithms.grow`` picks the strategy by algorithm name."""
@@ -319,7 +332,7 @@ def _choose(
 
 def _grow(strategy: Strategy, progress: Progress | None) -> tuple[Node, GrowStats]:
     engine = strategy.data.engine
-    stats = GrowStats()
+    stats = GrowStats(plan=engine.plan)
     start_all = time.perf_counter()
     prior = strategy.prior()
     root = Node(counts=[0.0] * len(strategy.data.classes), proba=prior, node_id=0)
@@ -327,14 +340,16 @@ def _grow(strategy: Strategy, progress: Progress | None) -> tuple[Node, GrowStat
     grower = _LevelGrower(strategy)
     queries_before = engine.stats.queries
     level: exp.Table | None = engine.materialize("level", strategy.build_level0())
-    stats.scans += 1
+    stats.scans += engine.plan == TABLES  # the select plan reads the source in every statement
     depth = 0
     try:
         while frontier:
             assert level is not None
             start = time.perf_counter()
-            queries_at_start = engine.stats.queries
+            queries_at_start, scans_at_start = engine.stats.queries, engine.stats.scans
             splits, next_frontier, new_level, scans = grower.grow_level(level, frontier, depth)
+            if engine.plan != TABLES:
+                scans = engine.stats.scans - scans_at_start
             level_stats = LevelStats(
                 depth=depth,
                 nodes=len(frontier),
@@ -487,7 +502,9 @@ class _Clustering:
         self.sorted_at = 0
 
     def wants(self, engine: Any, nodes: int) -> bool:
-        if not engine.KEEPS_ROW_ORDER or nodes < max(self.FIRST, self.GROWTH * self.sorted_at):
+        if engine.plan != TABLES or not engine.KEEPS_ROW_ORDER:
+            return False  # the select plan stores no level to keep in order
+        if nodes < max(self.FIRST, self.GROWTH * self.sorted_at):
             return False
         self.sorted_at = nodes
         return True

@@ -1,4 +1,4 @@
-"""Engines: DuckDB (default), PostgreSQL and Spark SQL behind one small contract."""
+"""Engines: DuckDB (default), PostgreSQL, Spark SQL and SQLite behind one small contract."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ def get_engine(connection: Any = None, **options: Any) -> Engine:
     """The engine for ``connection``.
 
     ``None`` gives a new in-memory DuckDB database; a DuckDB connection, a psycopg connection or
-    a ``postgresql://`` URL, or a SparkSession give the engine that drives it. An ``Engine`` is
-    returned as it is.
+    a ``postgresql://`` URL, a SparkSession, or a ``sqlite3`` connection give the engine that
+    drives it. An ``Engine`` is returned as it is.
     """
     if isinstance(connection, Engine):
         return connection
@@ -35,13 +35,18 @@ def get_engine(connection: Any = None, **options: Any) -> Engine:
         from .postgres import PostgresEngine
 
         return PostgresEngine(connection)
+    if module.startswith("sqlite3"):
+        from .sqlite import SQLiteEngine
+
+        return SQLiteEngine(connection)
     if module.startswith("pyspark"):
         from .spark import SparkEngine
 
         return SparkEngine(connection)
     raise UnsupportedError(
         f"cannot train on a connection of type {type(connection).__name__}: use a DuckDB "
-        "connection, a psycopg connection or postgresql:// URL, or a SparkSession"
+        "connection, a psycopg connection or postgresql:// URL, a SparkSession, or a sqlite3 "
+        "connection"
     )
 
 

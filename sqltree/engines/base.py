@@ -31,6 +31,7 @@ from sqlglot import exp
 from sqlglot.errors import ErrorLevel
 
 from ..sqlexpr import values_table
+from .select_plan import SELECT, TABLES, SelectPlan, choose_plan
 
 
 @dataclass
@@ -43,6 +44,9 @@ class EngineStats:
     """Length of the longest SQL text sent: training statements grow with the number of
     features and classes, never with the size of the tree."""
     sql: list[str] = field(default_factory=list)
+    scans: int = 0
+    """Statements that read the source through the select plan's definitions (on the tables
+    plan the grower counts the statements that read a level table)."""
 
 
 class _Shared:
@@ -98,6 +102,9 @@ class Engine(ABC):
     KEEPS_ROW_ORDER: ClassVar[bool] = False
     """Whether a table made from an ordered query is stored, and scanned, in that order."""
 
+    SUPPORTS_MATERIALIZED_CTE: ClassVar[bool] = True
+    """Whether ``WITH name AS MATERIALIZED (...)`` computes a CTE once for the statement."""
+
     keep_sql: bool = False
     """Record every statement's text in ``stats.sql`` (for debugging and golden files)."""
 
@@ -107,6 +114,31 @@ class Engine(ABC):
         self._counter = itertools.count()
         self._temp: list[str] = []
         self._shared: _Shared | None = None
+        self.plan = TABLES
+        """The training plan in force: ``"tables"`` or ``"select"`` (``use_plan``)."""
+        self._select: SelectPlan | None = None
+        self._probed = False
+        self._refusal: str | None = None
+
+    # -- the training plan ---------------------------------------------------------------------
+    def use_plan(self, plan: str = "auto") -> str:
+        """Train on ``plan`` (``"auto"``: working tables where the connection can create them,
+        else the select plan); returns why that plan (see ``engines.select_plan``)."""
+        if not self._probed:
+            self.begin()
+            self._refusal = self.tables_plan_refusal()
+            self._probed = True
+        chosen, reason = choose_plan(plan, self._refusal)
+        self.plan = chosen
+        self._select = (
+            SelectPlan(self.SUPPORTS_MATERIALIZED_CTE) if chosen == SELECT else None
+        )
+        return reason
+
+    def tables_plan_refusal(self) -> str | None:
+        """Why the tables plan cannot run on this connection (it may not create temporary
+        tables), or None where it can; asked once per engine by ``use_plan``."""
+        return None
 
     # -- sharing the connection --------------------------------------------------------------
     def _claim_key(self) -> Any:
@@ -228,9 +260,20 @@ class Engine(ABC):
         if self.keep_sql:
             self.stats.sql.append(sql)
 
+    def _attached(self, query: exp.Expression, *, scan: bool = True) -> exp.Expression:
+        """``query`` with the select plan's definitions it reads (counting a scan of the
+        source if ``scan``), or ``query`` itself on the tables plan."""
+        if self._select is None:
+            return query
+        query, reads = self._select.attach(query)
+        if scan and reads:
+            self.stats.scans += 1
+        return query
+
     def execute(self, query: exp.Expression) -> list[tuple[Any, ...]]:
         """Run ``query`` and return its rows as tuples."""
         self.begin()
+        query = self._attached(query)
         sql = self.render(query)
         with self.counted(sql):
             rows = self._run(sql)
@@ -241,7 +284,7 @@ class Engine(ABC):
         import pandas as pd
 
         self.begin()
-        sql = self.render(query)
+        sql = self.render(self._attached(query, scan=False))
         with self._statement():
             names = [name for name, _ in self._run_columns(sql)]
         rows = self.execute(query)
@@ -277,6 +320,8 @@ class Engine(ABC):
         """Store ``query``'s rows in a new temporary table and return a reference to it."""
         self.begin()
         name = self.temp_name(hint)
+        if self._select is not None:
+            return self._select.define(name, query)
         # Listed first: a statement interrupted after creating the table (PostgreSQL's
         # ANALYZE) must not leave it behind; dropping a table that is not there is a no-op.
         self._temp.append(name)
@@ -298,6 +343,9 @@ class Engine(ABC):
     def drop(self, table: exp.Table) -> None:
         """Drop a temporary table made by ``materialize``."""
         name = table.name
+        if self._select is not None:
+            self._select.drop(name)
+            return
         with self._statement():
             self._drop_temp_table(name)
         if name in self._temp:
@@ -312,6 +360,8 @@ class Engine(ABC):
         on; otherwise the first failure is raised.
         """
         propagating = sys.exc_info()[1] is not None
+        if self._select is not None:
+            self._select.clear()
         failure: BaseException | None = None
         for step in (self._drop_temporaries, self._end):
             try:

@@ -10,6 +10,7 @@ import duckdb
 from sqlglot import exp
 
 from .base import Engine, arrow_rows
+from .select_plan import TABLES
 
 _CSV_TYPES = ("BIGINT", "DOUBLE", "VARCHAR")
 _PROBE_SIDE_OPTIMIZER = "build_side_probe_side"
@@ -125,7 +126,7 @@ class DuckDBEngine(Engine):
 
     def frame(self, query: exp.Expression) -> Any:
         self.begin()
-        sql = self.render(query)
+        sql = self.render(self._attached(query))
         with self.counted(sql):
             out = self.connection.execute(self._sending(sql)).fetchdf()
         return out
@@ -159,6 +160,8 @@ class DuckDBEngine(Engine):
         self, hint: str, columns: Sequence[str], types: Sequence[str], rows: Sequence[Sequence[Any]]
     ) -> exp.Table:
         """Register the rows as an Arrow table: no statement, no SQL text per row."""
+        if self.plan != TABLES:  # the select plan writes them as literal rows
+            return super().load_rows(hint, columns, types, rows)
         self.begin()
         name = self.temp_name(hint)
         self._loaded.add(name)

@@ -1,7 +1,8 @@
 """PostgreSQL through psycopg 3: training runs where warehouse tables already live.
 
 sqltree only reads the source and writes session-local ``TEMP`` tables, so a role with
-``SELECT`` on the source and the ``TEMP`` privilege on the database is enough.
+``SELECT`` on the source and the ``TEMP`` privilege on the database is enough; a role without
+``TEMP`` (or a read-only transaction) trains on the select plan (``engines.select_plan``).
 """
 
 from __future__ import annotations
@@ -169,6 +170,25 @@ class PostgresEngine(Engine):
                 cancel(timeout=5.0)
             else:
                 self.connection.cancel()
+
+    def tables_plan_refusal(self) -> str | None:
+        """Asked in one SELECT, which creates nothing: the TEMP privilege on the database,
+        outside a read-only transaction (a standby's, or ``default_transaction_read_only``)."""
+        privilege = exp.func(
+            "has_database_privilege", exp.func("current_database"),
+            exp.Literal.string("TEMPORARY"),
+        )
+        writable = exp.EQ(
+            this=exp.func("current_setting", exp.Literal.string("transaction_read_only")),
+            expression=exp.Literal.string("off"),
+        )
+        (row,) = self._run(self.render(exp.select(exp.and_(privilege, writable))))
+        if row[0]:
+            return None
+        return (
+            "this PostgreSQL session may not create temporary tables (no TEMP privilege on the "
+            "database, or a read-only transaction)"
+        )
 
     # -- the contract ------------------------------------------------------------------------
     def _cursor(self) -> Any:

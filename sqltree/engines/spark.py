@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 from sqlglot import exp
 
 from .base import Engine, EngineStats, arrow_rows
+from .select_plan import TABLES
 
 # Types a CSV column keeps after Spark's inference; anything else (booleans from true/false,
 # dates, timestamps) is read back as text, as DuckDB's reader does, so that a file gives the
@@ -67,6 +68,7 @@ class SparkEngine(Engine):
     """
 
     dialect: ClassVar[str] = "spark"
+    SUPPORTS_MATERIALIZED_CTE: ClassVar[bool] = False
     SMALL_TABLE_ROWS: ClassVar[int] = 1_000_000
     """Temp tables up to this many rows are coalesced to the default parallelism."""
 
@@ -174,6 +176,8 @@ class SparkEngine(Engine):
         many times that in driver memory. The rows become a local relation, which carries
         statistics, so joins with it are broadcast.
         """
+        if self.plan != TABLES:  # the select plan writes them as literal rows
+            return super().load_rows(hint, columns, types, rows)
         self.begin()
         name = self.temp_name(hint)
         self._temp.append(name)
