@@ -146,9 +146,17 @@ def sqltree_worker(args: argparse.Namespace) -> dict[str, Any]:
     if args.algorithm == "c4.5":
         options["subtree_raising"] = args.subtree_raising
     truth = pd.read_parquet(args.test, columns=[TARGET])[TARGET].to_numpy()
+    source: Any = args.train
+    connection: Any = con
+    if args.postgres:
+        source = postgres_table(args.postgres, args.train)
+        connection = args.postgres
+        args.score = False  # scoring below reads the DuckDB table; accuracy from Python
 
     start = time.perf_counter()
-    model = sqltree.train(args.train, target=TARGET, connection=con, progress=True, **options)
+    model = sqltree.train(
+        source, target=TARGET, connection=connection, progress=True, plan=args.plan, **options
+    )
     seconds = time.perf_counter() - start
     rss = peak_rss_mb()
     print(f"trained in {seconds:.1f} s, {model.n_leaves} leaves", file=sys.stderr, flush=True)
@@ -190,6 +198,43 @@ def sqltree_worker(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def postgres_table(url: str, path: str) -> Any:
+    """A PostgreSQL table holding the Parquet file's rows, loaded on first use (by CSV COPY)
+    and kept for later runs; its name comes from the file's (``bench_train_1m``)."""
+    import duckdb
+    import psycopg
+    from sqlglot import exp
+
+    name = "bench_" + os.path.splitext(os.path.basename(path))[0]
+    table = exp.Table(this=exp.to_identifier(name, quoted=True))
+    with psycopg.connect(url, autocommit=True) as conn:
+        found = conn.execute("SELECT to_regclass(%s)", [table.sql("postgres")]).fetchone()
+        if found[0] is not None:
+            return table
+        described = duckdb.sql(
+            exp.select("*").from_(exp.func("read_parquet", exp.Literal.string(path))).sql("duckdb")
+        ).description
+        columns = [
+            exp.ColumnDef(
+                this=exp.to_identifier(d[0], quoted=True),
+                kind=exp.DataType.build("DOUBLE" if str(d[1]) == "DOUBLE" else "TEXT"),
+            )
+            for d in described
+        ]
+        csv = os.path.join(tempfile.mkdtemp(prefix="sqltree-bench-"), "rows.csv")
+        to_csv = "COPY (SELECT * FROM read_parquet(?)) TO " + exp.Literal.string(csv).sql("duckdb")
+        duckdb.execute(to_csv + " (HEADER)", [path])
+        create = exp.Create(this=exp.Schema(this=table, expressions=columns), kind="TABLE")
+        conn.execute(create.sql("postgres"))
+        copy = f"COPY {table.sql('postgres')} FROM STDIN (FORMAT csv, HEADER true)"
+        with conn.cursor() as cur, cur.copy(copy) as out, open(csv, "rb") as f:
+            while chunk := f.read(1 << 20):
+                out.write(chunk)
+        conn.execute(f"ANALYZE {table.sql('postgres')}")
+        os.remove(csv)
+    return table
+
+
 def _depth(node: Any) -> int:
     return 0 if not node.children else 1 + max(_depth(c) for c in node.children)
 
@@ -206,6 +251,9 @@ def run_side(side: str, args: argparse.Namespace, train: str, test: str) -> dict
         cmd += ["--max-bins", str(args.max_bins)]
     if args.memory_limit:
         cmd += ["--memory-limit", args.memory_limit]
+    cmd += ["--plan", args.plan]
+    if args.postgres:
+        cmd += ["--postgres", args.postgres]
     if args.keep_tree:
         cmd.append("--keep-tree")
     cmd += ["--pruning", args.pruning]
@@ -303,6 +351,16 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--memory-limit", default=None, help="DuckDB memory_limit, e.g. 4GB")
     p.add_argument(
+        "--plan", default="auto", choices=["auto", "tables", "select"],
+        help="sqltree's training plan: temporary tables, or single SELECTs over the source "
+        "(default: %(default)s, tables where the connection can create them)",
+    )
+    p.add_argument(
+        "--postgres", metavar="URL", default=None,
+        help="train sqltree on this PostgreSQL database instead of DuckDB (the training file "
+        "is loaded into a table there on first use; implies --no-score)",
+    )
+    p.add_argument(
         "--sides", type=_sides, default="sqltree,sklearn",
         help="which sides to run, comma-separated (default: sqltree,sklearn)",
     )
@@ -337,8 +395,11 @@ def main(argv: list[str] | None = None) -> None:
     for side in args.sides:
         result = run_side(side, args, train, test)
         mode = f"binned {args.max_bins}" if args.max_bins else "exact"
+        where = (" on PostgreSQL" if args.postgres else "") + (
+            f", {args.plan} plan" if args.plan != "auto" else ""
+        )
         result["label"] = (
-            f"sqltree {args.algorithm} {mode}" if side == "sqltree"
+            f"sqltree {args.algorithm} {mode}{where}" if side == "sqltree"
             else "scikit-learn " + ("gini" if args.algorithm == "cart" else "entropy")
         )
         results.append(result)

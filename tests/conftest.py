@@ -1,5 +1,6 @@
 """Shared fixtures: a throwaway PostgreSQL cluster, one local Spark session, and
-``engine_factory``, which loads a pandas DataFrame into DuckDB, PostgreSQL or Spark.
+``engine_factory``, which loads a pandas DataFrame into DuckDB, PostgreSQL or Spark (or SQLite,
+for tests that list ``SQLITE``).
 
 An engine that cannot start is skipped locally and is an error when ``CI=true``, so that CI
 never passes by skipping. ``pytest -m "not spark and not postgres"`` runs the fast subset.
@@ -234,6 +235,17 @@ class EngineFactory:
         table = exp.Table(this=exp.to_identifier(view, quoted=True))
         return Loaded(engine, table, [engine.cleanup, lambda: session.catalog.dropTempView(view)])
 
+    def _load_sqlite(self, frame: Any, name: str) -> Loaded:
+        import sqlite3
+
+        from sqltree.engines.sqlite import SQLiteEngine
+
+        conn = sqlite3.connect(":memory:")
+        engine = SQLiteEngine(conn)
+        table = exp.Table(this=exp.to_identifier(name, quoted=True))
+        engine.load_dataframe(frame, table)
+        return Loaded(engine, table, [engine.cleanup, conn.close])
+
     def close(self) -> None:
         for loaded in reversed(self._loaded):
             for undo in loaded.undo:
@@ -246,6 +258,9 @@ ENGINES = [
     pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
     pytest.param("spark", id="spark", marks=[pytest.mark.spark, pytest.mark.slow]),
 ]
+SQLITE = pytest.param("sqlite", id="sqlite")
+"""SQLite (Python's sqlite3), which trains on the select plan only; not in ``ENGINES``: tests
+that run on it list it (``indirect=True``)."""
 
 
 @pytest.fixture(params=ENGINES)
