@@ -12,8 +12,19 @@ Examples
 
 from __future__ import annotations
 
+from . import progress
 from .api import split_scores, train
-from .errors import DataError, ModelFileError, SqlTreeError, UnsupportedError
+from .dataset import source
+from .errors import (
+    DataError,
+    EngineConnectionError,
+    ModelFileError,
+    OptionError,
+    SourceError,
+    SqlTreeError,
+    UnsupportedError,
+    UnsupportedOptionError,
+)
 from .model import Model, load
 from .tree import Node, Split
 
@@ -21,14 +32,20 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DataError",
+    "EngineConnectionError",
     "Model",
     "ModelFileError",
     "Node",
+    "OptionError",
+    "SourceError",
     "Split",
     "SqlTreeError",
     "UnsupportedError",
+    "UnsupportedOptionError",
     "__version__",
     "load",
+    "progress",
+    "source",
     "split_scores",
     "train",
 ]
