@@ -139,7 +139,7 @@ def describe_source(source: Any) -> str:
     if _is_dataframe(source):
         return "the DataFrame"
     if isinstance(source, exp.Table) and isinstance(source.this, exp.Identifier):
-        return f"table {source.sql()!r}"
+        return f"table {'.'.join(part.name for part in source.parts)!r}"
     if isinstance(source, exp.Expression):
         return f"the query {_short(source.sql())!r}"
     if isinstance(source, os.PathLike):

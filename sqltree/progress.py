@@ -243,20 +243,24 @@ class Display:
 
 
 def _live_progress(console: Any) -> Any:
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        SpinnerColumn,
-        TextColumn,
-        TimeElapsedColumn,
-    )
+    """A rich Progress: spinner, what runs, a bar and a count for a phase that knows its
+    total (folds), the elapsed time."""
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    from rich.text import Text
+
+    class Bar(BarColumn):
+        def render(self, task: Any) -> Any:
+            return Text("") if task.total is None else super().render(task)
+
+    class Count(TextColumn):
+        def render(self, task: Any) -> Any:
+            return Text("" if task.total is None else f"{task.completed:.0f}/{task.total:.0f}")
 
     return Progress(
         SpinnerColumn(),
         TextColumn("{task.description}"),
-        BarColumn(bar_width=24),
-        MofNCompleteColumn(),
+        Bar(bar_width=24),
+        Count(""),
         TimeElapsedColumn(),
         console=console,
         transient=True,

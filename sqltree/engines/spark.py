@@ -126,7 +126,12 @@ class SparkEngine(Engine):
             self._context.setLogLevel(saved["log_level"])
 
     def explain(self, error: BaseException) -> str:
-        """Spark's message up to its query context (the plan it appends runs to pages)."""
+        """Spark's message up to its query context (the plan it appends runs to pages), or a
+        Java exception's own message without its stack trace."""
+        java = getattr(error, "java_exception", None)
+        if java is not None:
+            with contextlib.suppress(Exception):
+                return str(java.toString())
         first = super().explain(error).split("; line ", 1)[0]
         return first.split(" SQLSTATE:", 1)[0].rstrip(" .;") + "."
 
