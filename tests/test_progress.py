@@ -20,7 +20,7 @@ from sqltree import progress
 from sqltree.cli import main
 from tests.helpers import GOLF, mixed_table
 
-MIXED = mixed_table(3_000)
+MIXED = mixed_table(1_000)
 
 
 def events_of(call, *args, **kwargs):
@@ -39,7 +39,8 @@ def kinds(events, phase):
 def test_training_reports_reading_growth_and_pruning(engine_factory):
     engine, source = engine_factory(MIXED)
     heard: list[progress.Event] = []
-    model = sqltree.train(source, target="label", connection=engine, progress=heard.append)
+    model = sqltree.train(source, target="label", connection=engine, progress=heard.append,
+                          max_depth=4)
     phases = [e.phase for e in heard if e.kind == "start"]
     assert phases == ["read", "grow", "prune"]
     assert heard[-1].phase == "prune" and heard[-1].kind == "end"
@@ -47,12 +48,12 @@ def test_training_reports_reading_growth_and_pruning(engine_factory):
     levels = [e for e in heard if e.phase == "grow" and e.kind == "step"]
     assert [e.details["depth"] for e in levels] == [lv["depth"] for lv in model.stats["levels"]]
     assert [e.step for e in levels] == list(range(1, len(levels) + 1))
-    assert levels[0].details["weight"] == 3_000 and levels[0].details["nodes"] == 1
-    assert levels[0].message.startswith("level 0: 1 nodes, 3,000 rows, 1 split, ")
+    assert levels[0].details["weight"] == 1_000 and levels[0].details["nodes"] == 1
+    assert levels[0].message.startswith("level 0: 1 nodes, 1,000 rows, 1 split, ")
     assert all(e.depth == 0 for e in heard)
 
     (read_end,) = [e for e in heard if e.phase == "read" and e.kind == "end"]
-    assert read_end.message.startswith("read 3,000 rows, 5 features, 3 classes, ")
+    assert read_end.message.startswith("read 1,000 rows, 5 features, 3 classes, ")
     (grown,) = [e for e in heard if e.phase == "grow" and e.kind == "end"]
     assert grown.details["leaves"] >= model.n_leaves and not grown.failed
 
