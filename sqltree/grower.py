@@ -281,8 +281,8 @@ def print_progress(level: LevelStats) -> None:
 def _level_line(level: LevelStats, weight: float | None = None) -> str:
     rows = "" if weight is None else f"{reporting.rows(weight)} rows, "
     return (
-        f"level {level.depth}: {level.nodes:,} nodes, {rows}{level.splits:,} split, "
-        f"{level.queries} queries, {level.seconds:.2f} s"
+        f"level {level.depth}: {reporting.count(level.nodes, 'node')}, {rows}"
+        f"{level.splits:,} split, {level.queries} queries, {level.seconds:.2f} s"
     )
 
 
@@ -308,7 +308,8 @@ def grow_with(strategy: Strategy, progress: Progress | None = None) -> tuple[Nod
         root, stats = _grow(strategy, progress)
         leaves = sum(1 for _ in root.leaves())
         phase.done(
-            f"grown: {leaves:,} leaves, {len(stats.levels)} levels, {stats.seconds:.2f} s",
+            f"grown: {reporting.count(leaves, 'leaf', 'leaves')}, "
+            f"{reporting.count(len(stats.levels), 'level')}, {stats.seconds:.2f} s",
             leaves=leaves, levels=len(stats.levels), queries=stats.queries,
         )
         return root, stats

@@ -25,6 +25,7 @@ asyncio tasks each report to their own.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import time
@@ -153,8 +154,10 @@ def phase(name: str, message: str, *, total: int | None = None, **details: Any) 
         try:
             yield current
         except BaseException:
-            _emit(Event(name, END, f"{name} stopped after {current.seconds:.2f} s",
-                        current.steps, total, current.seconds, current.depth, failed=True))
+            # The error that stopped the phase goes on, whatever a listener does with its end.
+            with contextlib.suppress(Exception):
+                _emit(Event(name, END, f"{name} stopped after {current.seconds:.2f} s",
+                            current.steps, total, current.seconds, current.depth, failed=True))
             raise
         summary = current.summary or f"{name} took {current.seconds:.2f} s"
         _emit(Event(name, END, summary, current.steps, total, current.seconds, current.depth,
@@ -312,6 +315,11 @@ def reporting_to(progress: bool | Callback | None) -> Iterator[None]:
         return
     with listening(listener):
         yield
+
+
+def count(n: int, word: str, words: str | None = None) -> str:
+    """``1 node``, ``2,085 nodes``; ``words`` where the plural is not ``word + "s"``."""
+    return f"{n:,} {word}" if n == 1 else f"{n:,} {words or word + 's'}"
 
 
 def rows(n: float) -> str:

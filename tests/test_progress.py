@@ -49,7 +49,7 @@ def test_training_reports_reading_growth_and_pruning(engine_factory):
     assert [e.details["depth"] for e in levels] == [lv["depth"] for lv in model.stats["levels"]]
     assert [e.step for e in levels] == list(range(1, len(levels) + 1))
     assert levels[0].details["weight"] == 1_000 and levels[0].details["nodes"] == 1
-    assert levels[0].message.startswith("level 0: 1 nodes, 1,000 rows, 1 split, ")
+    assert levels[0].message.startswith("level 0: 1 node, 1,000 rows, 1 split, ")
     assert all(e.depth == 0 for e in heard)
 
     (read_end,) = [e for e in heard if e.phase == "read" and e.kind == "end"]
@@ -136,7 +136,7 @@ def test_progress_true_writes_a_plain_line_per_step_when_not_a_terminal(capsys):
     lines = err.splitlines()
     assert out == ""
     assert lines[0].startswith("read 14 rows, 4 features, 2 classes, ")
-    assert lines[1].startswith("level 0: 1 nodes, 14 rows, 1 split, 5 queries, ")
+    assert lines[1].startswith("level 0: 1 node, 14 rows, 1 split, 5 queries, ")
     assert lines[3].startswith("grown: 5 leaves, 2 levels, ")
     assert lines[-1].startswith("pruned: 5 -> 5 leaves, ")
     assert not any(line.startswith(("reading", "growing", "pruning 5")) for line in lines)
@@ -164,7 +164,7 @@ def test_the_live_display_on_a_terminal():
     with progress.listening(progress.Display(console=console)):
         sqltree.train(str(GOLF), target="play")
     text = screen.getvalue()
-    for line in ("read 14 rows", "level 0: 1 nodes, 14 rows", "level 1: 2 nodes, 10 rows",
+    for line in ("read 14 rows", "level 0: 1 node, 14 rows", "level 1: 2 nodes, 10 rows",
                  "grown: 5 leaves", "pruned: 5 -> 5 leaves"):
         assert line in text
     assert "growing a c4.5 tree on 14 rows" in text  # the live line, while it ran

@@ -579,7 +579,7 @@ def _report_round(
     pruned, raised = stats.pruned - before[0], stats.raised - before[1]
     reporting.step(
         "prune",
-        f"pruning round {number}: {nodes:,} nodes decided, {pruned:,} pruned, "
+        f"pruning round {number}: {reporting.count(nodes, 'node')} decided, {pruned:,} pruned, "
         f"{raised:,} raised, {seconds:.2f} s",
         round=number, nodes=nodes, pruned=pruned, raised=raised, seconds=seconds,
     )
