@@ -40,7 +40,7 @@ def test_training_reports_reading_growth_and_pruning(engine_factory):
     engine, source = engine_factory(MIXED)
     heard: list[progress.Event] = []
     model = sqltree.train(source, target="label", connection=engine, progress=heard.append,
-                          max_depth=4)
+                          max_depth=3)
     phases = [e.phase for e in heard if e.kind == "start"]
     assert phases == ["read", "grow", "prune"]
     assert heard[-1].phase == "prune" and heard[-1].kind == "end"
