@@ -92,21 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="DuckDB memory_limit, e.g. 4GB: larger data spills to disk")
     t.add_argument("--quiet", "-q", action="store_true",
                    help="print neither progress, tree nor the training-set evaluation")
-    ev = t.add_argument_group(
-        "evaluation (computed in the engine; printed after the tree, even with --quiet)")
-    ev.add_argument("--folds", type=int, metavar="K",
-                    help="also K-fold cross-validation, folds dealt in SQL (stratified)")
-    ev.add_argument("--test", metavar="SOURCE", help="also evaluate on this source")
-    ev.add_argument("--test-fraction", type=float, metavar="F",
-                    help="hold out this fraction of the rows (split in SQL); the model is "
-                         "trained on the rest and evaluated on them")
-    ev.add_argument("--seed", type=int, metavar="N",
-                    help="with --folds or --test-fraction: the rows' hash seed (default 1)")
-    ev.add_argument("--key", metavar="COLUMN",
-                    help="with --folds or --test-fraction: hash this column (a row id) "
-                         "instead of the whole row")
-    ev.add_argument("--no-stratify", action="store_true",
-                    help="with --folds or --test-fraction: deal rows regardless of class")
+    _add_evaluation_flags(t)
     add_connection(t)
 
     p = sub.add_parser("predict", help="score a source with a saved model (CSV to stdout)")
@@ -135,6 +121,36 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("dot", help="print the tree as Graphviz DOT")
     d.add_argument("model")
 
+    add_connection(_add_evaluate_parser(sub))
+
+    sc = sub.add_parser("scores", help="score every candidate split at the root")
+    sc.add_argument("source")
+    sc.add_argument("--target", "-t", required=True)
+    add_connection(sc)
+    return parser
+
+
+def _add_evaluation_flags(t: argparse.ArgumentParser) -> None:
+    """``train``'s held-out and cross-validated evaluations."""
+    ev = t.add_argument_group(
+        "evaluation (computed in the engine; printed after the tree, even with --quiet)")
+    ev.add_argument("--folds", type=int, metavar="K",
+                    help="also K-fold cross-validation, folds dealt in SQL (stratified)")
+    ev.add_argument("--test", metavar="SOURCE", help="also evaluate on this source")
+    ev.add_argument("--test-fraction", type=float, metavar="F",
+                    help="hold out this fraction of the rows (split in SQL); the model is "
+                         "trained on the rest and evaluated on them")
+    ev.add_argument("--seed", type=int, metavar="N",
+                    help="with --folds or --test-fraction: the rows' hash seed (default 1)")
+    ev.add_argument("--key", metavar="COLUMN",
+                    help="with --folds or --test-fraction: hash this column (a row id) "
+                         "instead of the whole row")
+    ev.add_argument("--no-stratify", action="store_true",
+                    help="with --folds or --test-fraction: deal rows regardless of class")
+
+
+def _add_evaluate_parser(sub: Any) -> argparse.ArgumentParser:
+    """``sqltree evaluate MODEL SOURCE``; the caller adds the connection flags."""
     e = sub.add_parser("evaluate", help="evaluate a saved model on a source, in the engine",
                        description="Accuracy, kappa, per-class precision/recall/F1, log loss "
                        "and the confusion matrix, counted by one GROUP BY query.")
@@ -146,13 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
                               "column, if any)")
     weights.add_argument("--unweighted", action="store_true", help="count every row as 1")
     e.add_argument("--json", action="store_true", help="print every figure as JSON")
-    add_connection(e)
-
-    sc = sub.add_parser("scores", help="score every candidate split at the root")
-    sc.add_argument("source")
-    sc.add_argument("--target", "-t", required=True)
-    add_connection(sc)
-    return parser
+    return e
 
 
 DUCKDB_NOT_FILES = (":memory:", "md:", "motherduck:")
