@@ -331,8 +331,8 @@ def _session(connection: Any) -> Iterator[tuple[Engine, Any]]:
         engine, shared = get_engine(raw), connection
     else:
         engine = get_engine(connection)
-        shared = getattr(engine, "connection", connection) if isinstance(connection, str) \
-            else connection
+        # A postgresql:// URL opened a connection for this call: the trainings share it.
+        shared = engine.connection if isinstance(connection, str) else connection
     try:
         yield engine, shared
     finally:

@@ -201,6 +201,16 @@ def test_holdout_keeps_the_fraction_of_each_class() -> None:
         assert abs(figures.support - classes[figures.label] * 0.25) <= 1
 
 
+@pytest.mark.postgres
+def test_a_postgresql_url_serves_every_fold(postgres_url) -> None:
+    """The URL is opened once: the dealt table, the trainings and the evaluations share it."""
+    frame = read_csv(GOLF_NUMERIC)
+    options = {"folds": 2, "algorithm": "id3", "max_depth": 1}
+    expected = _comparable(sqltree.cross_validate(frame, "play", **options))
+    found = _comparable(sqltree.cross_validate(frame, "play", connection=postgres_url, **options))
+    assert _close(found, expected)
+
+
 # -- refusals --------------------------------------------------------------------------------------
 @pytest.fixture
 def closed() -> duckdb.DuckDBPyConnection:
