@@ -39,8 +39,10 @@ from typing import Any
 import pandas as pd
 from sqlglot import exp
 
-from . import compiler
 from .api import train
+from .compiler.blocks import column as quoted
+from .compiler.blocks import dnum, literal
+from .compiler.scoring import Names
 from .dataset import (
     FLOAT_TYPES,
     INTEGER_TYPES,
@@ -184,14 +186,14 @@ def hash_text(column: exp.Expression, dtype: exp.DataType) -> exp.Expression | N
         return _text(column.copy())
     if dtype.is_type(*FLOAT_TYPES, *NUMERIC_TYPES):
         scaled = exp.Mul(this=exp.cast(column.copy(), exp.DataType.build("DOUBLE")),
-                         expression=compiler.dnum(FLOAT_MULTIPLIER))
+                         expression=dnum(FLOAT_MULTIPLIER))
         fraction = exp.Case(
             ifs=[exp.If(this=exp.LT(this=exp.Abs(this=scaled.copy()),
-                                    expression=compiler.dnum(_EXACT)),
+                                    expression=dnum(_EXACT)),
                         true=exp.Sub(this=scaled.copy(), expression=exp.Floor(this=scaled)))],
-            default=compiler.dnum(0.0),
+            default=dnum(0.0),
         )
-        bits = exp.Floor(this=exp.Mul(this=fraction, expression=compiler.dnum(2.0**31)))
+        bits = exp.Floor(this=exp.Mul(this=fraction, expression=dnum(2.0**31)))
         return _text(exp.cast(bits, exp.DataType.build("BIGINT")))
     return None
 
@@ -214,7 +216,7 @@ def row_hash(
     for name, dtype in schema:
         if key is not None and name != key:
             continue
-        text = hash_text(compiler.column(name), dtype)
+        text = hash_text(quoted(name), dtype)
         if text is not None:
             parts += [_string("|"), exp.Coalesce(this=text, expressions=[_string("")])]
     joined = parts[0]
@@ -239,8 +241,8 @@ def build_dealing_query(
     position (stratified), None deals all rows in one sequence."""
     order = [row_hash(schema, seed, key)]
     ordered_first = sorted(schema, key=lambda s: s[0] != key)  # the key breaks ties first
-    order += [k for k in (order_key(compiler.column(n), t) for n, t in ordered_first) if k]
-    y = compiler.column(target)
+    order += [k for k in (order_key(quoted(n), t) for n, t in ordered_first) if k]
+    y = quoted(target)
     number = exp.Window(
         this=exp.RowNumber(),
         partition_by=[y.copy()] if offsets is not None else None,
@@ -249,12 +251,12 @@ def build_dealing_query(
     position: exp.Expression = exp.Sub(this=number, expression=exp.Literal.number(1))
     if offsets is not None:
         start = exp.Case(ifs=[
-            exp.If(this=exp.EQ(this=y.copy(), expression=compiler.literal(c)),
+            exp.If(this=exp.EQ(this=y.copy(), expression=literal(c)),
                    true=exp.Literal.number(n)) for c, n in offsets
         ])
         position = exp.Add(this=position, expression=start)
     select = exp.Select(expressions=[
-        *[compiler.column(n) for n, _ in schema],
+        *[quoted(n) for n, _ in schema],
         exp.Alias(this=part(exp.paren(position, copy=False)),
                   alias=exp.to_identifier(part_column, quoted=True)),
     ])
@@ -270,7 +272,7 @@ def fold_rule(folds: int) -> Callable[[exp.Expression], exp.Expression]:
 
 def split_rule(test_fraction: float) -> Callable[[exp.Expression], exp.Expression]:
     """Position ``p`` -> 1 (test) when ``FLOOR((p + 1) * f) > FLOOR(p * f)``, else 0."""
-    f = compiler.dnum(float(test_fraction))
+    f = dnum(float(test_fraction))
 
     def rule(p: exp.Expression) -> exp.Expression:
         after = exp.Floor(this=exp.Mul(this=exp.paren(exp.Add(
@@ -299,9 +301,9 @@ class Dealt:
     def rows(self, part: int, *, inside: bool) -> exp.Select:
         """A query of the rows in ``part`` (``inside``) or in every other part."""
         test = exp.EQ if inside else exp.NEQ
-        return exp.Select(expressions=[compiler.column(c) for c in self.columns]).from_(
+        return exp.Select(expressions=[quoted(c) for c in self.columns]).from_(
             self.table.copy(), copy=False
-        ).where(test(this=compiler.column(self.part_column),
+        ).where(test(this=quoted(self.part_column),
                      expression=exp.Literal.number(part)), copy=False)
 
 
@@ -360,7 +362,7 @@ def dealt(
         for name, what in ((target, "target"), (key, "key")):
             if name is not None and name not in names:
                 raise DataError(f"{what} column {name!r} is not in the source; columns: {names}")
-        y = compiler.column(target)
+        y = quoted(target)
         counted = engine.execute(
             exp.select(y.copy(), exp.Count(this=exp.Star())).from_(relation.copy())
             .group_by(y.copy())
@@ -377,7 +379,7 @@ def dealt(
         for value, n in class_rows:
             offsets.append((value, before))
             before += n
-        part_column = compiler.Names.avoiding(names).prefix + "part"
+        part_column = Names.avoiding(names).prefix + "part"
         query = build_dealing_query(
             relation, schema, target, part, part_column,
             offsets=offsets if stratified else None, seed=seed, key=key,
@@ -520,10 +522,10 @@ def assign_folds(
         if column in parts.columns:
             raise DataError(f"the source already has a column {column!r}; choose another "
                             "column=")
-        fold = exp.Add(this=compiler.column(parts.part_column),
+        fold = exp.Add(this=quoted(parts.part_column),
                        expression=exp.Literal.number(1))
         query = exp.Select(expressions=[
-            *[compiler.column(c) for c in parts.columns],
+            *[quoted(c) for c in parts.columns],
             exp.Alias(this=fold, alias=exp.to_identifier(column, quoted=True)),
         ]).from_(parts.table.copy(), copy=False)
         reader = get_engine(parts.connection)

@@ -1,8 +1,8 @@
 """Evaluate a tree where the data lives: one ``GROUP BY actual, predicted`` query.
 
-The query scores the source with the compiled SQL (``compiler.build_scoring_query``: the label
-and every class probability, C4.5's unknown values spread as in ``predict``) and groups the
-rows by actual and predicted class. Each group brings back its rows, its weight and three
+The query scores the source with the compiled SQL (``compiler.scoring.build_scoring_query``:
+the label and every class probability, C4.5's unknown values spread as in ``predict``) and
+groups the rows by actual and predicted class. Each group brings back its rows, its weight and three
 weighted sums over its rows: the probability of the actual class, its logarithm (clipped to
 ``[eps, 1 - eps]`` as scikit-learn's ``log_loss`` clips) and the sum of squared class
 probabilities. Everything else is arithmetic on those few numbers in Python: the confusion
@@ -25,6 +25,8 @@ from typing import Any, Protocol
 from sqlglot import exp
 
 from . import compiler
+from .compiler.blocks import column, dnum, literal
+from .compiler.scoring import Names, build_scoring_query
 from .dataset import resolve_relation, sort_key
 from .engines import get_engine
 from .errors import DataError
@@ -286,39 +288,39 @@ def build_evaluation_query(
     predicted`` over the compiled scoring query of ``relation``.
 
     ``expand`` spreads C4.5's unknown values by copies of the rows (DuckDB) instead of the
-    closed form, as ``Model.predict`` does (see ``compiler.build_scoring_query``).
+    closed form, as ``Model.predict`` does (see ``compiler.scoring.build_scoring_query``).
     """
     kept = [target, *([weight] if weight else [])]
-    nm = compiler.Names.avoiding(kept)
+    nm = Names.avoiding(kept)
     predicted = nm.prefix + "predicted"
     probas = [f"{nm.prefix}p{c}" for c in range(len(classes))]
-    scored = compiler.build_scoring_query(
+    scored = build_scoring_query(
         root, classes, relation, kept, predicted, probas, expand=expand, ordered=False
     )
     s = nm.prefix + "scored"
-    actual = compiler.column(target, s)
-    w = (exp.cast(compiler.column(weight, s), exp.DataType.build("DOUBLE")) if weight
-         else compiler.dnum(1.0))
-    p = [compiler.column(name, s) for name in probas]
+    actual = column(target, s)
+    w = (exp.cast(column(weight, s), exp.DataType.build("DOUBLE")) if weight
+         else dnum(1.0))
+    p = [column(name, s) for name in probas]
     p_actual = exp.Case(
-        ifs=[exp.If(this=exp.EQ(this=actual.copy(), expression=compiler.literal(c)),
+        ifs=[exp.If(this=exp.EQ(this=actual.copy(), expression=literal(c)),
                     true=p[i].copy()) for i, c in enumerate(classes)],
-        default=compiler.dnum(0.0),
+        default=dnum(0.0),
     )
     clipped = exp.Least(this=exp.Greatest(this=p_actual.copy(), expressions=[
-        compiler.dnum(EPS)]), expressions=[compiler.dnum(1.0 - EPS)])
-    squares = compiler.dnum(0.0)
+        dnum(EPS)]), expressions=[dnum(1.0 - EPS)])
+    squares = dnum(0.0)
     for pc in p:
         squares = exp.Add(this=squares, expression=exp.Mul(this=pc.copy(), expression=pc.copy()))
 
     def weighted_sum(e: exp.Expression) -> exp.Expression:
         return exp.Sum(this=exp.Mul(this=w.copy(), expression=exp.paren(e, copy=False)))
 
-    bad = (exp.or_(w.copy().is_(exp.null()), exp.LT(this=w.copy(), expression=compiler.dnum(0.0)))
+    bad = (exp.or_(w.copy().is_(exp.null()), exp.LT(this=w.copy(), expression=dnum(0.0)))
            if weight else exp.false())
     outputs = [
         actual.copy(),
-        compiler.column(predicted, s),
+        column(predicted, s),
         exp.Count(this=exp.Star()),
         exp.Sum(this=w.copy()),
         weighted_sum(p_actual),
@@ -332,7 +334,7 @@ def build_evaluation_query(
     ])
     select = select.from_(exp.Subquery(this=scored, alias=exp.TableAlias(
         this=exp.to_identifier(s, quoted=True))), copy=False)
-    return select.group_by(actual.copy(), compiler.column(predicted, s), copy=False)
+    return select.group_by(actual.copy(), column(predicted, s), copy=False)
 
 
 # -- evaluate ----------------------------------------------------------------------------------
