@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from . import progress
 from .api import split_scores, train
+from .crossval import CrossValidation, assign_folds, cross_validate, holdout
 from .dataset import source
 from .errors import (
     DataError,
@@ -31,6 +32,7 @@ from .tree import Node, Split
 __version__ = "0.1.0"
 
 __all__ = [
+    "CrossValidation",
     "DataError",
     "EngineConnectionError",
     "Model",
@@ -43,6 +45,9 @@ __all__ = [
     "UnsupportedError",
     "UnsupportedOptionError",
     "__version__",
+    "assign_folds",
+    "cross_validate",
+    "holdout",
     "load",
     "progress",
     "source",
