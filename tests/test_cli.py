@@ -243,6 +243,12 @@ def test_quiet_without_output_is_refused(capsys):
     assert "without --output the trained model would be lost: add -o MODEL.json" in line
 
 
+def test_quiet_with_an_evaluation_prints_the_evaluation_only(capsys):
+    status, out, err = run(capsys, "train", GOLF, "-t", "play", "-q", "--folds", "2")
+    assert status == 0 and err == ""
+    assert "outlook" not in out and "Correctly Classified Instances" in out
+
+
 @pytest.mark.parametrize("options, message", [
     (["--dialect", "postgress"], "Unknown dialect 'postgress'. Did you mean postgres?"),
     (["--dialect", "nonsense"], "Unknown dialect 'nonsense'"),
