@@ -336,14 +336,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         if "min_samples_leaf" in cart_options and cart_options["min_samples_leaf"] >= 1:
             cart_options["min_samples_leaf"] = int(cart_options["min_samples_leaf"])
         pruning = {None: "default", "none": None}.get(args.pruning, args.pruning)
-        if args.quiet and not args.output and not _evaluates(args):
-            raise OptionError(
-                "--quiet prints nothing, so without --output the trained model would be "
-                "lost: add -o MODEL.json (or --folds, --test or --test-fraction, whose "
-                "evaluations it prints)"
-            )
-        _check_output(args.output, MODEL_SUFFIXES, "models")
-        _check_evaluation_flags(args)
+        _check_train_args(args)
         connection = _connection(args.connect, args.create_db)
         if args.threads is not None or args.memory_limit is not None:
             if isinstance(connection, str):
@@ -425,9 +418,19 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 # -- evaluation ----------------------------------------------------------------------------------
-def _evaluates(args: argparse.Namespace) -> bool:
-    """Whether ``train`` was asked for an evaluation besides the training set's."""
-    return any(v is not None for v in (args.folds, args.test, args.test_fraction))
+def _check_train_args(args: argparse.Namespace) -> None:
+    """Refuse, before any query, what ``train`` cannot do as asked: ``--quiet`` with nothing
+    to keep or print, an output file it cannot write, evaluation flags that do not go
+    together."""
+    evaluates = any(v is not None for v in (args.folds, args.test, args.test_fraction))
+    if args.quiet and not args.output and not evaluates:
+        raise OptionError(
+            "--quiet prints nothing, so without --output the trained model would be lost: "
+            "add -o MODEL.json (or --folds, --test or --test-fraction, whose evaluations it "
+            "prints)"
+        )
+    _check_output(args.output, MODEL_SUFFIXES, "models")
+    _check_evaluation_flags(args)
 
 
 def _check_evaluation_flags(args: argparse.Namespace) -> None:
