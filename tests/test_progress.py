@@ -6,10 +6,6 @@ from __future__ import annotations
 
 import io
 import logging
-import os
-import subprocess
-import sys
-import textwrap
 
 import pandas as pd
 import pytest
@@ -227,52 +223,3 @@ def test_spark_is_quiet_while_training_and_as_before_after(spark):
         spark.catalog.dropTempView(view)
         _stop_progress_bar(context)
         context.setLogLevel("ERROR")
-
-
-@pytest.mark.spark
-@pytest.mark.slow
-def test_spark_prints_no_stage_bars_for_sqltree(tmp_path):
-    """A session with Spark's defaults (stage bars on, log level WARN) in a process of its own,
-    whose console is read: bars show for the caller's slow job before and after training and
-    never while sqltree trains on a source that is as slow to read."""
-    script = tmp_path / "spark_console.py"
-    script.write_text(textwrap.dedent(f"""
-        import sys, time
-        from pyspark.sql import SparkSession
-        import sqltree
-
-        spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-                 .config("spark.sql.shuffle.partitions", "2").getOrCreate())
-
-        def slow(rows):
-            time.sleep(1.5)
-            yield from rows
-
-        def caller_job(mark):
-            print(mark, file=sys.stderr, flush=True)
-            spark.sparkContext.parallelize(range(4), 2).mapPartitions(slow).count()
-            time.sleep(0.5)
-
-        caller_job("=== BEFORE")
-        golf = spark.read.options(header="true").csv({str(GOLF)!r})
-        # Two tasks of 1.5 s in every query that reads it: Spark would draw a bar for each.
-        spark.createDataFrame(golf.rdd.repartition(2).mapPartitions(slow), golf.schema) \\
-            .createOrReplaceTempView("slow_golf")
-        print("=== TRAIN", file=sys.stderr, flush=True)
-        model = sqltree.train("slow_golf", target="play", connection=spark)
-        time.sleep(0.5)
-        caller_job("=== AFTER")
-        print("=== END", model.n_leaves, file=sys.stderr, flush=True)
-        spark.stop()
-    """))
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=600, env=env, cwd=os.getcwd())
-    assert done.returncode == 0, done.stderr[-3000:]
-    err = done.stderr.replace("\r", "\n")
-    before = err.split("=== BEFORE", 1)[1].split("=== TRAIN", 1)[0]
-    training = err.split("=== TRAIN", 1)[1].split("=== AFTER", 1)[0]
-    after = err.split("=== AFTER", 1)[1].split("=== END", 1)[0]
-    assert "=== END 5" in err
-    assert "[Stage" in before and "[Stage" in after  # the caller's bars, as Spark shows them
-    assert "[Stage" not in training and " WARN " not in training, training
