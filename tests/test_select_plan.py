@@ -18,10 +18,11 @@ import pytest
 from sqlglot import exp
 
 import sqltree
+from sqltree import progress
 from sqltree.engines.base import Engine
 from sqltree.engines.duckdb import DuckDBEngine
 from sqltree.engines.sqlite import SQLiteEngine, register_math
-from sqltree.errors import UnsupportedError
+from sqltree.errors import OptionError, UnsupportedError
 from sqltree.model import Model
 
 from .conftest import DATA, ENGINES, SQLITE, EngineFactory
@@ -196,7 +197,7 @@ def test_postgres_role_with_select_only_trains_on_the_select_plan(
             assert_same_tree(comparable(model), comparable(duckdb_model(name, options)))
             assert_only_selects(engine, model)
             assert postgres_admin.execute(count_relations).fetchone() == before
-        assert "plan: select" in capsys.readouterr().err
+        assert "(select plan: this PostgreSQL session may not" in capsys.readouterr().err
         with pytest.raises(UnsupportedError, match="may not create temporary tables"):
             sqltree.train(table, target="y", connection=engine, plan="tables")
     finally:
@@ -331,20 +332,23 @@ def test_sqlite_refuses_what_it_cannot_do():
 
 # -- choosing the plan -------------------------------------------------------------------------
 def test_plan_is_checked_before_any_query():
-    with pytest.raises(ValueError, match="plan must be one of"):
+    with pytest.raises(OptionError, match="plan must be one of"):
         sqltree.train("no_such_table", target="y", plan="views")
-    with pytest.raises(ValueError, match="plan must be one of"):
+    with pytest.raises(OptionError, match="plan must be one of"):
         sqltree.split_scores("no_such_table", target="y", plan="temp")
 
 
 def test_progress_names_the_plan(capsys: pytest.CaptureFixture[str]):
     path = str(DATA / "golf.csv")
     sqltree.train(path, target="play", progress=True)
-    assert "plan: tables" in capsys.readouterr().err
-    sqltree.train(path, target="play", progress=True, plan="select")
-    err = capsys.readouterr().err
-    assert "plan: select (single SELECT statements over the source" in err
-    assert "asked for" in err
+    assert "s (tables plan)\n" in capsys.readouterr().err
+    heard: list[progress.Event] = []
+    sqltree.train(path, target="play", progress=heard.append, plan="select")
+    (start,) = [e for e in heard if e.phase == "grow" and e.kind == "start"]
+    (end,) = [e for e in heard if e.phase == "grow" and e.kind == "end"]
+    assert start.message.endswith("rows (select plan: asked for)")
+    assert end.message.endswith("s (select plan: asked for)")
+    assert start.details["plan"] == end.details["plan"] == "select"
 
 
 @pytest.mark.parametrize("connection", ["duckdb", "sqlite"])

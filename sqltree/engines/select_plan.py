@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from ..errors import UnsupportedError
+from ..errors import OptionError, UnsupportedError
 
 TABLES = "tables"
 SELECT = "select"
@@ -34,10 +34,15 @@ PLANS = (AUTO, TABLES, SELECT)
 
 
 def check_plan(plan: str) -> str:
-    """``plan`` if it names a plan, else a ``ValueError`` listing them."""
+    """``plan`` if it names a plan, else an ``OptionError`` listing them."""
     if plan not in PLANS:
-        raise ValueError(f"plan must be one of {PLANS}, not {plan!r}")
+        raise OptionError(f"plan must be one of {PLANS}, not {plan!r}")
     return plan
+
+
+def plan_note(plan: str, reason: str) -> str:
+    """What progress says of the training plan: its name, and for the select plan why."""
+    return f"{plan} plan" if plan == TABLES else f"{plan} plan: {reason}"
 
 
 def choose_plan(plan: str, refusal: str | None) -> tuple[str, str]:

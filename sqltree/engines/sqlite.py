@@ -59,6 +59,7 @@ class SQLiteEngine(Engine):
     """
 
     dialect: ClassVar[str] = "sqlite"
+    NAME: ClassVar[str] = "SQLite"
 
     def __init__(self, connection: sqlite3.Connection | None = None) -> None:
         super().__init__()
@@ -139,11 +140,8 @@ class SQLiteEngine(Engine):
     def columns(self, relation: exp.Expression) -> list[tuple[str, exp.DataType]]:
         """Names, and types read from the values: the widest a column's values have (text over
         real over integer); declared BOOLEAN columns are boolean."""
-        self.begin()
+        names = [name for name, _ in super().columns(relation)]
         source = relation.subquery("src") if isinstance(relation, exp.Query) else relation
-        probe = exp.select("*").from_(source.copy()).limit(0)
-        with self._statement():
-            names = [name for name, _ in self._run_columns(self.render(probe))]
         ranks = [
             exp.func("MAX", exp.Case(
                 this=exp.func("TYPEOF", exp.column(n, quoted=True)),
