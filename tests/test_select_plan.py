@@ -21,6 +21,7 @@ import sqltree
 from sqltree import progress
 from sqltree.engines.base import Engine
 from sqltree.engines.duckdb import DuckDBEngine
+from sqltree.engines.select_plan import SelectPlan
 from sqltree.engines.sqlite import SQLiteEngine, register_math
 from sqltree.errors import OptionError, UnsupportedError
 from sqltree.model import Model
@@ -361,3 +362,24 @@ def test_split_scores_on_the_select_plan(connection: str):
     else:
         got = sqltree.split_scores(frame, target="y", plan="select")
     pd.testing.assert_frame_equal(got, want, check_exact=False, rtol=1e-12)
+
+
+def test_definitions_come_before_their_readers_and_live_while_read():
+    plan = SelectPlan(materialized=True)
+    source = exp.Table(this=exp.to_identifier("src"))
+    rows = plan.define("rows", exp.select("*").from_(source))
+    both = plan.define("both", exp.union(
+        exp.select("*").from_(rows.copy()), exp.select("*").from_(rows.copy()), distinct=False))
+    one = plan.define("one", exp.select(exp.alias_(exp.Literal.number(1), "x")))
+    plan.drop(rows.name)
+    reader = exp.select("*").from_(both.copy()).join(one.copy(), join_type="cross")
+    query, scans = plan.attach(reader)
+    assert query.sql("duckdb").startswith(
+        'WITH "rows" AS MATERIALIZED (SELECT * FROM src), "both" AS (SELECT * FROM "rows" UNION '
+        'ALL SELECT * FROM "rows"), "one" AS (SELECT 1 AS x) SELECT')
+    assert scans
+    assert plan.attach(exp.select("*").from_(one.copy()))[1] is False
+    plan.drop(both.name)
+    plan.drop(one.name)
+    alone = exp.select("*").from_(rows.copy())
+    assert plan.attach(alone) == (alone, False)  # nothing reads "rows" any more: it is gone

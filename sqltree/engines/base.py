@@ -136,9 +136,10 @@ class Engine(ABC):
             self._probed = True
         chosen, reason = choose_plan(plan, self._refusal)
         self.plan, self.plan_reason = chosen, reason
-        self._select = (
-            SelectPlan(self.SUPPORTS_MATERIALIZED_CTE) if chosen == SELECT else None
-        )
+        if chosen != SELECT:
+            self._select = None
+        elif self._select is None:  # definitions made before (a source's) stay readable
+            self._select = SelectPlan(self.SUPPORTS_MATERIALIZED_CTE)
         return reason
 
     def tables_plan_refusal(self) -> str | None:

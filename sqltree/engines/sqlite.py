@@ -31,6 +31,10 @@ from sqlglot.errors import ErrorLevel
 from ..errors import UnsupportedError
 from .base import Engine
 
+MIN_VERSION = (3, 35, 0)
+"""The oldest SQLite with everything the select plan writes: window functions (3.25) and
+``MATERIALIZED`` CTEs (3.35)."""
+
 _SPECIAL = {"nan": None, "infinity": 1, "-infinity": -1}
 """Special doubles by their text: NULL for NaN, the sign of an infinity."""
 
@@ -62,6 +66,11 @@ class SQLiteEngine(Engine):
     NAME: ClassVar[str] = "SQLite"
 
     def __init__(self, connection: sqlite3.Connection | None = None) -> None:
+        if sqlite3.sqlite_version_info < MIN_VERSION:
+            raise UnsupportedError(
+                f"sqltree needs SQLite {'.'.join(map(str, MIN_VERSION))} or later (window "
+                f"functions, MATERIALIZED CTEs); Python's sqlite3 has {sqlite3.sqlite_version}"
+            )
         super().__init__()
         self.owns_connection = connection is None
         self.connection = connection if connection is not None else sqlite3.connect(":memory:")
