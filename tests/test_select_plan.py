@@ -205,6 +205,27 @@ def test_postgres_role_with_select_only_trains_on_the_select_plan(
         engine.close()
 
 
+@pytest.mark.postgres
+def test_postgres_select_plan_settings_end_with_the_callers_transaction(postgres_url: str):
+    import psycopg
+
+    from sqltree.engines.postgres import PostgresEngine
+
+    settings = "SELECT current_setting('enable_nestloop'), current_setting('join_collapse_limit')"
+    connection = psycopg.connect(postgres_url)  # not autocommit: sqltree runs in a savepoint
+    try:
+        connection.execute("SET LOCAL join_collapse_limit = 5")
+        engine = PostgresEngine(connection)
+        engine.use_plan("select")
+        assert engine.execute(exp.maybe_parse(settings, dialect="postgres")) == [("off", "1")]
+        model = sqltree.train(frame_of("golf"), target="play", connection=engine, plan="select")
+        assert model.stats["plan"] == "select"
+        engine.cleanup()
+        assert connection.execute(settings).fetchone() == ("on", "5")
+    finally:
+        connection.close()
+
+
 # -- SQLite ------------------------------------------------------------------------------------
 def sqlite_with(frame: pd.DataFrame, name: str = "data") -> tuple[SQLiteEngine, exp.Table]:
     engine = SQLiteEngine(sqlite3.connect(":memory:"))

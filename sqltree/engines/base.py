@@ -132,7 +132,8 @@ class Engine(ABC):
         else the select plan); returns why that plan (see ``engines.select_plan``)."""
         if not self._probed:
             self.begin()
-            self._refusal = self.tables_plan_refusal()
+            with self._statement():  # engines on one connection take turns
+                self._refusal = self.tables_plan_refusal()
             self._probed = True
         chosen, reason = choose_plan(plan, self._refusal)
         self.plan, self.plan_reason = chosen, reason
