@@ -116,6 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("dot", help="print the tree as Graphviz DOT")
     d.add_argument("model")
+    d.add_argument("--filled", action="store_true",
+                   help="fill nodes with their class's colour, stronger the purer the node")
 
     sc = sub.add_parser("scores", help="score every candidate split at the root")
     sc.add_argument("source")
@@ -286,7 +288,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         print(sqltree.load(args.model).rules())
         return 0
     if args.command == "dot":
-        print(sqltree.load(args.model).graphviz())
+        print(sqltree.load(args.model).graphviz(filled=args.filled))
         return 0
     if args.command == "scores":
         frame = sqltree.split_scores(args.source, target=args.target,

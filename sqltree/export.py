@@ -6,6 +6,7 @@ bare root ``Node`` with the class labels passed separately. They read only the s
 
 from __future__ import annotations
 
+import colorsys
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -13,7 +14,10 @@ from typing import Any
 
 from .tree import CONTINUOUS, Node, Split, Value
 
-__all__ = ["Rule", "graphviz", "rule_list", "rules", "text", "weka_number"]
+__all__ = [
+    "Rule", "class_colors", "fill_color", "graphviz", "rule_list", "rules", "text",
+    "weka_number",
+]
 
 
 def _resolve(model_or_root: Any, classes: Sequence[Value] | None) -> tuple[Node, list[Value]]:
@@ -200,25 +204,55 @@ def _dot_quote(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
+def class_colors(n_classes: int) -> list[tuple[int, int, int]]:
+    """One colour per class: hues evenly spaced around the wheel from orange, equally
+    saturated and bright (the palette scikit-learn's exporters use, so trees look alike)."""
+    out = []
+    for i in range(n_classes):
+        r, g, b = colorsys.hsv_to_rgb((25 + 360 * i / n_classes) % 360 / 360, 0.75, 0.9)
+        out.append((int(r * 255), int(g * 255), int(b * 255)))
+    return out
+
+
+def fill_color(proba: Sequence[float], palette: Sequence[tuple[int, int, int]]) -> str:
+    """``#rrggbb`` of a node: its class's colour, faded towards white as the node is less
+    pure (opacity ``(p1 - p2) / (1 - p2)`` for the two largest class shares, as
+    scikit-learn's ``filled=True``): a pure node has the full colour, a tie is white."""
+    best = max(range(len(proba)), key=lambda i: (proba[i], -i))
+    ranked = sorted(proba, reverse=True)
+    alpha = 0.0 if len(ranked) < 2 or ranked[1] >= 1 else (
+        (ranked[0] - ranked[1]) / (1 - ranked[1])
+    )
+    rgb = [round(alpha * c + (1 - alpha) * 255) for c in palette[best]]
+    return "#" + "".join(f"{c:02x}" for c in rgb)
+
+
 def graphviz(
     model_or_root: Any,
     classes: Sequence[Value] | None = None,
     *,
     decimals: int | None = 6,
     name: str = "Tree",
+    filled: bool = False,
 ) -> str:
-    """The tree as Graphviz DOT text: boxes for leaves, ellipses for tests, edge labels."""
+    """The tree as Graphviz DOT text: boxes for leaves, ellipses for tests, edge labels.
+
+    With ``filled``, every node is filled with the colour of its predicted class, the
+    stronger the purer the node (``fill_color``).
+    """
     root, labels = _resolve(model_or_root, classes)
     out = [f"digraph {_dot_quote(name)} {{", "  node [fontname=\"Helvetica\"];"]
     counter = iter(range(1 << 62))
+    palette = class_colors(len(root.counts)) if filled else []
 
     def open_node(node: Node) -> int:
         me = next(counter)
+        style = f" style=filled fillcolor=\"{fill_color(node.proba, palette)}\"" if filled else ""
         if node.is_leaf:
-            out.append(f"  N{me} [label={_dot_quote(_label(node, labels))} shape=box];")
+            out.append(f"  N{me} [label={_dot_quote(_label(node, labels))} shape=box{style}];")
         else:
             assert node.split is not None
-            out.append(f"  N{me} [label={_dot_quote(node.split.feature)}];")
+            out.append(f"  N{me} [label={_dot_quote(node.split.feature)}{style}];")
         return me
 
     def edge(parent: Node, parent_id: int, branch: int, child_id: int) -> None:

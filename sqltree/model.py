@@ -92,11 +92,11 @@ class Model:
 
         return rules(self, decimals=decimals)
 
-    def graphviz(self, decimals: int | None = 6) -> str:
-        """The tree as Graphviz DOT text."""
+    def graphviz(self, decimals: int | None = 6, *, filled: bool = False) -> str:
+        """The tree as Graphviz DOT text (``filled``: nodes coloured by class and purity)."""
         from .export import graphviz
 
-        return graphviz(self, decimals=decimals)
+        return graphviz(self, decimals=decimals, filled=filled)
 
     def __repr__(self) -> str:
         return (
