@@ -215,7 +215,8 @@ class SQLTreeClassifier(ClassifierMixin, BaseEstimator):
         A row whose value is unknown at a C4.5 test gets the branches' probabilities weighted
         by their training shares, as the compiled SQL gives them.
         """
-        return _tree.predict_proba(self._flat, self._matrix(X))
+        x = self._matrix(X)
+        return _tree.predict_proba(self._flat, x)
 
     def predict_log_proba(self, X: Any) -> np.ndarray:
         with np.errstate(divide="ignore"):
