@@ -16,6 +16,7 @@ from sklearn.tree import DecisionTreeClassifier as SKTree  # noqa: E402
 from sklearn.tree import export_text as sk_export_text  # noqa: E402
 
 from sqltree.estimator import (  # noqa: E402
+    C45Classifier,
     DecisionTreeClassifier,
     export_graphviz,
     export_text,
@@ -169,3 +170,142 @@ def test_pruning_path_bunch(iris):
     assert path.ccp_alphas[0] == 0.0
     assert np.all(np.diff(path.ccp_alphas) >= 0)
     assert np.all(np.diff(path.impurities) >= -1e-12)
+
+
+# -- one import, a Model underneath ----------------------------------------------------------
+def test_top_level_names():
+    import sqltree
+    import sqltree.estimator as est
+
+    assert sqltree.DecisionTreeClassifier is est.DecisionTreeClassifier
+    assert sqltree.C45Classifier is est.C45Classifier
+    assert {"DecisionTreeClassifier", "C45Classifier"} <= set(sqltree.__all__)
+
+
+def test_fitted_estimator_is_a_model(iris, tmp_path):
+    import sqltree
+
+    X, y = iris
+    clf = DecisionTreeClassifier(max_depth=3).fit(X, y)
+    assert isinstance(clf.model_, sqltree.Model)
+    assert clf.model_.n_leaves == clf.get_n_leaves() and clf.model_.depth == clf.get_depth()
+    assert clf.to_sql() == clf.model_.to_sql()
+    query = clf.to_sql("postgres", table="flowers", view="scored")
+    assert query.startswith("CREATE VIEW scored AS SELECT *, CASE WHEN")
+    assert query.endswith("FROM flowers")
+    path = tmp_path / "iris.json"
+    clf.save(path)
+    loaded = sqltree.load(path)
+    assert loaded.text() == clf.model_.text() and loaded.rules() == clf.model_.rules()
+    assert "digraph" in loaded.graphviz()
+
+
+def test_compiled_sql_predicts_as_the_estimator(iris):
+    X, y = iris
+    X = X.copy()
+    X.iloc[::9, 1] = np.nan
+    for clf in (DecisionTreeClassifier(max_depth=4), C45Classifier()):
+        clf.fit(X, y)
+        scored = clf.model_.predict(X)
+        np.testing.assert_array_equal(scored["prediction"].to_numpy(), clf.predict(X))
+
+
+def test_c45_unknown_values_spread_as_the_model(iris):
+    X, y = iris
+    X = X.copy()
+    X.iloc[::5, 3] = np.nan
+    clf = C45Classifier().fit(X, y)
+    test = X.copy()
+    test.iloc[::2, 3] = np.nan
+    proba = clf.predict_proba(test)
+    rows = test.to_dict("records")
+    expected = [clf.model_.predict_proba_row({k: (None if pd.isna(v) else v)
+                                              for k, v in r.items()}) for r in rows]
+    np.testing.assert_allclose(proba, expected, atol=1e-12)
+    assert (proba.max(axis=1) < 1).any()  # some rows were spread over branches
+
+
+def test_c45_is_sqltree_train(tmp_path):
+    import sqltree
+
+    golf = pd.read_csv("examples/data/golf.csv", dtype={"windy": str})
+    X, y = golf.drop(columns="play"), golf["play"]
+    for params, options in [
+        ({}, {}),
+        ({"unpruned": True}, {"pruning": None}),
+        ({"min_objects": 1, "confidence_factor": 0.5, "subtree_raising": False},
+         {"min_cases": 1, "cf": 0.5, "subtree_raising": False}),
+    ]:
+        clf = C45Classifier(**params).fit(X, y)
+        model = sqltree.train("examples/data/golf.csv", target="play", **options)
+        assert clf.model_.text() == model.text()
+        assert clf.model_.to_sql() == model.to_sql().replace('"play"', '"y"')
+    np.testing.assert_array_equal(clf.classes_, ["no", "yes"])
+    assert clf.score(X, y) == 1.0
+
+
+def test_c45_options_checked():
+    X, y = np.array([[0.0], [1.0], [2.0], [3.0]]), [0, 0, 1, 1]
+    with pytest.raises(ValueError, match="cf"):
+        C45Classifier(confidence_factor=0.9).fit(X, y)
+    with pytest.raises(ValueError, match="pruning"):
+        C45Classifier(pruning="cost-complexity").fit(X, y)
+    with pytest.raises(ValueError, match="missing"):
+        C45Classifier(missing="mean").fit(X, y)
+
+
+def test_grid_search(iris):
+    from sklearn.model_selection import GridSearchCV
+
+    X, y = iris
+    search = GridSearchCV(
+        DecisionTreeClassifier(), {"max_depth": [1, 3], "criterion": ["gini", "entropy"]}, cv=3
+    ).fit(X, y)
+    assert search.best_params_["max_depth"] == 3
+    assert search.best_estimator_.model_.depth == 3
+
+
+def test_evaluate_is_the_model_s(iris, monkeypatch):
+    X, y = iris
+    clf = DecisionTreeClassifier(max_depth=1).fit(X, y)
+    calls = []
+    monkeypatch.setattr(clf.model_, "evaluate", lambda source, **kw: calls.append((source, kw))
+                        or "report", raising=False)
+    assert clf.evaluate("new.parquet", connection=None) == "report"
+    assert calls == [("new.parquet", {"connection": None})]
+
+
+def test_refused_feature_values():
+    y = ["a", "b", "a", "b"]
+    with pytest.raises(TypeError, match="holds a dict"):
+        DecisionTreeClassifier().fit(pd.DataFrame({"c": [{"k": 1}, "x", "y", "z"]}), y)
+    with pytest.raises(TypeError, match="mixes text with numbers"):
+        DecisionTreeClassifier().fit(pd.DataFrame({"c": ["x", 1, "y", 2]}), y)
+    with pytest.raises(ValueError, match="infinity"):
+        DecisionTreeClassifier().fit(pd.DataFrame({"c": [1.0, np.inf, 2.0, 3.0]}), y)
+    with pytest.raises(ValueError, match="one class"):
+        DecisionTreeClassifier().fit(np.zeros((3, 1)), ["a", "a", "a"])
+
+
+def test_messages_scikit_learn_users_know(iris):
+    X, y = iris
+    clf = DecisionTreeClassifier(max_depth=1).fit(X.to_numpy(), y)
+    with pytest.raises(ValueError, match="X has 3 features, but DecisionTreeClassifier is "
+                                         "expecting 4 features as input"):
+        clf.predict(X.to_numpy()[:, :3])
+    with pytest.raises(ValueError, match="Reshape your data"):
+        clf.predict(X.to_numpy()[0])
+    with pytest.raises(ValueError, match="requires y to be passed"):
+        DecisionTreeClassifier().fit(X, None)
+    with pytest.raises(ValueError, match="Unknown label type: continuous"):
+        DecisionTreeClassifier().fit(X, np.linspace(0, 1, len(X)))
+    with pytest.raises(ValueError, match="at least one non-zero"):
+        DecisionTreeClassifier().fit(X, y, sample_weight=np.zeros(len(X)))
+    from scipy import sparse
+
+    with pytest.raises(TypeError, match=r"[Ss]parse"):
+        DecisionTreeClassifier().fit(sparse.csr_matrix(X.to_numpy()), y)
+    with pytest.raises(ValueError, match="Complex data not supported"):
+        DecisionTreeClassifier().fit(X.to_numpy() + 1j, y)
+    with pytest.warns(Warning, match="column-vector y"):
+        DecisionTreeClassifier(max_depth=1).fit(X, y.to_numpy().reshape(-1, 1))
