@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 import duckdb
 from sqlglot import exp
+from sqlglot.errors import ErrorLevel
 
 from .base import Engine, arrow_rows
 
@@ -137,6 +138,12 @@ class DuckDBEngine(Engine):
         return (
             type(error) is RuntimeError and str(error) == "Query interrupted"
         ) or super()._interrupted(error)
+
+    def render(self, query: exp.Expression) -> str:
+        # Without sqlglot's defensive copy: the generator's DuckDB preprocessing leaves
+        # sqltree's queries as they were (checked over the DuckDB test suite), and copying
+        # took a third of a small fit's rendering, about 18 ms of an iris fit.
+        return query.sql(dialect=self.dialect, unsupported_level=ErrorLevel.RAISE, copy=False)
 
     def _run(self, sql: str) -> list[tuple[Any, ...]]:
         return self.connection.execute(self._sending(sql)).fetchall()
