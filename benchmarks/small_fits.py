@@ -5,10 +5,10 @@ other processes of a shared machine disturb less):
 
 - iris (150 rows, 4 continuous features): ``sqltree.DecisionTreeClassifier``,
   ``sqltree.C45Classifier`` and scikit-learn's ``DecisionTreeClassifier``;
-- 10,000 rows of the benchmark table (``generate.py``: 10 continuous and 6 nominal features,
-  NULLs), ``max_depth=10``: the estimators on the DataFrame (nominal columns as text),
-  ``sqltree.train`` on the same DataFrame and on its Parquet file, scikit-learn on the matrix
-  (nominal columns ordinal-encoded);
+- 10,000 rows (``--rows``) of the benchmark table (``generate.py``: 10 continuous and 6
+  nominal features, NULLs), ``max_depth=10``: the estimators on the DataFrame (nominal
+  columns as text), ``sqltree.train`` on the same DataFrame and on its Parquet file,
+  scikit-learn on the matrix (nominal columns ordinal-encoded);
 - ``GridSearchCV`` of 20 settings x 5 folds on iris (101 fits).
 
 Targets (issue "a true scikit-learn drop-in"): an iris fit within 20 ms, the grid search within
@@ -57,11 +57,12 @@ def timed(fit: Callable[[], Any], repeat: int) -> tuple[float, float]:
     return statistics.median(wall), statistics.median(cpu)
 
 
-def table_10k(data_dir: str) -> tuple[str, Any]:
+def table(rows: int, data_dir: str) -> tuple[str, Any]:
     os.makedirs(data_dir, exist_ok=True)
-    path = os.path.join(data_dir, "train_10k.parquet")
+    path = os.path.join(data_dir, f"train_{rows // 1000}k.parquet" if rows % 1_000_000 else
+                        f"train_{rows // 1_000_000}m.parquet")
     if not os.path.exists(path):
-        generate.generate(10_000, path)
+        generate.generate(rows, path)
     import pandas as pd
 
     return path, pd.read_parquet(path)
@@ -82,40 +83,56 @@ def encoded(frame: Any) -> Any:
     return np.column_stack(columns)
 
 
-def lines(args: argparse.Namespace) -> list[tuple[str, float, float]]:
+def iris_lines(repeat: int) -> list[tuple[str, float, float]]:
+    from sklearn import datasets
+    from sklearn.tree import DecisionTreeClassifier as SKTree
+
+    import sqltree
+
+    X, y = datasets.load_iris(return_X_y=True)
+    return [
+        (name, *timed(lambda make=make: make().fit(X, y), repeat))
+        for name, make in (
+            ("iris: sqltree DecisionTreeClassifier", sqltree.DecisionTreeClassifier),
+            ("iris: sqltree C45Classifier", sqltree.C45Classifier),
+            ("iris: scikit-learn DecisionTreeClassifier", SKTree),
+        )
+    ]
+
+
+def table_lines(rows: int, repeat: int, data_dir: str) -> list[tuple[str, float, float]]:
+    from sklearn.tree import DecisionTreeClassifier as SKTree
+
+    import sqltree
+
+    path, frame = table(rows, data_dir)
+    features, target = frame.drop(columns="y"), frame["y"]
+    matrix = encoded(features)
+    size = f"{rows:,} rows"
+    cases: list[tuple[str, Callable[[], Any]]] = [
+        (f"{size}: sqltree DecisionTreeClassifier",
+         lambda: sqltree.DecisionTreeClassifier(max_depth=10).fit(features, target)),
+        (f"{size}: sqltree C45Classifier",
+         lambda: sqltree.C45Classifier(max_depth=10).fit(features, target)),
+        (f"{size}: sqltree.train (CART) on the DataFrame",
+         lambda: sqltree.train(frame, target="y", algorithm="cart", max_depth=10)),
+        (f"{size}: sqltree.train (CART) on the Parquet file",
+         lambda: sqltree.train(path, target="y", algorithm="cart", max_depth=10)),
+        (f"{size}: scikit-learn DecisionTreeClassifier",
+         lambda: SKTree(max_depth=10).fit(matrix, target)),
+    ]
+    return [(name, *timed(fit, repeat)) for name, fit in cases]
+
+
+def search_lines() -> list[tuple[str, float, float]]:
     from sklearn import datasets
     from sklearn.model_selection import GridSearchCV
     from sklearn.tree import DecisionTreeClassifier as SKTree
 
     import sqltree
 
-    out = []
     X, y = datasets.load_iris(return_X_y=True)
-    for name, make in (
-        ("iris: sqltree DecisionTreeClassifier", sqltree.DecisionTreeClassifier),
-        ("iris: sqltree C45Classifier", sqltree.C45Classifier),
-        ("iris: scikit-learn DecisionTreeClassifier", SKTree),
-    ):
-        out.append((name, *timed(lambda make=make: make().fit(X, y), args.repeat)))
-
-    path, frame = table_10k(args.data_dir)
-    features, target = frame.drop(columns="y"), frame["y"]
-    matrix = encoded(features)
-    repeat = max(1, args.repeat // 4)
-    cases: list[tuple[str, Callable[[], Any]]] = [
-        ("10k rows: sqltree DecisionTreeClassifier",
-         lambda: sqltree.DecisionTreeClassifier(max_depth=10).fit(features, target)),
-        ("10k rows: sqltree C45Classifier",
-         lambda: sqltree.C45Classifier(max_depth=10).fit(features, target)),
-        ("10k rows: sqltree.train (CART) on the DataFrame",
-         lambda: sqltree.train(frame, target="y", algorithm="cart", max_depth=10)),
-        ("10k rows: sqltree.train (CART) on the Parquet file",
-         lambda: sqltree.train(path, target="y", algorithm="cart", max_depth=10)),
-        ("10k rows: scikit-learn DecisionTreeClassifier",
-         lambda: SKTree(max_depth=10).fit(matrix, target)),
-    ]
-    out += [(name, *timed(fit, repeat)) for name, fit in cases]
-
+    out = []
     for name, est in (
         ("GridSearchCV 20 x 5 on iris: sqltree", sqltree.DecisionTreeClassifier()),
         ("GridSearchCV 20 x 5 on iris: scikit-learn", SKTree()),
@@ -145,7 +162,9 @@ def profile(repeat: int) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--repeat", type=int, default=20, help="fits per line (10k rows: a quarter)")
+    p.add_argument("--repeat", type=int, default=20, help="fits per line (the table: a quarter)")
+    p.add_argument("--rows", type=int, default=10_000, help="rows of the generated table")
+    p.add_argument("--only-table", action="store_true", help="only the table's lines")
     p.add_argument("--data-dir", default=os.environ.get(
         "SQLTREE_BENCH_DATA", os.path.join(tempfile.gettempdir(), "sqltree-bench")))
     p.add_argument("--profile", action="store_true", help="profile iris fits instead")
@@ -155,7 +174,10 @@ def main(argv: list[str] | None = None) -> None:
         return
     print("| fit | wall ms (median) | CPU ms (median) |")
     print("| --- | --- | --- |")
-    for name, wall, cpu in lines(args):
+    found = [] if args.only_table else iris_lines(args.repeat)
+    found += table_lines(args.rows, max(1, args.repeat // 4), args.data_dir)
+    found += [] if args.only_table else search_lines()
+    for name, wall, cpu in found:
         print(f"| {name} | {wall * 1000:.1f} | {cpu * 1000:.1f} |", flush=True)
 
 
