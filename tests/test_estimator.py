@@ -309,3 +309,14 @@ def test_messages_scikit_learn_users_know(iris):
         DecisionTreeClassifier().fit(X.to_numpy() + 1j, y)
     with pytest.warns(Warning, match="column-vector y"):
         DecisionTreeClassifier(max_depth=1).fit(X, y.to_numpy().reshape(-1, 1))
+
+
+def test_fits_in_threads_use_their_own_database(iris):
+    from concurrent.futures import ThreadPoolExecutor
+
+    X, y = iris
+    with ThreadPoolExecutor(2) as pool:
+        fitted = list(pool.map(lambda d: DecisionTreeClassifier(max_depth=d).fit(X, y),
+                               [1, 2, 3, 1, 2, 3]))
+    assert [f.get_depth() for f in fitted] == [1, 2, 3, 1, 2, 3]
+    assert fitted[0].to_sql() == fitted[3].to_sql()

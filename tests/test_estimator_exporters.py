@@ -140,3 +140,16 @@ def test_model_graphviz_filled():
     # a pure leaf has its class's full colour
     yes = "#{:02x}{:02x}{:02x}".format(*export.class_colors(2)[model.classes.index("yes")])
     assert any(f'"yes (4.0)" shape=box style=filled fillcolor="{yes}"' in n for n in nodes)
+
+
+def test_cli_dot_filled(tmp_path, capsys):
+    from sqltree.cli import main
+
+    model = sqltree.train("examples/data/golf.csv", target="play")
+    path = tmp_path / "golf.json"
+    model.save(path)
+    assert main(["dot", str(path), "--filled"]) == 0
+    out = capsys.readouterr().out
+    assert out == model.graphviz(filled=True) + "\n"
+    assert main(["dot", str(path)]) == 0
+    assert "fillcolor" not in capsys.readouterr().out
