@@ -197,12 +197,8 @@ class SQLTreeClassifier(ClassifierMixin, BaseEstimator):
             if domain is None:
                 out[:, j] = frame[column].to_numpy(dtype=np.float64, na_value=np.nan)
                 continue
-            codes = {v: float(i) for i, v in enumerate(domain)}
-            out[:, j] = np.fromiter(
-                (codes.get(_plain(v), np.nan) for v in frame[column].to_numpy(dtype=object)),
-                dtype=np.float64,
-                count=len(frame),
-            )
+            codes = pd.Index(domain).get_indexer(frame[column])
+            out[:, j] = np.where(codes < 0, np.nan, codes)
         return out
 
     def _matrix(self, X: Any) -> np.ndarray:

@@ -217,7 +217,7 @@ def samples_per_node(t: FlatTree, x: np.ndarray, weight: np.ndarray | None) -> n
     rows = np.arange(len(x))
     nodes = np.zeros(len(x), dtype=np.intp)
     while len(rows):
-        np.add.at(counts, nodes, 1)
+        counts += np.bincount(nodes, minlength=t.node_count)
         inner = t.n_children[nodes] > 0
         rows, nodes = rows[inner], nodes[inner]
         if not len(rows):
