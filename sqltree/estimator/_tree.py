@@ -14,6 +14,7 @@ trees: scikit-learn's arrays give every test two children.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -137,60 +138,58 @@ def _branches(t: FlatTree, x: np.ndarray, rows: np.ndarray, nodes: np.ndarray) -
     return branch
 
 
-def walk(t: FlatTree, x: np.ndarray, spread: bool = True) -> tuple[np.ndarray, np.ndarray,
-                                                                    np.ndarray]:
-    """Every (row, leaf, weight) a matrix of encoded rows reaches.
+def _descend(
+    t: FlatTree, x: np.ndarray, spread: bool
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The (rows, nodes, weights) at each step down the tree, from the root.
 
-    With ``spread``, a row whose value is unknown at a test without an unknown branch goes
-    down every branch with a positive share, its weight times the share; without, it takes
-    the branch of the largest share (one leaf per row).
+    A row whose value is unknown at a test without an unknown branch goes down every branch
+    with a positive share, its weight times the share (``spread``), or only down the branch
+    of the largest share.
     """
-    n = len(x)
-    rows = np.arange(n)
-    nodes = np.zeros(n, dtype=np.intp)
-    weights = np.ones(n)
-    out_rows, out_nodes, out_weights = [], [], []
+    rows = np.arange(len(x))
+    nodes = np.zeros(len(x), dtype=np.intp)
+    weights = np.ones(len(x))
     while len(rows):
-        leaf = t.n_children[nodes] == 0
-        if leaf.any():
-            out_rows.append(rows[leaf])
-            out_nodes.append(nodes[leaf])
-            out_weights.append(weights[leaf])
-            rows, nodes, weights = rows[~leaf], nodes[~leaf], weights[~leaf]
-            if not len(rows):
-                break
+        yield rows, nodes, weights
+        inner = t.n_children[nodes] > 0
+        rows, nodes, weights = rows[inner], nodes[inner], weights[inner]
+        if not len(rows):
+            return
         branch = _branches(t, x, rows, nodes)
         missing = branch < 0
         branch[missing] = t.unknown[nodes[missing]]
         loose = np.flatnonzero(branch < 0)
-        if len(loose) and not spread:
+        if not spread:
             for j in loose:
                 start = t.first_child[nodes[j]]
-                share = t.shares[start : start + t.n_children[nodes[j]]]
-                branch[j] = int(np.argmax(share))
+                branch[j] = int(np.argmax(t.shares[start : start + t.n_children[nodes[j]]]))
             loose = loose[:0]
         fixed = branch >= 0
         next_rows = [rows[fixed]]
         next_nodes = [t.children[t.first_child[nodes[fixed]] + branch[fixed]]]
         next_weights = [weights[fixed]]
         for j in loose:
-            node = nodes[j]
-            start = t.first_child[node]
-            for b in range(t.n_children[node]):
-                share = t.shares[start + b]
-                if share > 0:
+            start = t.first_child[nodes[j]]
+            for b in range(start, start + t.n_children[nodes[j]]):
+                if t.shares[b] > 0:
                     next_rows.append(rows[j : j + 1])
-                    next_nodes.append(t.children[start + b : start + b + 1])
-                    next_weights.append(weights[j : j + 1] * share)
+                    next_nodes.append(t.children[b : b + 1])
+                    next_weights.append(weights[j : j + 1] * t.shares[b])
         rows = np.concatenate(next_rows)
         nodes = np.concatenate(next_nodes)
         weights = np.concatenate(next_weights)
-    empty_i = np.zeros(0, dtype=np.intp)
-    return (
-        np.concatenate(out_rows) if out_rows else empty_i,
-        np.concatenate(out_nodes) if out_nodes else empty_i,
-        np.concatenate(out_weights) if out_weights else np.zeros(0),
-    )
+
+
+def walk(
+    t: FlatTree, x: np.ndarray, spread: bool = True
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every (row, leaf, weight) a matrix of encoded rows reaches (see ``_descend``)."""
+    found = []
+    for rows, nodes, weights in _descend(t, x, spread):
+        leaf = t.n_children[nodes] == 0
+        found.append((rows[leaf], nodes[leaf], weights[leaf]))
+    return tuple(np.concatenate(parts) for parts in zip(*found))  # type: ignore[return-value]
 
 
 def predict_proba(t: FlatTree, x: np.ndarray) -> np.ndarray:
@@ -214,28 +213,8 @@ def samples_per_node(t: FlatTree, x: np.ndarray, weight: np.ndarray | None) -> n
     if weight is not None:
         x = x[weight > 0]
     counts = np.zeros(t.node_count, dtype=np.intp)
-    rows = np.arange(len(x))
-    nodes = np.zeros(len(x), dtype=np.intp)
-    while len(rows):
+    for _, nodes, _ in _descend(t, x, spread=True):
         counts += np.bincount(nodes, minlength=t.node_count)
-        inner = t.n_children[nodes] > 0
-        rows, nodes = rows[inner], nodes[inner]
-        if not len(rows):
-            break
-        branch = _branches(t, x, rows, nodes)
-        missing = branch < 0
-        branch[missing] = t.unknown[nodes[missing]]
-        fixed = branch >= 0
-        next_rows = [rows[fixed]]
-        next_nodes = [t.children[t.first_child[nodes[fixed]] + branch[fixed]]]
-        for j in np.flatnonzero(~fixed):
-            start = t.first_child[nodes[j]]
-            for b in range(t.n_children[nodes[j]]):
-                if t.shares[start + b] > 0:
-                    next_rows.append(rows[j : j + 1])
-                    next_nodes.append(t.children[start + b : start + b + 1])
-        rows = np.concatenate(next_rows)
-        nodes = np.concatenate(next_nodes)
     return counts
 
 
