@@ -320,3 +320,25 @@ def test_fits_in_threads_use_their_own_database(iris):
                                [1, 2, 3, 1, 2, 3]))
     assert [f.get_depth() for f in fitted] == [1, 2, 3, 1, 2, 3]
     assert fitted[0].to_sql() == fitted[3].to_sql()
+
+
+def test_private_connection_keeps_the_training_settings():
+    import sqltree
+    from sqltree.engines.duckdb import DuckDBEngine
+
+    con = DuckDBEngine.private_connection()
+
+    def settings():
+        return con.execute(
+            "SELECT current_setting('perfect_ht_threshold'), "
+            "current_setting('disabled_optimizers')"
+        ).fetchall()[0]
+
+    kept = settings()
+    assert int(kept[0]) >= 20 and "build_side_probe_side" in kept[1]
+    engine = DuckDBEngine(con)
+    sqltree.train(pd.read_csv("examples/data/golf.csv"), target="play", connection=engine)
+    assert settings() == kept  # nothing changed, nothing given back
+    assert con.execute("SELECT count(*) FROM duckdb_tables() WHERE temporary").fetchall() == [
+        (0,)
+    ]
