@@ -239,7 +239,7 @@ def test_c45_is_sqltree_train(tmp_path):
         clf = C45Classifier(**params).fit(X, y)
         model = sqltree.train("examples/data/golf.csv", target="play", **options)
         assert clf.model_.text() == model.text()
-        assert clf.model_.to_sql() == model.to_sql().replace('"play"', '"y"')
+        assert clf.model_.to_sql() == model.to_sql() and clf.model_.target == "play"
     np.testing.assert_array_equal(clf.classes_, ["no", "yes"])
     assert clf.score(X, y) == 1.0
 
@@ -342,3 +342,13 @@ def test_private_connection_keeps_the_training_settings():
     assert con.execute("SELECT count(*) FROM duckdb_tables() WHERE temporary").fetchall() == [
         (0,)
     ]
+
+
+def test_target_named_after_y(iris):
+    X, y = iris
+    assert DecisionTreeClassifier(max_depth=1).fit(X, y).model_.target == "target"
+    assert DecisionTreeClassifier(max_depth=1).fit(X, y.to_numpy()).model_.target == "y"
+    clash = y.rename("petal width (cm)")
+    assert DecisionTreeClassifier(max_depth=1).fit(X, clash).model_.target == (
+        "petal width (cm)_1"
+    )

@@ -89,6 +89,7 @@ class SQLTreeClassifier(ClassifierMixin, BaseEstimator):
             Non-negative row weights; every count is a sum of weights.
         """
         self._check_params()
+        label_name = getattr(y, "name", None)
         frame = frame_of(self, X, reset=True)
         labels = labels_of(self, y, len(frame))
         weight = weights_of(sample_weight, len(frame))
@@ -100,7 +101,10 @@ class SQLTreeClassifier(ClassifierMixin, BaseEstimator):
         columns = list(frame.columns)
         nominal = nominal_columns(frame, getattr(self, "nominal", None))
         continuous = [c for c in columns if c not in nominal]
-        target = unused_name("y", columns)
+        # The model's target column: y's own name (a Series'), so that its SQL and
+        # evaluation read the table the data came from; "y" otherwise.
+        named = isinstance(label_name, str) and label_name.strip() != ""
+        target = unused_name(label_name if named else "y", columns)
         extra = {target: labels}
         weight_column = None
         if weight is not None:
