@@ -64,6 +64,8 @@ from ..pruning.cost_complexity import (
     prune_ccp,
 )
 from ..queries import col, num, paren
+from ..running_sums import ordered_running_sums
+from ..sqlexpr import add_all, safe_div, total, window, with_materialized
 from ..tree import CONTINUOUS, NOMINAL, Node, Split
 
 __all__ = [  # cost-complexity pruning is re-exported: CART's pruning API is found here too
@@ -305,7 +307,7 @@ def build_impurity(
     positive = exp.GT(this=weight.copy(), expression=num(0))
     if criterion == "gini":
         value = num(1.0) - paren(
-            q.add_all([paren(c.copy() * c.copy()) for c in counts])
+            add_all([paren(c.copy() * c.copy()) for c in counts])
             / paren(weight.copy() * weight.copy())
         )
     else:
@@ -321,7 +323,7 @@ def build_impurity(
                     default=num(0.0),
                 )
             )
-        value = num(0.0) - q.add_all(terms)
+        value = num(0.0) - add_all(terms)
     return case((positive, paren(value)), default=num(0.0))
 
 
@@ -351,11 +353,11 @@ def _ranked_values(hist: exp.Table, nominal: Sequence[int], n_classes: int) -> e
             col("v"),
             col("n"),
             *[col(c) for c in classes],
-            exp.alias_(q.total(classes), "wv", copy=False),
+            exp.alias_(total(classes), "wv", copy=False),
             exp.alias_(
-                q.window(exp.func("ROW_NUMBER"), part, [col("v")]) - num(1), "rank_v", copy=False
+                window(exp.func("ROW_NUMBER"), part, [col("v")]) - num(1), "rank_v", copy=False
             ),
-            exp.alias_(q.window(exp.func("COUNT", exp.Star()), part), "m", copy=False),
+            exp.alias_(window(exp.func("COUNT", exp.Star()), part), "m", copy=False),
         )
         .from_(hist.copy(), copy=False)
         .where(
@@ -374,7 +376,7 @@ def _proportion(classes: Sequence[str], bits: int | None) -> exp.Expression:
         *[
             (
                 exp.EQ(this=col("o", "ot"), expression=num(i)),
-                q.safe_div(q.weight(col(c, "rv"), bits), q.weight(col("wv", "rv"), bits)),
+                safe_div(q.weight(col(c, "rv"), bits), q.weight(col("wv", "rv"), bits)),
             )
             for i, c in enumerate(classes)
         ],
@@ -415,13 +417,13 @@ def _ordered_values(
     order = [col("p"), col("v")]
     return exp.select(
         "*",
-        exp.alias_(q.window(exp.func("ROW_NUMBER"), part, order), "rank_o", copy=False),
+        exp.alias_(window(exp.func("ROW_NUMBER"), part, order), "rank_o", copy=False),
         exp.alias_(
-            q.window(exp.func("SUM", col("n")), part, order, running=True), "ln", copy=False
+            window(exp.func("SUM", col("n")), part, order, running=True), "ln", copy=False
         ),
         *[
             exp.alias_(
-                q.weight(q.window(exp.func("SUM", col(c)), part, order, running=True), bits),
+                q.weight(window(exp.func("SUM", col(c)), part, order, running=True), bits),
                 f"l{i}",
                 copy=False,
             )
@@ -453,7 +455,7 @@ def build_cart_scores(
     ``exhaustive`` scores every two-way partition of nominal features up to
     ``EXACT_SUBSETS_MAX`` values, two classes included (for tests and worked examples).
     ``ordered_scan``: continuous running sums from one ordered streaming scan
-    (``queries.ordered_running_sums``; DuckDB) instead of windows per (node, feature).
+    (``running_sums.ordered_running_sums``; DuckDB) instead of windows per (node, feature).
     ``fractional``: weights may be fractional (class or sample weights), so the ordered scan
     sums in fixed point. ``bits``: the histogram holds fixed-point weights
     (``build_cart_histogram``), whose sums here are exact, so the counts of a candidate (and
@@ -536,7 +538,7 @@ def build_cart_scores(
         in_continuous = q.attr_in(continuous)
         sums = ["n", *classes]
         if ordered_scan:
-            scan = q.ordered_running_sums(
+            scan = ordered_running_sums(
                 hist, sums, in_continuous, prefix="r", ctes=ctes, fixed=fractional, bits=bits,
                 counts=("n",),
             )
@@ -553,12 +555,12 @@ def build_cart_scores(
                     col("attr"),
                     col("v"),
                     exp.alias_(
-                        q.window(exp.func("LEAD", col("v")), part, [col("v")]), "nv", copy=False
+                        window(exp.func("LEAD", col("v")), part, [col("v")]), "nv", copy=False
                     ),
                     *[
                         exp.alias_(
                             q.weight(
-                                q.window(exp.func("SUM", col(c)), part, [col("v")], running=True),
+                                window(exp.func("SUM", col(c)), part, [col("v")], running=True),
                                 None if c == "n" else bits,
                             ),
                             name,
@@ -733,9 +735,9 @@ def build_cart_scores(
     # The three weights get names first, so the impurity expressions refer to columns.
     weighed = exp.select(
         "*",
-        exp.alias_(q.add_all(a), "w_left", copy=False),
-        exp.alias_(q.add_all(b), "w_right", copy=False),
-        exp.alias_(q.add_all(t), "w_node", copy=False),
+        exp.alias_(add_all(a), "w_left", copy=False),
+        exp.alias_(add_all(b), "w_right", copy=False),
+        exp.alias_(add_all(t), "w_node", copy=False),
     ).from_(expanded.subquery("e", copy=False), copy=False)
     wl, wr, wt = col("w_left"), col("w_right"), col("w_node")
     scored = (
@@ -801,7 +803,7 @@ def build_cart_scores(
     part = [col("node"), col("attr")]
     columns = [c for c in SCORE_COLUMNS if c != "n_near"]
     if all_candidates:
-        return q.with_materialized(
+        return with_materialized(
             exp.select(*columns, exp.alias_(exp.cast(num(1), "BIGINT"), "n_near", copy=False))
             .from_(with_gain.subquery("w", copy=False), copy=False)
             .order_by(
@@ -843,14 +845,14 @@ def build_cart_scores(
         )
     else:
         best = exp.select(
-            "*", exp.alias_(q.window(exp.func("MAX", col("gain")), part), "best_gain", copy=False)
+            "*", exp.alias_(window(exp.func("MAX", col("gain")), part), "best_gain", copy=False)
         ).from_(with_gain.subquery("w", copy=False), copy=False)
     near = (
         exp.select(
             "*",
-            exp.alias_(q.window(exp.func("COUNT", exp.Star()), part), "n_near", copy=False),
+            exp.alias_(window(exp.func("COUNT", exp.Star()), part), "n_near", copy=False),
             exp.alias_(
-                q.window(
+                window(
                     exp.func("ROW_NUMBER"),
                     part,
                     [col("side"), col("kind"), col("threshold"), col("o"), col("cut")],
@@ -870,7 +872,7 @@ def build_cart_scores(
         .where(exp.EQ(this=col("rank_in_ties"), expression=num(1)), copy=False)
         .order_by(col("node"), col("attr"), copy=False)
     )
-    return q.with_materialized(query, ctes)
+    return with_materialized(query, ctes)
 
 
 def build_nominal_ranks(
@@ -933,7 +935,7 @@ def _ordered_unrestricted(
     return exp.select(
         "*",
         exp.alias_(
-            q.window(exp.func("ROW_NUMBER"), part, [col("p"), col("v")]), "rank_o", copy=False
+            window(exp.func("ROW_NUMBER"), part, [col("p"), col("v")]), "rank_o", copy=False
         ),
     ).from_(with_order.subquery("wo", copy=False), copy=False)
 
