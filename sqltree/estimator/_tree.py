@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ..compiler import PROBA_TIE
+from ..criteria import PROBA_TIE
 from ..pruning.cost_complexity import impurity as node_impurity
 from ..tree import CONTINUOUS, Node
 
