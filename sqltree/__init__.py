@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from .api import split_scores, train
+from .crossval import CrossValidation, assign_folds, cross_validate, holdout
 from .errors import DataError, ModelFileError, SqlTreeError, UnsupportedError
 from .model import Model, load
 from .tree import Node, Split
@@ -40,6 +41,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "C45Classifier",
+    "CrossValidation",
     "DataError",
     "DecisionTreeClassifier",
     "Model",
@@ -49,6 +51,9 @@ __all__ = [
     "SqlTreeError",
     "UnsupportedError",
     "__version__",
+    "assign_folds",
+    "cross_validate",
+    "holdout",
     "load",
     "split_scores",
     "train",

@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 from sqlglot import exp
@@ -19,6 +19,9 @@ from .criteria import predicted_class
 from .errors import DataError, ModelFileError
 from .model_file import FORMAT, FORMAT_VERSION, read_json, validate
 from .tree import Node, Value, format_value
+
+if TYPE_CHECKING:
+    from .evaluation import Evaluation
 
 
 @dataclass
@@ -304,6 +307,31 @@ class Model:
                 return engine.frame(query)
         finally:
             engine.cleanup()
+
+    def evaluate(
+        self,
+        source: Any,
+        *,
+        connection: Any = None,
+        weight: str | bool = True,
+        title: str = "Evaluation",
+    ) -> Evaluation:
+        """Evaluate the tree on ``source`` with one ``GROUP BY actual, predicted`` query.
+
+        The source (a table, query, path or DataFrame, as for ``predict``) must hold the
+        target column and the columns the tree tests. Rows are scored by the compiled SQL
+        in the engine and only their counts per (actual, predicted) class come back: the
+        result has the confusion matrix, accuracy, Cohen's kappa, per-class precision,
+        recall, F1 and support with weighted and macro averages, log loss and Weka's error
+        measures; ``str()`` prints it as Weka's evaluation block, ``to_dict()``/``to_json()``
+        give every figure. Rows with a NULL target are left out and counted.
+
+        ``weight``: True counts each row with the model's training weight column (when it
+        was trained with one), False counts rows, a column name weighs by that column.
+        """
+        from .evaluation import evaluate
+
+        return evaluate(self, source, connection=connection, weight=weight, title=title)
 
     # -- files -------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

@@ -265,14 +265,20 @@ def test_grid_search(iris):
     assert search.best_estimator_.model_.depth == 3
 
 
-def test_evaluate_is_the_model_s(iris, monkeypatch):
+def test_evaluate_in_the_engine(iris):
     X, y = iris
-    clf = DecisionTreeClassifier(max_depth=1).fit(X, y)
-    calls = []
-    monkeypatch.setattr(clf.model_, "evaluate", lambda source, **kw: calls.append((source, kw))
-                        or "report", raising=False)
-    assert clf.evaluate("new.parquet", connection=None) == "report"
-    assert calls == [("new.parquet", {"connection": None})]
+    clf = DecisionTreeClassifier(max_depth=2).fit(X, y)
+    report = clf.evaluate(X, y)
+    assert report.accuracy == pytest.approx(clf.score(X, y))
+    assert report.classes == [0, 1, 2] and report.total == len(X)
+    source = X.assign(target=y)  # a source holding the target column, as a table would
+    assert clf.evaluate(source).matrix == report.matrix
+    w = np.where(y.to_numpy() == 2, 2.0, 1.0)
+    weighted = clf.evaluate(X, y, sample_weight=w)
+    assert weighted.total == pytest.approx(w.sum())
+    assert weighted.accuracy == pytest.approx(clf.score(X, y, sample_weight=w))
+    c45 = C45Classifier().fit(X.to_numpy(), y.to_numpy())
+    assert c45.evaluate(X.to_numpy(), y).accuracy == pytest.approx(c45.score(X.to_numpy(), y))
 
 
 def test_refused_feature_values():

@@ -18,6 +18,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted
 
 from ..engines.duckdb import DuckDBEngine
+from ..evaluation import Evaluation
 from ..model import Model
 from ..tree import Node
 from . import _tree
@@ -254,20 +255,30 @@ class SQLTreeClassifier(ClassifierMixin, BaseEstimator):
         check_is_fitted(self)
         return self.model_.to_sql(dialect, table=table, view=view, **options)
 
-    def evaluate(self, source: Any, **options: Any) -> Any:
-        """Score ``source`` in its engine and measure the model against its labels.
+    def evaluate(
+        self, X: Any, y: Any = None, *, sample_weight: Any = None, **options: Any
+    ) -> Evaluation:
+        """Score rows in the engine with the compiled SQL and measure the model
+        (``Model.evaluate``: confusion matrix, accuracy, kappa, per-class figures, log loss).
 
-        This is ``model_.evaluate``: it arrives with sqltree's evaluation (``Model.evaluate``),
-        which computes the measures in SQL where the data lives.
+        ``evaluate(X, y)`` takes data as ``fit`` does (``sample_weight`` weighs the rows);
+        ``evaluate(source)`` takes a table, query, path or DataFrame that holds the target
+        column (``model_.target``: y's name, or ``y``) and the feature columns. ``options``
+        go to ``Model.evaluate`` (``connection``, ``weight``, ``title``).
         """
         check_is_fitted(self)
-        evaluate = getattr(self.model_, "evaluate", None)
-        if evaluate is None:
-            raise NotImplementedError(
-                "this version of sqltree has no Model.evaluate; score the data with "
-                "model_.predict(...) or the SQL of to_sql(...)"
-            )
-        return evaluate(source, **options)
+        if y is None:
+            if sample_weight is not None:
+                raise ValueError("sample_weight goes with X and y; a source names a weight=")
+            return self.model_.evaluate(X, **options)
+        frame = frame_of(self, X, reset=False)
+        extra: dict[str, Any] = {self.model_.target: labels_of(self, y, len(frame))}
+        weight = weights_of(sample_weight, len(frame))
+        options.setdefault("weight", False)  # the training weight column is not in X
+        if weight is not None:
+            options["weight"] = unused_name("weight", [*frame.columns, *extra])
+            extra[options["weight"]] = weight
+        return self.model_.evaluate(frame.assign(**extra), **options)
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the fitted model as sqltree's JSON model file (``sqltree.load`` reads it)."""
