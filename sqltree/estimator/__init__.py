@@ -1,9 +1,10 @@
 """scikit-learn estimators that train through sqltree's SQL pipeline (DuckDB) and compile to SQL.
 
 ``DecisionTreeClassifier`` is CART with scikit-learn's parameters; ``C45Classifier`` is C4.5 with
-Weka J48's options. Both follow scikit-learn's estimator contract (``check_estimator`` passes;
-see ``tests/test_estimator_checks.py`` for the one documented difference), work in pipelines
-and searches, and are a ``Model`` underneath (``model_``, ``to_sql``, ``save``).
+Weka J48's options. Both follow scikit-learn's estimator contract (``check_estimator`` passes,
+``tests/test_estimator_checks.py``; the one deliberate difference, that an object column is a
+nominal feature rather than numbers to convert, is documented there), work in pipelines and
+searches, and are a ``Model`` underneath (``model_``, ``to_sql``, ``evaluate``, ``save``).
 
 scikit-learn's ``export_text``, ``export_graphviz`` and ``plot_tree`` check that they are given
 one of its own trees; importing this module registers both estimators as virtual subclasses of
