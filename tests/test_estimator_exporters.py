@@ -105,6 +105,13 @@ def test_multiway_tree_has_no_tree_arrays_and_says_why():
         _ = clf.tree_
     with pytest.raises(AttributeError, match="more than two branches"):
         sktree.export_text(clf)
+    text = sqltree.estimator.export_text(clf, show_weights=True)
+    assert text.splitlines()[:4] == [
+        "|--- outlook = overcast",
+        "|   |--- weights: [0.00, 4.00] class: yes",
+        "|--- outlook = rainy",
+        "|   |--- windy = false",
+    ]
     dot = export_graphviz(clf, filled=True)
     assert 'label="= sunny"' in dot and "fillcolor=" in dot
     assert dot.count("->") == clf.model_.n_nodes - 1
