@@ -246,7 +246,7 @@ def test_c45_is_sqltree_train(tmp_path):
 
 def test_c45_options_checked():
     X, y = np.array([[0.0], [1.0], [2.0], [3.0]]), [0, 0, 1, 1]
-    with pytest.raises(ValueError, match="cf"):
+    with pytest.raises(ValueError, match="confidence_factor must be in"):
         C45Classifier(confidence_factor=0.9).fit(X, y)
     with pytest.raises(ValueError, match="pruning"):
         C45Classifier(pruning="cost-complexity").fit(X, y)

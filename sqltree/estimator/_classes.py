@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
 import numpy as np
@@ -11,6 +14,7 @@ from sklearn.utils.validation import check_is_fitted
 from ..algorithms import cart, grow
 from ..api import train
 from ..dataset import describe
+from ..errors import OptionError
 from ..grower import GrowOptions
 from ..model import Model, features_info
 from ..options import check_train_options
@@ -270,7 +274,12 @@ class C45Classifier(SQLTreeClassifier):
     def _train(self, data: TrainingData) -> tuple[Model, list[Node], dict[str, Any]]:
         pruning = None if self.unpruned else self.pruning
         error_based = pruning == "c4.5"
-        model = train(
+        with _as_parameters(J48_NAMES):
+            model = self._train_c45(data, pruning, error_based)
+        return model, list(model.root.walk()), {}
+
+    def _train_c45(self, data: TrainingData, pruning: str | None, error_based: bool) -> Model:
+        return train(
             data.frame,
             data.target,
             algorithm="c4.5",
@@ -288,4 +297,22 @@ class C45Classifier(SQLTreeClassifier):
             cf=self.confidence_factor if error_based else 0.25,
             subtree_raising=bool(self.subtree_raising) if error_based else True,
         )
-        return model, list(model.root.walk()), {}
+
+
+J48_NAMES = {"cf": "confidence_factor", "min_cases": "min_objects"}
+"""``train``'s option names -> C45Classifier's parameters of the same meaning."""
+
+
+@contextmanager
+def _as_parameters(names: dict[str, str]) -> Iterator[None]:
+    """Re-raise an option error in the estimator's parameter names (``cf`` ->
+    ``confidence_factor``), so the message names what the caller set."""
+    try:
+        yield
+    except OptionError as error:
+        text = str(error)
+        for option, parameter in names.items():
+            text = re.sub(rf"\b{option}\b", parameter, text)
+        if text == str(error):
+            raise
+        raise type(error)(text) from error
