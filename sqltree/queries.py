@@ -51,7 +51,11 @@ LN2 = math.log(2.0)
 
 # -- level 0 -----------------------------------------------------------------------------------
 def build_level0(
-    data: Dataset, bins: dict[int, list[float]] | None = None, *, lookup: bool = False
+    data: Dataset,
+    bins: dict[int, list[float]] | None = None,
+    *,
+    lookup: bool = False,
+    class_weight: Sequence[float] | None = None,
 ) -> exp.Select:
     """Rows of the source as the root level: node 0, weight, class index, encoded features.
 
@@ -59,9 +63,18 @@ def build_level0(
     continuous value becomes the index of the smallest edge at or above it, so histograms
     have one row per bin and every threshold is an edge: a value of the training data.
     ``lookup``: bin by list lookups (``bin_by_lookup``; DuckDB) where the edges allow it.
+    ``class_weight`` (one factor per class, CART's): each row's weight is multiplied by its
+    class's factor, so every count after level 0 is a class-weighted count.
     """
     target = exp.column(data.target, quoted=True)
     w = as_double(exp.column(data.weight, quoted=True)) if data.weight else num(1.0)
+    if class_weight is not None:
+        factor = case(
+            *[(exp.EQ(this=target, expression=literal(c)), as_double(num(float(cw))))
+              for c, cw in zip(data.classes, class_weight, strict=True)],
+            default=num(1.0),
+        )
+        w = paren(w * factor) if data.weight else factor
     y = case(
         *[(exp.EQ(this=target, expression=literal(c)), num(i)) for i, c in enumerate(data.classes)],
         default=exp.null(),
@@ -289,6 +302,8 @@ def build_histogram(
     by_class: Collection[int] = (),
     rowwise: Collection[int] = (),
     bits: int | None = None,
+    *,
+    counts: bool = False,
 ) -> exp.Expression:
     """Weighted class counts per (node, feature, value); ``attr = -1`` rows hold node totals.
 
@@ -307,17 +322,22 @@ def build_histogram(
     With ``bits`` the class columns are BIGINT counts of ``2**-bits`` (``to_fixed``): sums of
     them are exact in any order, so counts do not change from run to run or engine to engine
     where weights are fractional. Readers take ``bits`` too.
+
+    ``counts`` adds ``n``, the number of level rows per group (a BIGINT after ``v``), for
+    rules that count rows rather than weight (CART's ``min_samples_*``, as scikit-learn's).
     """
     classes = class_columns(n_classes)
     sums = [
         alias(fixed_sum(weight, bits), name)
         for name, weight in zip(classes, class_weights(n_classes, bits), strict=True)
     ]
+    row_count = [alias(_count_rows(), "n")] if counts else []
     parts: list[exp.Select] = [
         exp.select(
             col("node"),
             alias(exp.cast(num(-1), "INT"), "attr"),
             alias(exp.cast(exp.null(), "DOUBLE"), "v"),
+            *[c.copy() for c in row_count],
             *sums,
         )
         .from_(level.copy())
@@ -334,21 +354,25 @@ def build_histogram(
                     col("node"),
                     alias(exp.cast(num(f.index), "INT"), "attr"),
                     alias(col(f.column), "v"),
+                    *([alias(exp.cast(num(1), "BIGINT"), "n")] if counts else []),
                     *weights,
                 ).from_(level.copy())
             )
             continue
         source: exp.Expression = level.copy()
         part_sums = [s.copy() for s in sums]
+        part_count = [c.copy() for c in row_count]
         if f.index in by_class:
             summed = col("w") if bits is None else to_fixed(col("w"), bits)
             source = (
                 exp.select(col("node"), col(f.column), col("y"),
-                           alias(fixed_sum(summed, bits), "w"))
+                           alias(fixed_sum(summed, bits), "w"),
+                           *([alias(exp.func("COUNT", exp.Star()), "n")] if counts else []))
                 .from_(level.copy())
                 .group_by(col("node"), col(f.column), col("y"))
                 .subquery("by_class")
             )
+            part_count = [alias(_count_rows(col("n")), "n")] if counts else []
             if bits is not None:  # the groups' sums are fixed point already
                 part_sums = [
                     alias(fixed_sum(weight, bits), name)
@@ -361,6 +385,7 @@ def build_histogram(
                 col("node"),
                 alias(exp.cast(num(f.index), "INT"), "attr"),
                 alias(col(f.column), "v"),
+                *part_count,
                 *part_sums,
             )
             .from_(source)
@@ -381,12 +406,22 @@ def attr_in(indices: Sequence[int], table: str | None = None) -> exp.Expression:
     return exp.In(this=col("attr", table), expressions=[num(i) for i in indices])
 
 
-def build_node_counts(hist: exp.Table, n_classes: int, bits: int | None = None) -> exp.Select:
-    """Class counts of every node in the histogram's level (``bits`` as in the histogram)."""
+def _count_rows(groups: exp.Expression | None = None) -> exp.Expression:
+    """A group's row count as a BIGINT: ``COUNT(*)``, or the sum of ``groups``' counts."""
+    counted = exp.func("COUNT", exp.Star()) if groups is None else exp.func("SUM", groups)
+    return exp.cast(counted, "BIGINT")
+
+
+def build_node_counts(
+    hist: exp.Table, n_classes: int, bits: int | None = None, *, counts: bool = False
+) -> exp.Select:
+    """Class counts of every node in the histogram's level (``bits`` as in the histogram);
+    with ``counts`` (a histogram built with them), each node's row count ``n`` first."""
     classes = class_columns(n_classes)
     return (
         exp.select(
             col("node"),
+            *([col("n")] if counts else []),
             *[col(c) if bits is None else alias(from_fixed(col(c), bits), c) for c in classes],
         )
         .from_(hist.copy())

@@ -94,18 +94,19 @@ def _cart_files(numeric: Dataset, put: Callable[[str, str, exp.Expression], None
     hist = exp.Table(this=exp.to_identifier("hist"))
     k = len(numeric.classes)
     put("cart/level0_class_weight.sql", "CART root level table, class_weight={No: 2, Yes: 1}",
-        cart.build_cart_level0(numeric, [2.0, 1.0]))
-    put("cart/histogram.sql", "CART class histogram with row counts",
-        cart.build_cart_histogram(level, numeric.features, k))
+        q.build_level0(numeric, class_weight=[2.0, 1.0]))
+    nominal = [f.index for f in numeric.features if f.kind != CONTINUOUS]
+    put("cart/histogram.sql",
+        "CART class histogram with row counts, nominal features summed per class first",
+        q.build_histogram(level, numeric.features, k, nominal, counts=True))
     put("cart/scores.sql", "CART scores of every binary split, windowed scan",
         cart.build_cart_scores(hist, numeric.features, k))
     put("cart/scores_ordered.sql", "CART scores, ordered streaming scan (DuckDB), fixed point",
         cart.build_cart_scores(hist, numeric.features, k, ordered_scan=True, bits=41))
     put("cart/partition.sql", "CART partition of two binary splits",
-        cart.build_cart_partition(level, numeric.features, [(0, 0, None), (2, 2, 75.0)],
-                                  [(0, 0, 1, 1.0), (0, 1, 2, 1.0), (0, 2, 1, 1.0),
-                                   (0, -1, 2, 1.0), (2, 0, 3, 1.0), (2, 1, 4, 1.0),
-                                   (2, -1, 3, 1.0)]))
+        q.build_partition(level, numeric.features, [(0, 0, None), (2, 2, 75.0)],
+                          [(0, 0, 1, 1.0), (0, 1, 2, 1.0), (0, 2, 1, 1.0), (0, -1, 2, 1.0),
+                           (2, 0, 3, 1.0), (2, 1, 4, 1.0), (2, -1, 3, 1.0)]))
 
 
 def main() -> int:

@@ -16,6 +16,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import sqltree
+from sqltree import queries as q
 from sqltree.algorithms import cart, grow
 from sqltree.dataset import describe
 from sqltree.engines.duckdb import DuckDBEngine
@@ -416,6 +418,56 @@ def _shape(node):
     s = node.split
     test = round(s.threshold, 9) if s.threshold is not None else s.groups
     return (s.feature, test, node.unknown_branch, [_shape(c) for c in node.children])
+
+
+def test_histogram_rows_summed_by_class_first_are_the_same(engine_factory):
+    # CART reads the shared histogram with row counts, class weights in fixed point: summed
+    # per (node, value, class) first, it holds the same rows, exactly.
+    engine, source = engine_factory(_engine_frame())
+    data = describe(source, engine, "label")
+    k = len(data.classes)
+    level = engine.materialize("level", q.build_level0(data, class_weight=[0.5, 1.25, 3.0]))
+    bits = q.fixed_point_bits(4.0 * len(_engine_frame()))
+    every = [f.index for f in data.features]
+
+    def rows(by_class):
+        query = q.build_histogram(level, data.features, k, by_class, bits=bits, counts=True)
+        return sorted(
+            tuple(-1e300 if v is None else float(v) for v in r) for r in engine.execute(query)
+        )
+
+    plain = rows(())
+    assert plain == rows(every)
+    assert {r[1] for r in plain} == {-1, *every}
+    totals = [r for r in plain if r[1] == -1]
+    assert sum(r[3] for r in totals) == len(_engine_frame())  # n, the row count
+
+
+@pytest.mark.parametrize("options", [{}, {"class_weight": "balanced"}, {"max_bins": 8}])
+def test_tree_grown_from_histograms_summed_by_class_is_the_same(monkeypatch, options):
+    # On DuckDB a feature with a known domain (nominal, or binned) is summed per class first
+    # where its (node, value, class) groups are few against the rows; forcing it for every
+    # such feature, and for none, grows the same tree.
+    from sqltree import grower
+
+    seen: list[list[int]] = []
+    summed_by_class = grower.Strategy.summed_by_class
+
+    def spy(self, features, nodes):
+        seen.append(summed_by_class(self, features, nodes))
+        return seen[-1]
+
+    monkeypatch.setattr(grower.Strategy, "summed_by_class", spy)
+    trees = []
+    for rows_per_group in (10**12, 0):
+        monkeypatch.setattr(grower, "ROWS_PER_CLASS_GROUP", rows_per_group)
+        seen.clear()
+        model = sqltree.train(
+            _engine_frame(), target="label", algorithm="cart", max_depth=5, **options
+        )
+        trees.append(model.root.to_dict())
+    assert 1 in set().union(*seen)  # "color", summed per class on the second run
+    assert trees[0] == trees[1]
 
 
 @pytest.mark.parametrize("criterion", ["gini", "entropy"])

@@ -45,7 +45,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,15 +63,23 @@ from ..pruning.cost_complexity import (
     impurity,
     prune_ccp,
 )
-from ..queries import col, num, paren
+from ..sqlexpr import (
+    add_all,
+    case,
+    class_columns,
+    col,
+    num,
+    paren,
+    safe_div,
+    total,
+    values_table,
+    window,
+)
 from ..tree import CONTINUOUS, NOMINAL, Node, Split
 
 __all__ = [  # cost-complexity pruning is re-exported: CART's pruning API is found here too
     "CRITERIA",
     "CARTStrategy",
-    "build_cart_histogram",
-    "build_cart_level0",
-    "build_cart_partition",
     "build_cart_scores",
     "build_nominal_ranks",
     "cost_complexity_pruning_path",
@@ -123,181 +131,6 @@ _KNOWN_LEFT = 3
 
 
 # -- SQL builders ------------------------------------------------------------------------------
-def case(*whens: tuple[exp.Expression, exp.Expression], default: exp.Expression) -> exp.Case:
-    """``CASE WHEN ... END`` built in place (the parts are fresh, copying them is waste)."""
-    c = exp.Case()
-    for cond, value in whens:
-        c = c.when(cond, value, copy=False)
-    return c.else_(default, copy=False)
-
-
-def build_cart_level0(
-    data: Dataset,
-    class_weight: Sequence[float] | None,
-    bins: dict[int, list[float]] | None = None,
-    *,
-    lookup: bool = False,
-) -> exp.Expression:
-    """The root level, each row's weight multiplied by its class weight when there are any.
-
-    Rows of weight zero are left out, as scikit-learn leaves them out of ``n_node_samples``.
-    ``bins`` and ``lookup`` as in ``queries.build_level0``.
-    """
-    base = q.build_level0(data, bins, lookup=lookup)
-    if class_weight is None:
-        return base
-    factor = case(
-        *[
-            (exp.EQ(this=col("y"), expression=num(i)), q.as_double(num(float(cw))))
-            for i, cw in enumerate(class_weight)
-        ],
-        default=num(1.0),
-    )
-    return exp.select(
-        col("node"),
-        exp.alias_(col("w") * factor, "w", copy=False),
-        col("y"),
-        *[col(f.column) for f in data.features],
-    ).from_(base.subquery("b", copy=False), copy=False)
-
-
-def build_cart_histogram(
-    level: exp.Table,
-    features: Sequence[Feature],
-    n_classes: int,
-    rowwise: Collection[int] = (),
-    bits: int | None = None,
-) -> exp.Expression:
-    """Row count ``n`` and weighted class counts per (node, feature, value).
-
-    Like ``queries.build_histogram`` plus the row count, which scikit-learn's
-    ``min_samples_*`` rules count in rows, not in weight. ``attr = -1`` rows hold node totals;
-    ``v`` is NULL for the rows whose value is unknown. The continuous features in ``rowwise``
-    get a row per level row, ungrouped (see ``queries.build_histogram``). With ``bits`` the
-    class columns are fixed-point BIGINT counts of ``2**-bits``, as in
-    ``queries.build_histogram``.
-    """
-    classes = q.class_columns(n_classes)
-    # The class indicator columns are projected once (a CTE) rather than once per feature,
-    # which keeps both the query text and the per-feature work small.
-    onehot = exp.select(
-        col("node"),
-        *[col(f.column) for f in features],
-        *[
-            exp.alias_(weight, c, copy=False)
-            for c, weight in zip(classes, q.class_weights(n_classes, bits), strict=True)
-        ],
-    ).from_(level.copy(), copy=False)
-
-    def sums() -> list[exp.Expression]:
-        return [
-            exp.alias_(exp.cast(exp.func("COUNT", exp.Star()), "BIGINT"), "n", copy=False),
-            *[exp.alias_(q.fixed_sum(col(c), bits), c, copy=False) for c in classes],
-        ]
-
-    parts: list[exp.Select] = [
-        exp.select(
-            col("node"),
-            exp.alias_(exp.cast(num(-1), "INT"), "attr", copy=False),
-            exp.alias_(exp.cast(exp.null(), "DOUBLE"), "v", copy=False),
-            *sums(),
-        )
-        .from_("oh", copy=False)
-        .group_by(col("node"), copy=False)
-    ]
-    for f in features:
-        head = [
-            col("node"),
-            exp.alias_(exp.cast(num(f.index), "INT"), "attr", copy=False),
-            exp.alias_(col(f.column), "v", copy=False),
-        ]
-        if f.index in rowwise and f.kind == CONTINUOUS:
-            parts.append(
-                exp.select(
-                    *head,
-                    exp.alias_(exp.cast(num(1), "BIGINT"), "n", copy=False),
-                    *[col(c) for c in classes],
-                ).from_("oh", copy=False)
-            )
-            continue
-        parts.append(
-            exp.select(*head, *sums())
-            .from_("oh", copy=False)
-            .group_by(col("node"), col(f.column), copy=False)
-        )
-    body = parts[0] if len(parts) == 1 else exp.union(*parts, distinct=False, copy=False)
-    return (
-        exp.select("*")
-        .from_(body.subquery("hp", copy=False), copy=False)
-        .with_("oh", as_=onehot, copy=False)
-    )
-
-
-def build_cart_partition(
-    level: exp.Table,
-    features: Sequence[Feature],
-    tests: Sequence[tuple[int, int, float | None]],
-    routes: Sequence[tuple[int, int, int, float]],
-) -> exp.Select:
-    """``queries.build_partition``, built without copying (a per-feature CASE of many WHENs
-    otherwise costs time quadratic in the number of features); same query, same result."""
-    n_table = q.values_table("n", ["node", "attr", "thr"], list(tests), ["BIGINT", "INT", "DOUBLE"])
-    r_table = q.values_table(
-        "r",
-        ["node", "key", "child", "factor"],
-        list(routes),
-        ["BIGINT", "DOUBLE", "BIGINT", "DOUBLE"],
-    )
-    value = case(
-        *[
-            (exp.EQ(this=col("attr", "n"), expression=num(f.index)), col(f.column, "l"))
-            for f in features
-        ],
-        default=exp.cast(exp.null(), "DOUBLE"),
-    )
-    keyed = (
-        exp.select(
-            col("node", "l"),
-            col("w", "l"),
-            col("y", "l"),
-            *[col(f.column, "l") for f in features],
-            exp.alias_(value, "v", copy=False),
-            exp.alias_(col("thr", "n"), "thr", copy=False),
-            copy=False,
-        )
-        .from_(exp.alias_(level.copy(), "l", copy=False), copy=False)
-        .join(n_table, on=exp.EQ(this=col("node", "l"), expression=col("node", "n")), copy=False)
-    )
-    key = case(
-        (col("v").is_(exp.null()), num(float(q.UNKNOWN_KEY))),
-        (col("thr").is_(exp.null()), col("v")),
-        (exp.LTE(this=col("v"), expression=col("thr")), num(0.0)),
-        default=num(1.0),
-    )
-    keyed2 = exp.select("*", exp.alias_(key, "key", copy=False), copy=False).from_(
-        keyed.subquery("k", copy=False), copy=False
-    )
-    return (
-        exp.select(
-            exp.alias_(col("child", "r"), "node", copy=False),
-            exp.alias_(exp.Mul(this=col("w", "x"), expression=col("factor", "r")), "w", copy=False),
-            col("y", "x"),
-            *[col(f.column, "x") for f in features],
-            copy=False,
-        )
-        .from_(keyed2.subquery("x", copy=False), copy=False)
-        .join(
-            r_table,
-            on=exp.and_(
-                exp.EQ(this=col("node", "x"), expression=col("node", "r")),
-                exp.EQ(this=col("key", "x"), expression=col("key", "r")),
-                copy=False,
-            ),
-            copy=False,
-        )
-    )
-
-
 def build_impurity(
     counts: Sequence[exp.Expression], weight: exp.Expression, criterion: str
 ) -> exp.Expression:
@@ -305,7 +138,7 @@ def build_impurity(
     positive = exp.GT(this=weight.copy(), expression=num(0))
     if criterion == "gini":
         value = num(1.0) - paren(
-            q.add_all([paren(c.copy() * c.copy()) for c in counts])
+            add_all([paren(c.copy() * c.copy()) for c in counts])
             / paren(weight.copy() * weight.copy())
         )
     else:
@@ -321,12 +154,8 @@ def build_impurity(
                     default=num(0.0),
                 )
             )
-        value = num(0.0) - q.add_all(terms)
+        value = num(0.0) - add_all(terms)
     return case((positive, paren(value)), default=num(0.0))
-
-
-def _ints_table(alias: str, column: str, values: Sequence[int]) -> exp.Expression:
-    return q.values_table(alias, [column], [(v,) for v in values], ["INT"])
 
 
 def _bits_table(alias: str, max_values: int) -> exp.Expression:
@@ -337,12 +166,12 @@ def _bits_table(alias: str, max_values: int) -> exp.Expression:
         for r in range(span):
             if mask >> r & 1:
                 rows.append((mask, r, span))
-    return q.values_table(alias, ["mask", "r", "span"], rows, ["BIGINT", "INT", "INT"])
+    return values_table(alias, ["mask", "r", "span"], rows, ["BIGINT", "INT", "INT"])
 
 
 def _ranked_values(hist: exp.Table, nominal: Sequence[int], n_classes: int) -> exp.Select:
     """Known values of nominal features with their rank (by code) and count per (node, attr)."""
-    classes = q.class_columns(n_classes)
+    classes = class_columns(n_classes)
     part = [col("node"), col("attr")]
     return (
         exp.select(
@@ -351,11 +180,11 @@ def _ranked_values(hist: exp.Table, nominal: Sequence[int], n_classes: int) -> e
             col("v"),
             col("n"),
             *[col(c) for c in classes],
-            exp.alias_(q.total(classes), "wv", copy=False),
+            exp.alias_(total(classes), "wv", copy=False),
             exp.alias_(
-                q.window(exp.func("ROW_NUMBER"), part, [col("v")]) - num(1), "rank_v", copy=False
+                window(exp.func("ROW_NUMBER"), part, [col("v")]) - num(1), "rank_v", copy=False
             ),
-            exp.alias_(q.window(exp.func("COUNT", exp.Star()), part), "m", copy=False),
+            exp.alias_(window(exp.func("COUNT", exp.Star()), part), "m", copy=False),
         )
         .from_(hist.copy(), copy=False)
         .where(
@@ -374,7 +203,7 @@ def _proportion(classes: Sequence[str], bits: int | None) -> exp.Expression:
         *[
             (
                 exp.EQ(this=col("o", "ot"), expression=num(i)),
-                q.safe_div(q.weight(col(c, "rv"), bits), q.weight(col("wv", "rv"), bits)),
+                safe_div(q.weight(col(c, "rv"), bits), q.weight(col("wv", "rv"), bits)),
             )
             for i, c in enumerate(classes)
         ],
@@ -395,7 +224,7 @@ def _ordered_values(
     Only the (node, feature) pairs that the ordered scan covers: all of them for two classes,
     those with more than ``EXACT_SUBSETS_MAX`` values otherwise. ``bits`` as in the histogram.
     """
-    classes = q.class_columns(n_classes)
+    classes = class_columns(n_classes)
     ranked = _ranked_values(hist, nominal, n_classes).subquery("rv", copy=False)
     prop = _proportion(classes, bits)
     with_order = (
@@ -405,7 +234,11 @@ def _ordered_values(
             exp.alias_(exp.func("COALESCE", prop, num(0.0)), "p", copy=False),
         )
         .from_(ranked, copy=False)
-        .join(_ints_table("ot", "o", orders), join_type="cross", copy=False)
+        .join(
+            values_table("ot", ["o"], [(o,) for o in orders], ["INT"]),
+            join_type="cross",
+            copy=False,
+        )
     )
     if n_classes > 2 or exhaustive:
         with_order = with_order.where(
@@ -415,13 +248,13 @@ def _ordered_values(
     order = [col("p"), col("v")]
     return exp.select(
         "*",
-        exp.alias_(q.window(exp.func("ROW_NUMBER"), part, order), "rank_o", copy=False),
+        exp.alias_(window(exp.func("ROW_NUMBER"), part, order), "rank_o", copy=False),
         exp.alias_(
-            q.window(exp.func("SUM", col("n")), part, order, running=True), "ln", copy=False
+            window(exp.func("SUM", col("n")), part, order, running=True), "ln", copy=False
         ),
         *[
             exp.alias_(
-                q.weight(q.window(exp.func("SUM", col(c)), part, order, running=True), bits),
+                q.weight(window(exp.func("SUM", col(c)), part, order, running=True), bits),
                 f"l{i}",
                 copy=False,
             )
@@ -456,11 +289,11 @@ def build_cart_scores(
     (``queries.ordered_running_sums``; DuckDB) instead of windows per (node, feature).
     ``fractional``: weights may be fractional (class or sample weights), so the ordered scan
     sums in fixed point. ``bits``: the histogram holds fixed-point weights
-    (``build_cart_histogram``), whose sums here are exact, so the counts of a candidate (and
+    (``queries.build_histogram``), whose sums here are exact, so the counts of a candidate (and
     the shares a split stores) are the same on every run and engine.
     """
     k = n_classes
-    classes = q.class_columns(k)
+    classes = class_columns(k)
     continuous = [f.index for f in features if f.kind == CONTINUOUS]
     nominal = [f.index for f in features if f.kind == NOMINAL]
     is_known = col("v").is_(exp.null()).not_()
@@ -553,12 +386,12 @@ def build_cart_scores(
                     col("attr"),
                     col("v"),
                     exp.alias_(
-                        q.window(exp.func("LEAD", col("v")), part, [col("v")]), "nv", copy=False
+                        window(exp.func("LEAD", col("v")), part, [col("v")]), "nv", copy=False
                     ),
                     *[
                         exp.alias_(
                             q.weight(
-                                q.window(exp.func("SUM", col(c)), part, [col("v")], running=True),
+                                window(exp.func("SUM", col(c)), part, [col("v")], running=True),
                                 None if c == "n" else bits,
                             ),
                             name,
@@ -708,7 +541,7 @@ def build_cart_scores(
             ),
             copy=False,
         )
-        .join(_ints_table("sd", "side", [0, 1]), join_type="cross", copy=False)
+        .join(values_table("sd", ["side"], [(0,), (1,)], ["INT"]), join_type="cross", copy=False)
         .where(
             exp.and_(
                 exp.GT(this=col("kn", s_), expression=num(0)),
@@ -733,9 +566,9 @@ def build_cart_scores(
     # The three weights get names first, so the impurity expressions refer to columns.
     weighed = exp.select(
         "*",
-        exp.alias_(q.add_all(a), "w_left", copy=False),
-        exp.alias_(q.add_all(b), "w_right", copy=False),
-        exp.alias_(q.add_all(t), "w_node", copy=False),
+        exp.alias_(add_all(a), "w_left", copy=False),
+        exp.alias_(add_all(b), "w_right", copy=False),
+        exp.alias_(add_all(t), "w_node", copy=False),
     ).from_(expanded.subquery("e", copy=False), copy=False)
     wl, wr, wt = col("w_left"), col("w_right"), col("w_node")
     scored = (
@@ -843,14 +676,14 @@ def build_cart_scores(
         )
     else:
         best = exp.select(
-            "*", exp.alias_(q.window(exp.func("MAX", col("gain")), part), "best_gain", copy=False)
+            "*", exp.alias_(window(exp.func("MAX", col("gain")), part), "best_gain", copy=False)
         ).from_(with_gain.subquery("w", copy=False), copy=False)
     near = (
         exp.select(
             "*",
-            exp.alias_(q.window(exp.func("COUNT", exp.Star()), part), "n_near", copy=False),
+            exp.alias_(window(exp.func("COUNT", exp.Star()), part), "n_near", copy=False),
             exp.alias_(
-                q.window(
+                window(
                     exp.func("ROW_NUMBER"),
                     part,
                     [col("side"), col("kind"), col("threshold"), col("o"), col("cut")],
@@ -887,7 +720,7 @@ def build_nominal_ranks(
     names the same values.
     """
     nominal = sorted({a for _, a in pairs})
-    chosen = q.values_table("ch", ["node", "attr"], list(pairs), ["BIGINT", "INT"])
+    chosen = values_table("ch", ["node", "attr"], list(pairs), ["BIGINT", "INT"])
     inner = _ordered_unrestricted(hist, nominal, n_classes, orders, bits)
     return (
         exp.select(
@@ -917,7 +750,7 @@ def _ordered_unrestricted(
     orders: Sequence[int],
     bits: int | None = None,
 ) -> exp.Select:
-    classes = q.class_columns(n_classes)
+    classes = class_columns(n_classes)
     ranked = _ranked_values(hist, nominal, n_classes).subquery("rv", copy=False)
     prop = _proportion(classes, bits)
     with_order = (
@@ -927,13 +760,17 @@ def _ordered_unrestricted(
             exp.alias_(exp.func("COALESCE", prop, num(0.0)), "p", copy=False),
         )
         .from_(ranked, copy=False)
-        .join(_ints_table("ot", "o", orders), join_type="cross", copy=False)
+        .join(
+            values_table("ot", ["o"], [(o,) for o in orders], ["INT"]),
+            join_type="cross",
+            copy=False,
+        )
     )
     part = [col("node"), col("attr"), col("o")]
     return exp.select(
         "*",
         exp.alias_(
-            q.window(exp.func("ROW_NUMBER"), part, [col("p"), col("v")]), "rank_o", copy=False
+            window(exp.func("ROW_NUMBER"), part, [col("p"), col("v")]), "rank_o", copy=False
         ),
     ).from_(with_order.subquery("wo", copy=False), copy=False)
 
@@ -1023,15 +860,25 @@ class CARTStrategy(Strategy):
         if self.options.max_bins:
             # scikit-learn never cuts between values closer than FEATURE_THRESHOLD
             self.bins = bin_edges(self.data, self.options.max_bins, FEATURE_THRESHOLD)
-        return build_cart_level0(
-            self.data, self._class_weight, self.bins, lookup=self.data.engine.VECTORIZED
+        return q.build_level0(
+            self.data,
+            self.bins,
+            lookup=self.data.engine.VECTORIZED,
+            class_weight=self._class_weight,
         )
 
     def build_histogram(
         self, level: exp.Table, features: list[Feature], nodes: int = 1
     ) -> exp.Expression:
-        return build_cart_histogram(
-            level, features, self.n_classes, self.rowwise(features), self.hist_bits
+        """The shared histogram with row counts (scikit-learn's ``min_samples_*`` count rows)."""
+        return q.build_histogram(
+            level,
+            features,
+            self.n_classes,
+            self.summed_by_class(features, nodes),
+            self.rowwise(features),
+            self.hist_bits,
+            counts=True,
         )
 
     def _measure_density(self, engine: Any, hist: exp.Table) -> None:
@@ -1055,15 +902,8 @@ class CARTStrategy(Strategy):
         )
 
     def read_counts(self, engine: Any, hist: exp.Table) -> dict[int, list[float]]:
-        classes = q.class_columns(self.n_classes)
         rows = engine.execute(
-            exp.select(
-                col("node"),
-                col("n"),
-                *[exp.alias_(q.weight(col(c), self.hist_bits), c, copy=False) for c in classes],
-            )
-            .from_(hist.copy(), copy=False)
-            .where(exp.EQ(this=col("attr"), expression=num(-1)), copy=False)
+            q.build_node_counts(hist, self.n_classes, self.hist_bits, counts=True)
         )
         out: dict[int, list[float]] = {}
         for node_id, n, *counts in rows:
@@ -1092,15 +932,6 @@ class CARTStrategy(Strategy):
         if weight < 2 * r.min_weight_leaf:
             return False
         return info.impurity > EPSILON
-
-    def build_partition(
-        self,
-        level: exp.Table,
-        features: list[Feature],
-        tests: list[tuple[int, int, float | None]],
-        routes: list[tuple[int, int, int, float]],
-    ) -> exp.Expression:
-        return build_cart_partition(level, features, tests, routes)
 
     def build_scores(self, hist: exp.Table, features: list[Feature]) -> exp.Expression:
         r = self.resolved
@@ -1422,8 +1253,10 @@ def split_scores(
     engine = data.engine
     k = len(data.classes)
     crit = _criterion(criterion)
-    level = engine.materialize("level", build_cart_level0(data, _class_weights(data, class_weight)))
-    hist = engine.materialize("hist", build_cart_histogram(level, data.features, k))
+    level = engine.materialize(
+        "level", q.build_level0(data, class_weight=_class_weights(data, class_weight))
+    )
+    hist = engine.materialize("hist", q.build_histogram(level, data.features, k, counts=True))
     try:
         rows = [
             dict(zip(SCORE_COLUMNS, r, strict=True))
