@@ -326,72 +326,67 @@ def build_histogram(
     ``counts`` adds ``n``, the number of level rows per group (a BIGINT after ``v``), for
     rules that count rows rather than weight (CART's ``min_samples_*``, as scikit-learn's).
     """
-    classes = class_columns(n_classes)
-    sums = [
-        alias(fixed_sum(weight, bits), name)
-        for name, weight in zip(classes, class_weights(n_classes, bits), strict=True)
-    ]
-    row_count = [alias(_count_rows(), "n")] if counts else []
-    parts: list[exp.Select] = [
-        exp.select(
-            col("node"),
-            alias(exp.cast(num(-1), "INT"), "attr"),
-            alias(exp.cast(exp.null(), "DOUBLE"), "v"),
-            *[c.copy() for c in row_count],
-            *sums,
-        )
-        .from_(level.copy())
-        .group_by(col("node"))
-    ]
+    parts = [_histogram_part(level, None, n_classes, bits, counts)]
     for f in features:
         if f.index in rowwise and f.kind == CONTINUOUS:
-            weights = [
-                alias(weight, name)
-                for name, weight in zip(classes, class_weights(n_classes, bits), strict=True)
-            ]
-            parts.append(
-                exp.select(
-                    col("node"),
-                    alias(exp.cast(num(f.index), "INT"), "attr"),
-                    alias(col(f.column), "v"),
-                    *([alias(exp.cast(num(1), "BIGINT"), "n")] if counts else []),
-                    *weights,
-                ).from_(level.copy())
-            )
-            continue
-        source: exp.Expression = level.copy()
-        part_sums = [s.copy() for s in sums]
-        part_count = [c.copy() for c in row_count]
-        if f.index in by_class:
-            summed = col("w") if bits is None else to_fixed(col("w"), bits)
-            source = (
-                exp.select(col("node"), col(f.column), col("y"),
-                           alias(fixed_sum(summed, bits), "w"),
-                           *([alias(exp.func("COUNT", exp.Star()), "n")] if counts else []))
-                .from_(level.copy())
-                .group_by(col("node"), col(f.column), col("y"))
-                .subquery("by_class")
-            )
-            part_count = [alias(_count_rows(col("n")), "n")] if counts else []
-            if bits is not None:  # the groups' sums are fixed point already
-                part_sums = [
-                    alias(fixed_sum(weight, bits), name)
-                    for name, weight in zip(
-                        classes, per_class(n_classes, col("w"), num(0)), strict=True
-                    )
-                ]
-        parts.append(
-            exp.select(
-                col("node"),
-                alias(exp.cast(num(f.index), "INT"), "attr"),
-                alias(col(f.column), "v"),
-                *part_count,
-                *part_sums,
-            )
-            .from_(source)
-            .group_by(col("node"), col(f.column))
-        )
+            how = "rows"
+        else:
+            how = "by_class" if f.index in by_class else "grouped"
+        parts.append(_histogram_part(level, f, n_classes, bits, counts, how))
     return parts[0] if len(parts) == 1 else exp.union(*parts, distinct=False, copy=False)
+
+
+def _histogram_part(
+    level: exp.Table,
+    f: Feature | None,
+    n_classes: int,
+    bits: int | None,
+    counts: bool,
+    how: str = "grouped",
+) -> exp.Select:
+    """The histogram rows of feature ``f`` (None: the node totals, ``attr = -1``), grouped by
+    (node, value), summed per class first (``by_class``), or a row per level row (``rows``)."""
+    classes = class_columns(n_classes)
+    key = [col("node")] if f is None else [col("node"), col(f.column)]
+    head = [
+        col("node"),
+        alias(exp.cast(num(-1 if f is None else f.index), "INT"), "attr"),
+        alias(exp.cast(exp.null(), "DOUBLE") if f is None else col(f.column), "v"),
+    ]
+    weights = class_weights(n_classes, bits)
+    if how == "rows":
+        return exp.select(
+            *head,
+            *([alias(exp.cast(num(1), "BIGINT"), "n")] if counts else []),
+            *[alias(w, c) for c, w in zip(classes, weights, strict=True)],
+        ).from_(level.copy())
+    source: exp.Expression = level.copy()
+    rows = _count_rows()
+    if how == "by_class":
+        summed = col("w") if bits is None else to_fixed(col("w"), bits)
+        source = (
+            exp.select(
+                *[k.copy() for k in key],
+                col("y"),
+                alias(fixed_sum(summed, bits), "w"),
+                *([alias(exp.func("COUNT", exp.Star()), "n")] if counts else []),
+            )
+            .from_(level.copy())
+            .group_by(*[k.copy() for k in key], col("y"))
+            .subquery("by_class")
+        )
+        rows = _count_rows(col("n"))
+        if bits is not None:  # the groups' sums are fixed point already
+            weights = per_class(n_classes, col("w"), num(0))
+    return (
+        exp.select(
+            *head,
+            *([alias(rows, "n")] if counts else []),
+            *[alias(fixed_sum(w, bits), c) for c, w in zip(classes, weights, strict=True)],
+        )
+        .from_(source)
+        .group_by(*key)
+    )
 
 
 def of_features(features: Sequence[Feature]) -> exp.Expression:
