@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 
 from . import queries as q
-from .algorithms import grow
+from .algorithms import grow_and_prune
 from .algorithms.c45 import score_options
 from .dataset import describe
 from .engines import get_engine
@@ -123,7 +123,7 @@ def train(
             **cart_options,
         )
         callback = print_progress if progress is True else (progress or None)
-        root, grow_stats = grow(data, options, callback)
+        root, grow_stats = grow_and_prune(data, options, callback)
         if pruning == "default":
             pruning = "c4.5" if algorithm == "c4.5" else None
         prune_stats = None

@@ -27,7 +27,11 @@ FORMAT_VERSION = 1
 
 REQUIRED = ("target", "classes", "features", "tree")
 FEATURE_FIELDS = {"name", "kind", "sql_type", "values"}
-NODE_FIELDS = {"id", "counts", "proba", "split", "shares", "unknown_branch", "children"}
+NODE_FIELDS = {
+    "id", "counts", "proba", "split", "shares", "unknown_branch", "children",
+    # optional, from growth (CART): older files have none of them
+    "n_samples", "impurity", "improvement", "tied",
+}
 TEST_FIELDS = ("split", "shares", "unknown_branch", "children")
 SPLIT_FIELDS = {
     CONTINUOUS: {"feature", "kind", "threshold"},
@@ -199,6 +203,7 @@ def _check_tree(tree: Any, n_classes: int, features: dict[str, _Feature]) -> Non
             if key not in item:
                 _fail(where, f"missing field {key!r}")
             _check_distribution(where, key, item[key], n_classes)
+        _check_growth_fields(where, item)
         if "split" not in item:
             # a leaf: the fields of a test, if present at all, must be empty
             for key in TEST_FIELDS[1:]:
@@ -234,6 +239,22 @@ def _check_distribution(where: str, key: str, values: Any, n_classes: int) -> No
     if key == "counts" and sum(values) > MAX_WEIGHT:
         _fail(where, f"counts add up to {sum(values):g}, more than a weight can be "
                      f"({MAX_WEIGHT:g})")
+
+
+def _check_growth_fields(where: str, item: dict[str, Any]) -> None:
+    """The optional numbers a node keeps from growth: a row count, an impurity, an
+    improvement, and whether a tie was broken there."""
+    n = item.get("n_samples")
+    if n is not None and (not _is_int(n) or n < 0):
+        _fail(where, f"n_samples is {_show(n)}; expected a whole number >= 0")
+    impurity = item.get("impurity")
+    if impurity is not None and (not _is_number(impurity) or impurity < 0):
+        _fail(where, f"impurity is {_show(impurity)}; expected a finite number >= 0")
+    improvement = item.get("improvement")
+    if improvement is not None and not _is_number(improvement):
+        _fail(where, f"improvement is {_show(improvement)}; expected a finite number")
+    if not isinstance(item.get("tied", False), bool):
+        _fail(where, f"tied is {_show(item['tied'])}; expected true or false")
 
 
 def _check_test(where: str, item: dict[str, Any], features: dict[str, _Feature]) -> list[Any]:

@@ -33,7 +33,8 @@ cost-complexity pruning (``ccp_alpha``) follow scikit-learn's ``_tree.pyx``.
 Growth stays level-wise for ``max_leaf_nodes``: scikit-learn splits nodes in the order of the
 lowest improvement on their path, so a node with ``max_leaf_nodes - 1`` better-ranked nodes
 already known can never be split; every other node of the level is split speculatively, and
-the tree is cut back to the first ``max_leaf_nodes - 1`` splits at the end.
+after growth the tree is cut back to the first ``max_leaf_nodes - 1`` splits
+(``sqltree.pruning.cost_complexity.cut_back``), as scikit-learn prunes after building.
 
 Known differences from scikit-learn: it converts features to float32 before growing and
 predicting (sqltree keeps float64, so the trees agree on data float32 represents exactly);
@@ -47,15 +48,20 @@ partition are the shared stages of ``sqltree.queries``; pruning is ``sqltree.pru
 
 from __future__ import annotations
 
-from ...pruning.cost_complexity import CRITERIA, cost_complexity_pruning_path, impurity, prune_ccp
+from ...pruning.cost_complexity import (
+    CRITERIA,
+    best_first_numbering,
+    cost_complexity_pruning_path,
+    criterion_of,
+    impurity,
+    node_numbering,
+    prune_ccp,
+)
 from .scores import SCORE_COLUMNS, build_cart_scores, build_impurity
 from .strategy import (
     EPSILON,
     INFINITE_THRESHOLD,
     CARTStrategy,
-    NodeInfo,
-    best_first_numbering,
-    best_first_order,
     midpoint,
     resolve_options,
     split_scores,
@@ -69,15 +75,15 @@ __all__ = [  # cost-complexity pruning is re-exported: CART's pruning API is fou
     "INFINITE_THRESHOLD",
     "SCORE_COLUMNS",
     "CARTStrategy",
-    "NodeInfo",
     "best_first_numbering",
-    "best_first_order",
     "build_cart_scores",
     "build_impurity",
     "build_nominal_ranks",
     "cost_complexity_pruning_path",
+    "criterion_of",
     "impurity",
     "midpoint",
+    "node_numbering",
     "prune_ccp",
     "resolve_options",
     "split_scores",

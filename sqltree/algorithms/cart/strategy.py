@@ -4,8 +4,6 @@ candidates."""
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,7 +16,7 @@ from ...criteria import TIE_TOLERANCE
 from ...dataset import Dataset, Feature
 from ...errors import DataError
 from ...grower import DENSE_VALUES, GrowOptions, Pending, Plan, Strategy, bin_edges
-from ...pruning.cost_complexity import CRITERIA, _criterion, impurity, prune_ccp
+from ...pruning.cost_complexity import CRITERIA, criterion_of, impurity
 from ...sqlexpr import col
 from ...tree import CONTINUOUS, NOMINAL, Node, Split
 from .scores import (
@@ -41,14 +39,13 @@ no infinite literal and every finite value is at most this."""
 # -- the strategy ------------------------------------------------------------------------------
 @dataclass
 class NodeInfo:
-    """What scikit-learn's arrays hold per node beyond the class counts."""
+    """What growth learns of a node beyond its class counts (``finish`` copies the first four
+    onto the tree's nodes)."""
 
     n_samples: int = 0
     impurity: float = 0.0
     improvement: float = 0.0
-    infinite_threshold: bool = False
     tied: bool = False
-    order_tied: bool = False  # best-first: its turn ties with another node's
     key: float = math.inf  # best-first priority: the lowest improvement on the path
 
 
@@ -274,7 +271,6 @@ class CARTStrategy(Strategy):
         for node_id, choice in choices.items():
             row = choice.row
             f = choice.feature
-            info = self.info[node_id]
             side = int(row["side"])
             kind = int(row["kind"])
             n_left, n_right = float(row["n_left"]), float(row["n_right"])
@@ -286,7 +282,6 @@ class CARTStrategy(Strategy):
             if f.kind == CONTINUOUS:
                 if kind == KNOWN_LEFT:
                     threshold = INFINITE_THRESHOLD
-                    info.infinite_threshold = True
                     test: float | None = threshold
                 elif self.bins:
                     # the level table holds bin indexes; the tree cuts at the left bin's top
@@ -317,39 +312,19 @@ class CARTStrategy(Strategy):
         return plans
 
     def finish(self, root: Node) -> Node:
-        r = self.resolved
-        if r is None:
-            return root
-        if r.max_leaf_nodes is not None:
-            budget = r.max_leaf_nodes - 1
-            order = best_first_order(root, self.info)
-            keep = set(order[:budget])
-            # scikit-learn's heap orders equal improvements arbitrarily: mark nodes whose
-            # turn ties with another's across the budget's edge, or among the kept ones.
-            by_key = sorted(range(len(order)), key=lambda i: self.info[order[i]].key)
-            for a, b in itertools.pairwise(by_key):
-                ka, kb = self.info[order[a]].key, self.info[order[b]].key
-                if abs(ka - kb) <= TIE_TOLERANCE and (a < budget or b < budget):
-                    self.info[order[a]].order_tied = True
-                    self.info[order[b]].order_tied = True
-            for node in list(root.walk()):
-                if not node.is_leaf and node.node_id not in keep:
-                    node.make_leaf()
-        if r.ccp_alpha > 0:
-            prune_ccp(root, r.ccp_alpha, self.criterion, self.node_order(root, grown=True))
+        """Keep on every node what scikit-learn's tree arrays hold (row count, impurity) and on
+        every split its improvement and whether it tied; pruning comes after
+        (``sqltree.pruning.cost_complexity``)."""
+        for node in root.walk():
+            info = self.info.get(node.node_id)
+            if info is None:
+                continue
+            node.n_samples = info.n_samples
+            node.impurity = info.impurity
+            if not node.is_leaf:
+                node.improvement = info.improvement
+                node.tied = info.tied
         return root
-
-    def node_order(self, root: Node, grown: bool = False) -> list[Node]:
-        """Nodes in scikit-learn's numbering.
-
-        Preorder, except for a best-first tree as grown (``grown``, or no ``ccp_alpha``):
-        then creation order. scikit-learn renumbers a tree in preorder when it prunes it.
-        """
-        r = self.resolved
-        best_first = r is not None and r.max_leaf_nodes is not None
-        if best_first and (grown or r is None or r.ccp_alpha == 0):
-            return best_first_numbering(root, self.info)
-        return list(root.walk())
 
 
 def midpoint(a: float, b: float) -> float:
@@ -432,39 +407,6 @@ def resolve_options(
     )
 
 
-# -- best-first order --------------------------------------------------------------------------
-def best_first_order(root: Node, info: Mapping[int, NodeInfo]) -> list[int]:
-    """Ids of the split nodes in the order a best-first builder pops them.
-
-    The builder pops by improvement from a heap that a node enters when its parent is split,
-    which is the order of the path minimum of improvements (``NodeInfo.key``); ties go to the
-    shallower node, then the earlier one.
-    """
-    heap: list[tuple[float, int, int, Node]] = []
-    out: list[int] = []
-    heapq.heappush(heap, (-info[root.node_id].key, 0, root.node_id, root))
-    depth = {root.node_id: 0}
-    while heap:
-        _, d, _, node = heapq.heappop(heap)
-        if node.is_leaf:
-            continue
-        out.append(node.node_id)
-        for child in node.children:
-            depth[child.node_id] = d + 1
-            key = info[child.node_id].key if not child.is_leaf else -math.inf
-            heapq.heappush(heap, (-key, d + 1, child.node_id, child))
-    return out
-
-
-def best_first_numbering(root: Node, info: Mapping[int, NodeInfo]) -> list[Node]:
-    """Nodes in the order a best-first builder creates them: root, then children as popped."""
-    by_id = {n.node_id: n for n in root.walk()}
-    out = [root]
-    for node_id in best_first_order(root, info):
-        out.extend(by_id[node_id].children)
-    return out
-
-
 # -- inspection --------------------------------------------------------------------------------
 def split_scores(
     data: Dataset,
@@ -493,7 +435,7 @@ def split_scores(
     """
     engine = data.engine
     k = len(data.classes)
-    crit = _criterion(criterion)
+    crit = criterion_of(criterion)
     level = engine.materialize(
         "level", q.build_level0(data, class_weight=_class_weights(data, class_weight))
     )
