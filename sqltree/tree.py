@@ -12,7 +12,7 @@ lists. Unknown values follow the node's routing: every branch with weight ``shar
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -241,8 +241,8 @@ GROWTH_FIELDS = ("n_samples", "impurity", "improvement")
 """Optional numbers a node keeps from growth (``Node``)."""
 
 
-def _optional(kind: type, value: Any) -> Any:
-    return None if value is None else kind(value)
+def _optional(convert: Callable[[Any], Any], value: Any) -> Any:
+    return None if value is None else convert(value)
 
 
 def argmax(values: list[float]) -> int:

@@ -59,19 +59,14 @@ class CARTChoice:
 
 @dataclass
 class ResolvedOptions:
-    """scikit-learn's parameters turned into the numbers its builder compares with."""
+    """scikit-learn's growth parameters turned into the numbers its builder compares with."""
 
-    criterion: str
     max_depth: int | None
     min_samples_split: int
     min_samples_leaf: int
     min_weight_leaf: float
     min_impurity_decrease: float
     max_leaf_nodes: int | None
-    ccp_alpha: float
-    class_weight: list[float] | None
-    n_samples: int
-    total_weight: float
 
 
 class CARTStrategy(Strategy):
@@ -170,9 +165,7 @@ class CARTStrategy(Strategy):
         if self.resolved is None:  # the root level: resolve fractions against the data size
             n_root = sum(self.info[i].n_samples for i in out)
             self.root_weight = sum(sum(c) for c in out.values())
-            self.resolved = resolve_options(
-                self.options, n_root, self.root_weight, self._class_weight, self.criterion
-            )
+            self.resolved = resolve_options(self.options, n_root, self.root_weight)
         return out
 
     def may_split(self, p: Pending) -> bool:
@@ -367,14 +360,9 @@ def _class_row_counts(data: Dataset) -> list[float]:
     return [by_class.get(c, 0.0) for c in data.classes]
 
 
-def resolve_options(
-    options: GrowOptions,
-    n_samples: int,
-    total_weight: float,
-    class_weight: list[float] | None,
-    criterion: str,
-) -> ResolvedOptions:
-    """scikit-learn's ``fit`` arithmetic: fractions to counts, split >= 2 x leaf, weights."""
+def resolve_options(options: GrowOptions, n_samples: int, total_weight: float) -> ResolvedOptions:
+    """scikit-learn's ``fit`` arithmetic: fractions to counts, split >= 2 x leaf, weights
+    (``ccp_alpha`` is checked here too, before growth goes on; pruning applies it)."""
     msl = options.min_samples_leaf
     # scikit-learn: a float is a fraction of the rows, an int a count
     min_samples_leaf = math.ceil(msl * n_samples) if isinstance(msl, float) else int(msl)
@@ -393,17 +381,12 @@ def resolve_options(
     if options.ccp_alpha < 0:
         raise ValueError("ccp_alpha must be non-negative")
     return ResolvedOptions(
-        criterion=criterion,
         max_depth=options.max_depth,
         min_samples_split=min_samples_split,
         min_samples_leaf=min_samples_leaf,
         min_weight_leaf=options.min_weight_fraction_leaf * total_weight,
         min_impurity_decrease=options.min_impurity_decrease,
         max_leaf_nodes=options.max_leaf_nodes,
-        ccp_alpha=options.ccp_alpha,
-        class_weight=class_weight,
-        n_samples=n_samples,
-        total_weight=total_weight,
     )
 
 
