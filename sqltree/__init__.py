@@ -13,6 +13,7 @@ Examples
 from __future__ import annotations
 
 from .api import split_scores, train
+from .crossval import CrossValidation, assign_folds, cross_validate, holdout
 from .errors import DataError, ModelFileError, SqlTreeError, UnsupportedError
 from .model import Model, load
 from .tree import Node, Split
@@ -20,6 +21,7 @@ from .tree import Node, Split
 __version__ = "0.1.0"
 
 __all__ = [
+    "CrossValidation",
     "DataError",
     "Model",
     "ModelFileError",
@@ -28,6 +30,9 @@ __all__ = [
     "SqlTreeError",
     "UnsupportedError",
     "__version__",
+    "assign_folds",
+    "cross_validate",
+    "holdout",
     "load",
     "split_scores",
     "train",

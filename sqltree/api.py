@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -11,6 +12,7 @@ import pandas as pd
 from . import queries as q
 from .algorithms import grow_and_prune
 from .algorithms.c45 import score_options
+from .algorithms.c45_scores import SCORE_COLUMNS, build_split_scores
 from .dataset import describe
 from .engines import get_engine
 from .grower import GrowOptions, Progress, print_progress
@@ -52,7 +54,7 @@ def train(
         A table or view name, a ``SELECT`` query, a Parquet/CSV path or glob, or a DataFrame.
     target : str
         The class column. Rows with a NULL target are left out (and counted in ``stats``).
-    algorithm : {"c4.5", "id3"}, default="c4.5"
+    algorithm : {"c4.5", "id3", "cart"}, default="c4.5"
     connection : optional
         A DuckDB connection, a psycopg connection or ``postgresql://`` URL, or a SparkSession;
         default: a new in-memory DuckDB database.
@@ -83,7 +85,7 @@ def train(
     **cart_options
         ``algorithm="cart"`` only, with scikit-learn's names and meanings: ``criterion``,
         ``min_samples_leaf``, ``min_weight_fraction_leaf``, ``min_impurity_decrease``,
-        ``max_leaf_nodes``, ``class_weight``, ``ccp_alpha`` (see ``sqltree.cart``).
+        ``max_leaf_nodes``, ``class_weight``, ``ccp_alpha`` (see ``sqltree.algorithms.cart``).
 
     Returns
     -------
@@ -100,38 +102,48 @@ def train(
         max_bins=max_bins, pruning=pruning, cf=cf, subtree_raising=subtree_raising,
         validation=validation, cart_options=cart_options,
     )
+    options = GrowOptions(
+        algorithm=algorithm, max_depth=max_depth, min_samples_split=min_samples_split,
+        min_gain=min_gain, missing=missing, max_bins=max_bins, **cart_options,
+        min_cases=DEFAULT_MIN_CASES.get(algorithm, 2.0) if min_cases is None else min_cases,
+    )
+    if pruning == "default":
+        pruning = "c4.5" if algorithm == "c4.5" else None
+    roles = {"features": features, "nominal": nominal, "continuous": continuous, "weight": weight}
+    return _fit(source, target, connection, roles, options, progress,
+                PruneOptions(pruning, cf, subtree_raising, validation))
+
+
+@dataclass(frozen=True)
+class PruneOptions:
+    """How ``train`` prunes a grown tree (see ``sqltree.pruning.prune``)."""
+
+    method: str | None
+    cf: float
+    subtree_raising: bool
+    validation: Any
+
+
+def _fit(
+    source: Any,
+    target: str,
+    connection: Any,
+    roles: dict[str, Any],
+    options: GrowOptions,
+    progress: bool | Progress,
+    post: PruneOptions,
+) -> Model:
+    """The fit pipeline: describe the source, grow, prune, and the model."""
+    callback = print_progress if progress is True else (progress or None)
     engine = get_engine(connection)
     started = time.perf_counter()
     try:
-        data = describe(
-            source,
-            engine,
-            target,
-            features=features,
-            nominal=nominal,
-            continuous=continuous,
-            weight=weight,
-        )
-        options = GrowOptions(
-            algorithm=algorithm,
-            min_cases=DEFAULT_MIN_CASES.get(algorithm, 2.0) if min_cases is None else min_cases,
-            max_depth=max_depth,
-            min_samples_split=min_samples_split,
-            min_gain=min_gain,
-            missing=missing,
-            max_bins=max_bins,
-            **cart_options,
-        )
-        callback = print_progress if progress is True else (progress or None)
+        data = describe(source, engine, target, **roles)
         root, grow_stats = grow_and_prune(data, options, callback)
-        if pruning == "default":
-            pruning = "c4.5" if algorithm == "c4.5" else None
         prune_stats = None
-        if algorithm == "c4.5" or pruning is not None:
-            prune_stats = prune(
-                root, data, pruning, cf=cf, subtree_raising=subtree_raising,
-                validation=validation,
-            )
+        if options.algorithm == "c4.5" or post.method is not None:
+            prune_stats = prune(root, data, post.method, cf=post.cf,
+                                subtree_raising=post.subtree_raising, validation=post.validation)
     finally:
         engine.cleanup()
     stats = {
@@ -148,8 +160,8 @@ def train(
         classes=list(data.classes),
         target=target,
         features=features_info(data.features),
-        options=vars(options) | {"weight": weight, "pruning": pruning, "cf": cf,
-                                 "subtree_raising": subtree_raising},
+        options=vars(options) | {"weight": roles["weight"], "pruning": post.method,
+                                 "cf": post.cf, "subtree_raising": post.subtree_raising},
         stats=stats,
     )
 
@@ -182,14 +194,13 @@ def split_scores(
             "hist", q.build_histogram(level, data.features, len(data.classes))
         )
         opts = score_options(GrowOptions(algorithm="id3", min_cases=1.0), all_thresholds=True)
-        rows = engine.execute(q.build_split_scores(hist, data.features, len(data.classes), opts))
+        rows = engine.execute(build_split_scores(hist, data.features, len(data.classes), opts))
     finally:
         engine.cleanup()
     by_index = {f.index: f for f in data.features}
     records = []
     for row in rows:
-        r = dict(zip(("node", "attr", "threshold", "next_value", "gain", "mdl_gain",
-                      "split_info", "gain_ratio", "candidates", "w_known", "w_all"), row))
+        r = dict(zip(SCORE_COLUMNS, row, strict=True))
         f = by_index[int(r["attr"])]
         records.append(
             {

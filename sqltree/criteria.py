@@ -15,6 +15,30 @@ TIE_TOLERANCE = 1e-9
 J48_SMALL = 1e-6
 """Weka's ``Utils.SMALL``: the tolerance of J48's weight comparisons, used for minimum counts."""
 
+PROBA_TIE = 1e-9
+"""Class probabilities closer than this tie (``predicted_class``)."""
+
+
+def predicted_class(proba: Sequence[float]) -> int:
+    """The index of the class that class probabilities predict: the first class whose
+    probability is within ``PROBA_TIE`` of the largest.
+
+    The one rule for a leaf's class and a row's prediction: ``Node.label`` (and so the
+    exporters and pruning's error counts) and ``Model.predict_row`` call it, and the compiled
+    SQL states it as a CASE over the same comparisons (``compiler.closed_form.build_argmax``).
+    A tolerance rather than exact ties: probabilities that are equal in exact arithmetic (a
+    fractional row spread over branches) may differ in their last bits, by summation order.
+
+    Examples
+    --------
+    >>> predicted_class([0.25, 0.75])
+    1
+    >>> predicted_class([0.5, 0.5 + 1e-12])
+    0
+    """
+    best = max(proba)
+    return next(i for i, p in enumerate(proba) if p >= best - PROBA_TIE)
+
 
 def entropy(counts: Sequence[float]) -> float:
     """Entropy in bits of a class distribution given as weights."""
@@ -22,14 +46,6 @@ def entropy(counts: Sequence[float]) -> float:
     if total <= 0:
         return 0.0
     return -sum(c / total * math.log2(c / total) for c in counts if c > 0)
-
-
-def gini(counts: Sequence[float]) -> float:
-    """Gini impurity of a class distribution given as weights."""
-    total = sum(counts)
-    if total <= 0:
-        return 0.0
-    return 1.0 - sum((c / total) ** 2 for c in counts)
 
 
 def information_gain(

@@ -190,8 +190,66 @@ def describe(
     """Read the schema, check the data, assign roles and read the class list."""
     relation = resolve_relation(source, engine)
     schema = _read_schema(engine, relation)
-    names = [n for n, _ in schema]
     types = dict(schema)
+    chosen = _chosen_columns(
+        [n for n, _ in schema], types, target, weight, features, nominal, continuous, engine
+    )
+    feats = [
+        Feature(name, _role(name, types[name], nominal, continuous, engine), i,
+                types[name].sql(engine.dialect))
+        for i, name in enumerate(chosen)
+    ]
+    target_type = types[target]
+    # An all-NULL column may have no type at all; the scan below says so more plainly.
+    untyped = target_type.is_type(exp.DataType.Type.NULL, exp.DataType.Type.UNKNOWN)
+    if not (untyped or target_type.is_type(*TEXT_TYPES, *NUMERIC_TYPES)):
+        raise UnsupportedError(
+            f"target {target!r} has type {target_type.sql(engine.dialect)}; "
+            "use a text, boolean or integer column"
+        )
+
+    w = _column(weight) if weight else exp.Literal.number(1)
+    checks = _checks(feats, types, target, weight, w)
+    row = dict(zip(checks, engine.execute(exp.select(*checks.values()).from_(relation))[0]))
+    infinite = _check_rows(row, feats, target, weight)
+    n_rows = int(row["rows"])
+    if untyped:
+        raise UnsupportedError(
+            f"target {target!r} has a type the engine does not name; cast it to text or integer"
+        )
+    pairs = _read_classes(engine, relation, target, w)
+    n_null = n_rows - int(row["labelled"])
+    if n_null:
+        warnings.warn(
+            f"{n_null} rows with a NULL target are left out of training", stacklevel=3
+        )
+    _read_domains(engine, relation, feats)
+    return Dataset(
+        engine=engine,
+        relation=relation,
+        target=target,
+        target_type=target_type.sql(engine.dialect),
+        weight=weight,
+        features=feats,
+        classes=[v for v, _ in pairs],
+        class_weights=[s for _, s in pairs],
+        n_rows=n_rows,
+        n_null_target=n_null,
+        infinite=infinite,
+    )
+
+
+def _chosen_columns(
+    names: list[str],
+    types: dict[str, exp.DataType],
+    target: str,
+    weight: str | None,
+    features: Sequence[str] | None,
+    nominal: Sequence[str],
+    continuous: Sequence[str],
+    engine: Engine,
+) -> list[str]:
+    """Check the target, weight and role columns against the schema; the feature columns."""
     for name, what in [(target, "target"), *[(w, "weight") for w in [weight] if w]]:
         if name not in types:
             raise DataError(f"{what} column {name!r} is not in the source; columns: {names}")
@@ -213,39 +271,40 @@ def describe(
     chosen = [c for c in chosen if c not in {target, weight}]
     if not chosen:
         raise DataError("there are no feature columns to learn from")
+    return chosen
 
-    feats: list[Feature] = []
-    for name in chosen:
-        dtype = types[name]
-        if name in nominal:
-            kind = NOMINAL
-        elif name in continuous:
-            if not dtype.is_type(*NUMERIC_TYPES):
-                raise UnsupportedError(f"column {name!r} ({dtype.sql()}) cannot be continuous")
-            kind = CONTINUOUS
-        elif dtype.is_type(*NUMERIC_TYPES):
-            kind = CONTINUOUS
-        elif dtype.is_type(*TEXT_TYPES):
-            kind = NOMINAL
-        else:
-            raise UnsupportedError(
-                f"column {name!r} has type {dtype.sql(engine.dialect)}, which sqltree cannot "
-                "use as a feature; leave it out with features=[...] or cast it in a query"
-            )
-        feats.append(Feature(name, kind, len(feats), dtype.sql(engine.dialect)))
-    target_type = types[target]
-    # An all-NULL column may have no type at all; the scan below says so more plainly.
-    untyped = target_type.is_type(exp.DataType.Type.NULL, exp.DataType.Type.UNKNOWN)
-    if not (untyped or target_type.is_type(*TEXT_TYPES, *NUMERIC_TYPES)):
-        raise UnsupportedError(
-            f"target {target!r} has type {target_type.sql(engine.dialect)}; "
-            "use a text, boolean or integer column"
-        )
 
+def _role(
+    name: str, dtype: exp.DataType, nominal: Sequence[str], continuous: Sequence[str],
+    engine: Engine,
+) -> str:
+    """A feature's kind: as given, else continuous for numbers and nominal for text."""
+    if name in nominal:
+        return NOMINAL
+    if name in continuous:
+        if not dtype.is_type(*NUMERIC_TYPES):
+            raise UnsupportedError(f"column {name!r} ({dtype.sql()}) cannot be continuous")
+        return CONTINUOUS
+    if dtype.is_type(*NUMERIC_TYPES):
+        return CONTINUOUS
+    if dtype.is_type(*TEXT_TYPES):
+        return NOMINAL
+    raise UnsupportedError(
+        f"column {name!r} has type {dtype.sql(engine.dialect)}, which sqltree cannot "
+        "use as a feature; leave it out with features=[...] or cast it in a query"
+    )
+
+
+def _checks(
+    feats: list[Feature], types: dict[str, exp.DataType], target: str, weight: str | None,
+    w: exp.Expression,
+) -> dict[str, exp.Expression]:
+    """The aggregates of the one checking scan, each named so its answer is read by name.
+
+    The scan checks the size, the weights, which feature columns hold anything at all, the
+    special floats and the integer ranges (``_check_rows``).
+    """
     col = _column
-    w = col(weight) if weight else exp.Literal.number(1)
-    # One scan checks the size, the weights, which feature columns hold anything at all, the
-    # special floats and the integer ranges; each check is named so its answer is read by name.
     checks: dict[str, exp.Expression] = {
         "rows": exp.func("COUNT", exp.Star()),
         "labelled": exp.func("COUNT", col(target)),
@@ -271,15 +330,14 @@ def describe(
         if types[f.name].is_type(*INTEGER_TYPES):
             checks[f"min {f.index}"] = exp.func("MIN", col(f.name))
             checks[f"max {f.index}"] = exp.func("MAX", col(f.name))
-    row = dict(zip(checks, engine.execute(exp.select(*checks.values()).from_(relation))[0]))
-    infinite = _check_rows(row, feats, target, weight)
-    n_rows = int(row["rows"])
-    if untyped:
-        raise UnsupportedError(
-            f"target {target!r} has a type the engine does not name; cast it to text or integer"
-        )
+    return checks
 
-    # Class list and weights (NULL targets are excluded from training and counted).
+
+def _read_classes(
+    engine: Engine, relation: exp.Expression, target: str, w: exp.Expression
+) -> list[tuple[Value, float]]:
+    """The classes with their weights, in ``sort_key`` order (NULL targets are left out)."""
+    col = _column
     rows = engine.execute(
         exp.select(col(target), exp.func("SUM", w))
         .from_(relation)
@@ -305,36 +363,20 @@ def describe(
             f"the target {target!r} has a single class ({classes[0]!r}); "
             "a classifier needs at least two"
         )
-    n_null = n_rows - int(row["labelled"])
-    if n_null:
-        warnings.warn(
-            f"{n_null} rows with a NULL target are left out of training", stacklevel=3
-        )
+    return pairs
 
-    # Domains of nominal features, one small GROUP BY each.
+
+def _read_domains(engine: Engine, relation: exp.Expression, feats: list[Feature]) -> None:
+    """Set each nominal feature's sorted domain, one small GROUP BY each."""
     for f in feats:
         if f.kind == NOMINAL:
             vals = engine.execute(
-                exp.select(col(f.name))
+                exp.select(_column(f.name))
                 .from_(relation)
-                .where(col(f.name).is_(exp.null()).not_())
-                .group_by(col(f.name))
+                .where(_column(f.name).is_(exp.null()).not_())
+                .group_by(_column(f.name))
             )
             f.values = sorted((v for (v,) in vals), key=sort_key)
-
-    return Dataset(
-        engine=engine,
-        relation=relation,
-        target=target,
-        target_type=target_type.sql(engine.dialect),
-        weight=weight,
-        features=feats,
-        classes=classes,
-        class_weights=[s for _, s in pairs],
-        n_rows=n_rows,
-        n_null_target=n_null,
-        infinite=infinite,
-    )
 
 
 def _check_rows(

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .tree import CONTINUOUS, Node, Split, Value
+from .tree import Node, Split, Value
 
 __all__ = ["Rule", "graphviz", "rule_list", "rules", "text", "weka_number"]
 
@@ -65,17 +65,13 @@ def _value_text(v: Value) -> str:
 
 
 def condition(split: Split, branch: int, decimals: int | None = 6) -> str:
-    """The test leading into ``branch``: ``humidity <= 75``, ``outlook = sunny``."""
-    if split.kind == CONTINUOUS:
-        assert split.threshold is not None
-        t = split.threshold
-        number = weka_number(t, decimals) if decimals is not None else repr(float(t))
-        return f"{split.feature} {'<=' if branch == 0 else '>'} {number}"
-    assert split.groups is not None
-    group = split.groups[branch]
-    if len(group) == 1:
-        return f"{split.feature} = {_value_text(group[0])}"
-    return f"{split.feature} in {{{', '.join(_value_text(v) for v in group)}}}"
+    """The test leading into ``branch``: ``humidity <= 75``, ``outlook = sunny``; thresholds
+    as Weka prints them to ``decimals`` places (None: in full)."""
+
+    def number(t: float) -> str:
+        return weka_number(t, decimals) if decimals is not None else repr(float(t))
+
+    return split.describe(branch, number, _value_text)
 
 
 def _label(node: Node, classes: list[Value]) -> str:

@@ -23,6 +23,10 @@ from .tree import CONTINUOUS, Node, Split, normalise
 
 ROWS_PER_CLASS_GROUP = 16
 """Rows per (node, value, class) group from which a histogram is summed per class first."""
+TestRow = tuple[int, int, float | None]
+"""A row of a level's tests: (node, feature index, threshold or None for a nominal test)."""
+RouteRow = tuple[int, int, int, float]
+"""A row of a level's routes: (node, key, child, factor); see ``queries.build_partition``."""
 DENSE_VALUES = 0.8
 """Distinct (node, value) pairs per level row from which a continuous feature's histogram is
 not grouped (C4.5 estimates them by cuts per unit of known weight).
@@ -240,11 +244,8 @@ class Strategy:
         raise NotImplementedError
 
     def build_partition(
-        self,
-        level: exp.Table,
-        features: list[Feature],
-        tests: list[tuple[int, int, float | None]],
-        routes: list[tuple[int, int, int, float]],
+        self, level: exp.Table, features: list[Feature], tests: list[TestRow],
+        routes: list[RouteRow],
     ) -> exp.Expression:
         """The next level's rows (``queries.build_partition``)."""
         return q.build_partition(level, features, tests, routes)
@@ -317,100 +318,27 @@ def _choose(
 
 
 def _grow(strategy: Strategy, progress: Progress | None) -> tuple[Node, GrowStats]:
-    data = strategy.data
-    engine = data.engine
-    k = len(data.classes)
+    engine = strategy.data.engine
     stats = GrowStats()
     start_all = time.perf_counter()
     prior = strategy.prior()
-    clustering = _Clustering()
-
+    root = Node(counts=[0.0] * len(strategy.data.classes), proba=prior, node_id=0)
+    frontier: dict[int, Pending] = {0: Pending(root, 0, frozenset(), prior)}
+    grower = _LevelGrower(strategy)
     queries_before = engine.stats.queries
     level: exp.Table | None = engine.materialize("level", strategy.build_level0())
     stats.scans += 1
-    root = Node(counts=[0.0] * k, proba=prior, node_id=0)
-    frontier: dict[int, Pending] = {0: Pending(root, 0, frozenset(), prior)}
-    next_id = 1
     depth = 0
     try:
         while frontier:
             assert level is not None
             start = time.perf_counter()
             queries_at_start = engine.stats.queries
-            max_depth = strategy.max_depth
-            can_grow = max_depth is None or depth < max_depth
-            hist_features = data.features if can_grow else []
-            hist = engine.materialize(
-                "hist", strategy.build_histogram(level, hist_features, len(frontier))
-            )
-            scans = 1
-            strategy.on_histogram(engine, hist, depth)
-            for node_id, counts in strategy.read_counts(engine, hist).items():
-                pending = frontier[node_id]
-                pending.node.counts = counts
-                pending.node.proba = normalise(counts, pending.parent_proba)
-
-            splittable = [p for p in frontier.values() if can_grow and strategy.may_split(p)]
-            choices: dict[int, Any] = {}
-            if splittable and hist_features:
-                choices = _choose(strategy, hist, hist_features, splittable, frontier)
-
-            next_frontier: dict[int, Pending] = {}
-            new_level = None
-            if choices:
-                plans = strategy.plan(engine, hist, choices, frontier)
-                features = {f.name: f for f in data.features}
-                tests: list[tuple[int, int, float | None]] = []
-                routes: list[tuple[int, int, int, float]] = []
-                child_depth = depth + 1
-                children_can_grow = max_depth is None or child_depth < max_depth
-                for node_id, plan in sorted(plans.items()):
-                    pending = frontier[node_id]
-                    node = pending.node
-                    f = features[plan.split.feature]
-                    node.split = plan.split
-                    node.shares = plan.shares
-                    node.unknown_branch = plan.unknown_branch
-                    tests.append((node_id, f.index, plan.test_threshold))
-                    used = pending.used | {f.index} if plan.consumes_feature else pending.used
-                    for branch, keys in enumerate(plan.keys_of_branch):
-                        counts = strategy.child_counts(node_id, plan, branch)
-                        if counts is None:
-                            child = Node([0.0] * k, list(node.proba), node_id=next_id)
-                        else:
-                            child = Node(counts, normalise(counts, node.proba), node_id=next_id)
-                        next_id += 1
-                        node.children.append(child)
-                        strategy.on_child(pending, branch, child)
-                        if counts is not None and not children_can_grow:
-                            continue  # a leaf already: its rows go no further
-                        child_pending = Pending(child, child_depth, used, node.proba)
-                        if counts is not None and not strategy.may_split(child_pending):
-                            continue
-                        next_frontier[child.node_id] = child_pending
-                        for key in keys:
-                            routes.append((node_id, key, child.node_id, 1.0))
-                        if not plan.route_unknown:
-                            continue
-                        if plan.unknown_branch is None:
-                            if node.shares[branch] > 0:
-                                routes.append(
-                                    (node_id, q.UNKNOWN_KEY, child.node_id, node.shares[branch])
-                                )
-                        elif branch == plan.unknown_branch:
-                            routes.append((node_id, q.UNKNOWN_KEY, child.node_id, 1.0))
-                if routes:
-                    partition = strategy.build_partition(level, data.features, tests, routes)
-                    if clustering.wants(engine, len(next_frontier)):
-                        partition = q.ordered_by_node(partition)
-                    new_level = engine.materialize("level", partition)
-                    scans += 1
-            engine.drop(hist)
-            engine.drop(level)
+            splits, next_frontier, new_level, scans = grower.grow_level(level, frontier, depth)
             level_stats = LevelStats(
                 depth=depth,
                 nodes=len(frontier),
-                splits=len(choices),
+                splits=splits,
                 queries=engine.stats.queries - queries_at_start,
                 scans=scans,
                 seconds=round(time.perf_counter() - start, 6),
@@ -431,6 +359,116 @@ def _grow(strategy: Strategy, progress: Progress | None) -> tuple[Node, GrowStat
     stats.queries = engine.stats.queries - queries_before
     stats.seconds = time.perf_counter() - start_all
     return root, stats
+
+
+class _LevelGrower:
+    """One level of growth: histogram, counts, choices, children and the partition."""
+
+    def __init__(self, strategy: Strategy) -> None:
+        self.strategy = strategy
+        self.engine = strategy.data.engine
+        self.next_id = 1
+        self.clustering = _Clustering()
+
+    def can_grow(self, depth: int) -> bool:
+        """Whether nodes at ``depth`` may be split."""
+        max_depth = self.strategy.max_depth
+        return max_depth is None or depth < max_depth
+
+    def grow_level(
+        self, level: exp.Table, frontier: dict[int, Pending], depth: int
+    ) -> tuple[int, dict[int, Pending], exp.Table | None, int]:
+        """Split the frontier's nodes; returns the number of splits, the next frontier, the
+        next level table (None when no row goes on) and the full scans made. Drops ``level``."""
+        strategy, engine = self.strategy, self.engine
+        features = strategy.data.features if self.can_grow(depth) else []
+        hist = engine.materialize(
+            "hist", strategy.build_histogram(level, features, len(frontier))
+        )
+        scans = 1
+        strategy.on_histogram(engine, hist, depth)
+        for node_id, counts in strategy.read_counts(engine, hist).items():
+            pending = frontier[node_id]
+            pending.node.counts = counts
+            pending.node.proba = normalise(counts, pending.parent_proba)
+
+        splittable = [
+            p for p in frontier.values() if self.can_grow(depth) and strategy.may_split(p)
+        ]
+        choices: dict[int, Any] = {}
+        if splittable and features:
+            choices = _choose(strategy, hist, features, splittable, frontier)
+        next_frontier: dict[int, Pending] = {}
+        new_level = None
+        if choices:
+            plans = strategy.plan(engine, hist, choices, frontier)
+            next_frontier, tests, routes = self.branch_out(plans, frontier, depth + 1)
+            if routes:
+                partition = strategy.build_partition(level, strategy.data.features, tests, routes)
+                if self.clustering.wants(engine, len(next_frontier)):
+                    partition = q.ordered_by_node(partition)
+                new_level = engine.materialize("level", partition)
+                scans += 1
+        engine.drop(hist)
+        engine.drop(level)
+        return len(choices), next_frontier, new_level, scans
+
+    def branch_out(
+        self, plans: dict[int, Plan], frontier: dict[int, Pending], child_depth: int
+    ) -> tuple[dict[int, Pending], list[TestRow], list[RouteRow]]:
+        """Give each planned node its test and children; returns the children that go on to
+        the next level, and the tests and routes that move their rows there.
+
+        A child whose counts the strategy knows already and that cannot split (too deep, too
+        small, pure) stays a leaf: its rows go no further.
+        """
+        strategy = self.strategy
+        k = strategy.n_classes
+        by_name = {f.name: f for f in strategy.data.features}
+        next_frontier: dict[int, Pending] = {}
+        tests: list[TestRow] = []
+        routes: list[RouteRow] = []
+        for node_id, plan in sorted(plans.items()):
+            pending = frontier[node_id]
+            node = pending.node
+            f = by_name[plan.split.feature]
+            node.split = plan.split
+            node.shares = plan.shares
+            node.unknown_branch = plan.unknown_branch
+            tests.append((node_id, f.index, plan.test_threshold))
+            used = pending.used | {f.index} if plan.consumes_feature else pending.used
+            for branch, keys in enumerate(plan.keys_of_branch):
+                counts = strategy.child_counts(node_id, plan, branch)
+                if counts is None:
+                    child = Node([0.0] * k, list(node.proba), node_id=self.next_id)
+                else:
+                    child = Node(counts, normalise(counts, node.proba), node_id=self.next_id)
+                self.next_id += 1
+                node.children.append(child)
+                strategy.on_child(pending, branch, child)
+                if counts is not None and not self.can_grow(child_depth):
+                    continue
+                child_pending = Pending(child, child_depth, used, node.proba)
+                if counts is not None and not strategy.may_split(child_pending):
+                    continue
+                next_frontier[child.node_id] = child_pending
+                routes += _routes(node_id, plan, branch, keys, child.node_id)
+        return next_frontier, tests, routes
+
+
+def _routes(
+    node_id: int, plan: Plan, branch: int, keys: list[int], child_id: int
+) -> list[RouteRow]:
+    """The routes into one child: its keys, and its part of the unknown values, if any."""
+    out: list[RouteRow] = [(node_id, key, child_id, 1.0) for key in keys]
+    if not plan.route_unknown:
+        return out
+    if plan.unknown_branch is None:
+        if plan.shares[branch] > 0:
+            out.append((node_id, q.UNKNOWN_KEY, child_id, plan.shares[branch]))
+    elif branch == plan.unknown_branch:
+        out.append((node_id, q.UNKNOWN_KEY, child_id, 1.0))
+    return out
 
 
 class _Clustering:

@@ -7,16 +7,21 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 from sqlglot import exp
 from sqlglot.errors import ErrorLevel
 
 from . import compiler
+from .compiler.scoring import build_scoring_query
+from .criteria import predicted_class
 from .errors import DataError, ModelFileError
 from .model_file import FORMAT, FORMAT_VERSION, read_json, validate
 from .tree import Node, Value, format_value
+
+if TYPE_CHECKING:
+    from .evaluation import Evaluation
 
 
 @dataclass
@@ -154,12 +159,7 @@ class Model:
 
     def predict_row(self, row: dict[str, Any]) -> Value:
         """The predicted class of one row, as the compiled SQL would give it."""
-        proba = self.predict_proba_row(row)
-        best = max(proba)
-        for i, p in enumerate(proba):
-            if p >= best - compiler.PROBA_TIE:
-                return self.classes[i]
-        raise AssertionError("unreachable")
+        return self.classes[predicted_class(self.predict_proba_row(row))]
 
     # -- SQL ---------------------------------------------------------------------------------
     def to_expression(self, output: str = "label", table: str | None = None) -> exp.Expression:
@@ -238,12 +238,12 @@ class Model:
         Given the source's column names, rows that meet an unknown value at a C4.5 test get
         their class probabilities in a step of their own, once per row: in closed form, or,
         with ``expand``, by copies of the row that walk on from every branch (see
-        ``compiler.build_expansion_query``; that keeps the source's row order only when
+        ``compiler.scoring.build_expansion_query``; that keeps the source's row order only when
         ``ordered``).
         """
         if source_columns is not None and output == "label":
             _refuse_duplicates([column, *(self.proba_columns() if proba else [])])
-            return compiler.build_scoring_query(
+            return build_scoring_query(
                 self.root, self.classes, relation, source_columns, column,
                 self.proba_columns() if proba else None, expand=expand, ordered=ordered,
             )
@@ -307,6 +307,31 @@ class Model:
                 return engine.frame(query)
         finally:
             engine.cleanup()
+
+    def evaluate(
+        self,
+        source: Any,
+        *,
+        connection: Any = None,
+        weight: str | bool = True,
+        title: str = "Evaluation",
+    ) -> Evaluation:
+        """Evaluate the tree on ``source`` with one ``GROUP BY actual, predicted`` query.
+
+        The source (a table, query, path or DataFrame, as for ``predict``) must hold the
+        target column and the columns the tree tests. Rows are scored by the compiled SQL
+        in the engine and only their counts per (actual, predicted) class come back: the
+        result has the confusion matrix, accuracy, Cohen's kappa, per-class precision,
+        recall, F1 and support with weighted and macro averages, log loss and Weka's error
+        measures; ``str()`` prints it as Weka's evaluation block, ``to_dict()``/``to_json()``
+        give every figure. Rows with a NULL target are left out and counted.
+
+        ``weight``: True counts each row with the model's training weight column (when it
+        was trained with one), False counts rows, a column name weighs by that column.
+        """
+        from .evaluation import evaluate
+
+        return evaluate(self, source, connection=connection, weight=weight, title=title)
 
     # -- files -------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

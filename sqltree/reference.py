@@ -16,6 +16,7 @@ from sqlglot import exp
 from . import queries as q
 from .algorithms import cart
 from .algorithms.c45 import score_options
+from .algorithms.c45_scores import build_split_scores
 from .dataset import Dataset, describe
 from .engines.duckdb import DuckDBEngine
 from .grower import GrowOptions
@@ -54,12 +55,12 @@ def reference_files() -> dict[str, str]:
     put("golf/histogram.sql", "class histogram of one level", q.build_histogram(
         level, golf.features, k))
     put("golf/split_scores.sql", "gain, split info and gain ratio per candidate",
-        q.build_split_scores(hist, golf.features, k, score_options(GrowOptions())))
+        build_split_scores(hist, golf.features, k, score_options(GrowOptions())))
     put("golf_numeric/threshold_scan.sql", "window scan of continuous thresholds",
-        q.build_split_scores(hist, numeric.features, k, score_options(GrowOptions())))
+        build_split_scores(hist, numeric.features, k, score_options(GrowOptions())))
     put("golf_numeric/threshold_scan_ordered.sql",
         "continuous thresholds from one ordered streaming scan (DuckDB)",
-        q.build_split_scores(hist, numeric.features, k, dataclasses.replace(
+        build_split_scores(hist, numeric.features, k, dataclasses.replace(
             score_options(GrowOptions()), ordered_scan=True)))
     numeric_table = dataclasses.replace(
         numeric, relation=exp.Table(this=exp.to_identifier("golf_numeric")))

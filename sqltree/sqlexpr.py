@@ -1,6 +1,6 @@
 """SQL building blocks every builder, the engines and the compiler share: columns, exact
-numeric literals, CASE, aliases, small literal tables and window specs, all as sqlglot
-expressions (never pasted text)."""
+numeric literals, CASE, aliases, small literal tables, window specs and materialised CTEs, all
+as sqlglot expressions (never pasted text)."""
 
 from __future__ import annotations
 
@@ -105,6 +105,13 @@ def window(
         spec=spec,
     )
 
+
+
+def with_materialized(query: exp.Select, ctes: Sequence[tuple[str, exp.Expression]]) -> exp.Select:
+    """``query`` with each (name, body) of ``ctes`` as a ``MATERIALIZED`` CTE, in order."""
+    for name, body in ctes:
+        query = query.with_(name, as_=body, materialized=True, copy=False)
+    return query
 
 def literal(value: object) -> exp.Expression:
     if isinstance(value, bool):

@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .criteria import predicted_class
+
 Value = Any  # a nominal value as the engine returns it: str, bool, int or float
 
 CONTINUOUS = "continuous"
@@ -55,16 +57,26 @@ class Split:
                 return i
         return None
 
-    def describe(self, branch: int) -> str:
-        """Text of the condition that leads into ``branch``, e.g. ``humidity <= 75``."""
+    def describe(
+        self,
+        branch: int,
+        number: Callable[[float], str] | None = None,
+        value: Callable[[Value], str] | None = None,
+    ) -> str:
+        """Text of the condition that leads into ``branch``, e.g. ``humidity <= 75``, with
+        the threshold written by ``number`` and nominal values by ``value`` (by default
+        ``format_number`` and ``format_value``)."""
+        number = number or format_number
+        value = value or format_value
         if self.kind == CONTINUOUS:
+            assert self.threshold is not None
             op = "<=" if branch == 0 else ">"
-            return f"{self.feature} {op} {format_number(self.threshold)}"
+            return f"{self.feature} {op} {number(self.threshold)}"
         assert self.groups is not None
         group = self.groups[branch]
         if len(group) == 1:
-            return f"{self.feature} = {format_value(group[0])}"
-        return f"{self.feature} in {{{', '.join(format_value(v) for v in group)}}}"
+            return f"{self.feature} = {value(group[0])}"
+        return f"{self.feature} in {{{', '.join(value(v) for v in group)}}}"
 
 
 @dataclass
@@ -125,8 +137,9 @@ class Node:
 
     @property
     def label(self) -> int:
-        """Index of the predicted class: the most probable, ties to the lowest index."""
-        return argmax(self.proba)
+        """Index of the predicted class (``criteria.predicted_class``: the most probable, near
+        ties to the lowest index)."""
+        return predicted_class(self.proba)
 
     @property
     def errors(self) -> float:

@@ -90,3 +90,29 @@ def test_worked_example_4_unknown_value_gain(engine_factory):
         branches_of(known, "outlook", "play"), unknown=[0.0, 1.0]
     )
     assert scores.gain[0] == pytest.approx(exact, abs=1e-9)
+
+
+def test_predicted_class_is_the_first_class_within_the_tie_tolerance():
+    assert criteria.predicted_class([0.25, 0.75]) == 1
+    assert criteria.predicted_class([0.5, 0.5 + 1e-12]) == 0  # equal up to rounding: the first
+    assert criteria.predicted_class([0.3, 0.3 + 2 * criteria.PROBA_TIE, 0.1]) == 1
+    assert criteria.predicted_class([0.4, 0.2, 0.4]) == 0
+
+
+def test_one_predicted_class_rule_for_text_python_and_sql(engine_factory):
+    # A leaf whose probabilities tie up to a rounding error names its first class in the
+    # text, in predict_row and in the compiled SQL alike.
+    from sqltree.model import FeatureInfo, Model
+    from sqltree.tree import CONTINUOUS, Node, Split
+
+    near_tie = Node([1.0, 1.0], [0.5, 0.5 + 1e-12], node_id=1)
+    root = Node([2.0, 2.0], [0.5, 0.5], split=Split("x", CONTINUOUS, threshold=0.5),
+                children=[near_tie, Node([0.5, 1.5], [0.25, 0.75], node_id=2)],
+                shares=[0.5, 0.5], unknown_branch=0)
+    model = Model(root=root, classes=["a", "b"], target="y",
+                  features=[FeatureInfo("x", CONTINUOUS, "DOUBLE")])
+    assert near_tie.label == 0
+    assert "x <= 0.5: a (2.0/1.0)" in model.text()
+    assert [model.predict_row({"x": x}) for x in (0.0, 1.0)] == ["a", "b"]
+    engine, source = engine_factory(pd.DataFrame({"x": [0.0, 1.0]}), "rows")
+    assert list(model.predict(source, connection=engine)["prediction"]) == ["a", "b"]

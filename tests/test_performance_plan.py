@@ -220,6 +220,7 @@ def test_ordered_scan_scores_equal_windowed_scores(frame, options, fractional):
     # in fixed point or (whole-number weights, as at the root) in floating point.
     from sqltree import queries as q
     from sqltree.algorithms.c45 import score_options
+    from sqltree.algorithms.c45_scores import build_split_scores
 
     engine = DuckDBEngine()
     data = describe(frame, engine, "label")
@@ -229,7 +230,7 @@ def test_ordered_scan_scores_equal_windowed_scores(frame, options, fractional):
     base = replace(score_options(grow_options), fractional=fractional)
     read = [
         engine.execute(
-            q.build_split_scores(hist, data.features, 3, replace(base, ordered_scan=ordered))
+            build_split_scores(hist, data.features, 3, replace(base, ordered_scan=ordered))
         )
         for ordered in (False, True)
     ]
@@ -256,13 +257,13 @@ def _heavy_then_fractional_hist(engine):
 def test_ordered_running_sums_are_exact_after_heavy_groups():
     from sqlglot import exp
 
-    from sqltree import queries as q
+    from sqltree.running_sums import ordered_running_sums
 
     engine = DuckDBEngine()
     hist = _heavy_then_fractional_hist(engine)
     got = engine.execute(
         exp.select("*")
-        .from_(q.ordered_running_sums(hist, ["c0", "c1"], exp.true()).subquery("r"))
+        .from_(ordered_running_sums(hist, ["c0", "c1"], exp.true()).subquery("r"))
         .where("node = 1")
         .order_by("v")
     )
@@ -280,8 +281,8 @@ def test_ordered_scan_scores_are_exact_after_heavy_groups():
     # ordered scan must see it as the windowed one does.
     import pandas as pd
 
-    from sqltree import queries as q
     from sqltree.algorithms.c45 import score_options
+    from sqltree.algorithms.c45_scores import build_split_scores
 
     engine = DuckDBEngine()
     frame = pd.DataFrame({"a": [1.0, 2.0], "label": ["x", "y"]})
@@ -290,7 +291,7 @@ def test_ordered_scan_scores_are_exact_after_heavy_groups():
     base = score_options(GrowOptions())
     windowed, ordered = (
         engine.execute(
-            q.build_split_scores(hist, data.features, 2, replace(base, ordered_scan=flag))
+            build_split_scores(hist, data.features, 2, replace(base, ordered_scan=flag))
         )
         for flag in (False, True)
     )

@@ -25,6 +25,7 @@ from sqlglot import exp
 
 import sqltree
 from sqltree import compiler
+from sqltree.compiler.scoring import PREFIX
 from sqltree.engines.duckdb import DuckDBEngine
 from sqltree.errors import DataError
 from sqltree.model import FeatureInfo, Model, render
@@ -430,7 +431,7 @@ def helper_names(model: Model, columns: list[str]) -> set[str]:
         query = model.scoring_query(exp.to_table("t"), proba=True, source_columns=columns,
                                     expand=expand)
         names |= {i.name for i in query.find_all(exp.Identifier)
-                  if i.name.startswith(compiler.PREFIX)}
+                  if i.name.startswith(PREFIX)}
     return names
 
 

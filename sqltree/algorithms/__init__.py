@@ -2,10 +2,12 @@
 
 A plug-in is a ``Strategy``: it decides which nodes may split, builds the criteria SQL over the
 shared histogram, chooses one split per node from the scored rows and plans its branches. The
-histogram, threshold scan, partition and level table are the grower's and ``queries``'s, the
-same for every algorithm. The registry is explicit (no discovery): adding an algorithm is one
-module and one entry here. Post-pruning is ``sqltree.pruning``'s, after growth:
-``grow_and_prune`` runs what the grow options ask for.
+histogram, running sums, partition and level table are the grower's, ``queries``'s and
+``running_sums``'s, the same for every algorithm; an algorithm's own SQL sits next to it
+(``c45_criteria``, ``c45_cuts``, ``c45_scores`` for C4.5 and ID3; the package ``cart``). The
+registry is explicit (no discovery): adding an algorithm is one module and one entry here.
+Post-pruning is ``sqltree.pruning``'s, after growth: ``grow_and_prune`` runs what the grow
+options ask for.
 """
 
 from __future__ import annotations

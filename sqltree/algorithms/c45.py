@@ -1,6 +1,8 @@
 """ID3 and C4.5 (as J48 builds it): gain or gain ratio, multiway nominal tests, fractional
-unknown values. The level loop, histogram, partition and threshold scan are shared
-(``sqltree.grower``, ``sqltree.queries``); this module holds what only these algorithms decide.
+unknown values. The level loop, histogram, partition and running sums are shared
+(``sqltree.grower``, ``sqltree.queries``, ``sqltree.running_sums``); this module holds what only
+these algorithms decide, and their SQL is in ``c45_criteria`` (gain, split info),
+``c45_cuts`` (the best cut per node) and ``c45_scores`` (the scoring query).
 """
 
 from __future__ import annotations
@@ -11,17 +13,23 @@ from typing import Any
 from sqlglot import exp
 
 from .. import queries as q
+from ..criteria import J48_SMALL, TIE_TOLERANCE
 from ..dataset import Dataset, Feature
 from ..grower import (
     DENSE_VALUES,
     GrowOptions,
     Pending,
     Plan,
+    RouteRow,
     Strategy,
+    TestRow,
     bin_edges,
     load_rows,
 )
 from ..tree import CONTINUOUS, NOMINAL, Node, Split, argmax
+from .c45_criteria import ScoreOptions
+from .c45_cuts import CHOSEN_COLUMNS, build_distinct_values, build_observed_thresholds
+from .c45_scores import SCORE_COLUMNS, build_branch_counts, build_split_scores
 
 MISSING = ("fractional", "majority", "drop")
 
@@ -29,11 +37,10 @@ MISSING = ("fractional", "majority", "drop")
 class C45Strategy(Strategy):
     """ID3 and C4.5: gain or gain ratio, multiway nominal tests, fractional unknown values."""
 
-    score_columns: tuple[str, ...] = ()
+    score_columns = SCORE_COLUMNS
 
     def __init__(self, data: Dataset, options: GrowOptions) -> None:
         super().__init__(data, options)
-        self.score_columns = SCORE_COLUMNS
         self.values_table: exp.Table | None = None
         self.branch_counts: dict[int, dict[int, list[float]]] = {}
         self.loaded: list[exp.Table] = []
@@ -85,7 +92,7 @@ class C45Strategy(Strategy):
             return
         if depth == 0 and any(f.kind == CONTINUOUS for f in self.data.features):
             self.values_table = engine.materialize(
-                "values", q.build_distinct_values(hist, self.data.features)
+                "values", build_distinct_values(hist, self.data.features)
             )
 
     def may_split(self, p: Pending) -> bool:
@@ -99,7 +106,7 @@ class C45Strategy(Strategy):
             bits=self.hist_bits,
             entropy_bits=self.entropy_bits,
         )
-        return q.build_split_scores(hist, features, self.n_classes, options)
+        return build_split_scores(hist, features, self.n_classes, options)
 
     def choose(self, rows: list[dict[str, Any]], p: Pending) -> _Choice | None:
         return choose_split(rows, self.data, self.options, p.used)
@@ -174,11 +181,8 @@ class C45Strategy(Strategy):
         return counts
 
     def build_partition(
-        self,
-        level: exp.Table,
-        features: list[Feature],
-        tests: list[tuple[int, int, float | None]],
-        routes: list[tuple[int, int, int, float]],
+        self, level: exp.Table, features: list[Feature], tests: list[TestRow],
+        routes: list[RouteRow],
     ) -> exp.Expression:
         """``queries.build_partition`` over loaded tests and routes tables (no SQL literals)."""
         if any(factor not in (0.0, 1.0) for *_, factor in routes):
@@ -198,9 +202,9 @@ class C45Strategy(Strategy):
         """
         if self.unresolved:
             engine = self.data.engine
-            chosen = load_rows(engine, "chosen", q.CHOSEN_COLUMNS, self.unresolved)
+            chosen = load_rows(engine, "chosen", CHOSEN_COLUMNS, self.unresolved)
             self.loaded.append(chosen)
-            query = q.build_observed_thresholds(
+            query = build_observed_thresholds(
                 self.values_table, chosen, asof=engine.SUPPORTS_ASOF_JOIN
             )
             thresholds = {int(key): float(t) for key, t in engine.execute(query)}
@@ -230,9 +234,9 @@ class _Choice:
     row: dict[str, Any]
 
 
-def score_options(options: GrowOptions, all_thresholds: bool = False) -> q.ScoreOptions:
+def score_options(options: GrowOptions, all_thresholds: bool = False) -> ScoreOptions:
     c45 = options.algorithm == "c4.5"
-    return q.ScoreOptions(
+    return ScoreOptions(
         min_cases=options.min_cases,
         j48_min_split=c45,
         mdl=c45,
@@ -240,24 +244,18 @@ def score_options(options: GrowOptions, all_thresholds: bool = False) -> q.Score
         unknown="drop" if options.missing == "drop" else "fractional",
         cut_gap=1e-5 if c45 else 0.0,
         # J48 replaces its best cut only by one whose gain is higher by more than 1e-6
-        threshold_tie=q.J48_SMALL if c45 else q.TIE_TOLERANCE,
+        threshold_tie=J48_SMALL if c45 else TIE_TOLERANCE,
     )
-
-
-SCORE_COLUMNS = (
-    "node", "attr", "threshold", "next_value", "gain", "mdl_gain", "split_info", "gain_ratio",
-    "candidates", "w_known", "w_all", "big_branches",
-)
 
 
 def _may_split(p: Pending, options: GrowOptions) -> bool:
     counts = p.node.counts
     weight = sum(counts)
-    if weight < 2 * options.min_cases - q.J48_SMALL:
+    if weight < 2 * options.min_cases - J48_SMALL:
         return False
-    if weight < options.min_samples_split - q.J48_SMALL:
+    if weight < options.min_samples_split - J48_SMALL:
         return False
-    return max(counts) < weight - q.J48_SMALL  # not pure
+    return max(counts) < weight - J48_SMALL  # not pure
 
 
 def choose_split(
@@ -285,7 +283,7 @@ def choose_split(
         else:
             if row["threshold"] is None or row["mdl_gain"] is None:
                 continue
-            if row["mdl_gain"] < q.J48_SMALL:
+            if row["mdl_gain"] < J48_SMALL:
                 continue
         valid.append((f, row))
     if not valid:
@@ -313,7 +311,7 @@ def choose_split(
             if (
                 r["mdl_gain"] >= average - 1e-3
                 and r["mdl_gain"] >= options.min_gain
-                and ratio - best_ratio > q.J48_SMALL
+                and ratio - best_ratio > J48_SMALL
             ):
                 chosen, best_ratio = (f, r), ratio
         if chosen is None:
@@ -322,12 +320,12 @@ def choose_split(
         return _Choice(f, r["threshold"], r["next_value"], r)
 
     pool = [
-        (f, r) for f, r in valid if r["gain"] > q.J48_SMALL and r["mdl_gain"] >= options.min_gain
+        (f, r) for f, r in valid if r["gain"] > J48_SMALL and r["mdl_gain"] >= options.min_gain
     ]
     if not pool:
         return None
     best = max(float(r["gain"]) for _, r in pool)
-    f, r = next((f, r) for f, r in pool if float(r["gain"]) >= best - q.TIE_TOLERANCE)
+    f, r = next((f, r) for f, r in pool if float(r["gain"]) >= best - TIE_TOLERANCE)
     return _Choice(f, r["threshold"], r["next_value"], r)
 
 
@@ -343,8 +341,8 @@ def _cut_midpoints(choices: dict[int, _Choice]) -> list[tuple[int, int, float, f
             # J48 (C45Split.setSplitPoint) takes the largest value v with v - mid < SMALL, so a
             # value a rounding error above the midpoint still counts: (0.557 + 0.565) / 2 is
             # 0.56099999..., and J48 splits at 0.561.
-            if mid + q.J48_SMALL < c.next_value:
-                mid = mid + q.J48_SMALL * (1 - 1e-9)
+            if mid + J48_SMALL < c.next_value:
+                mid = mid + J48_SMALL * (1 - 1e-9)
             wanted.append((node_id, c.feature.index, c.threshold, mid))
     return wanted
 
@@ -353,7 +351,7 @@ def _branch_counts(
     engine: Any, hist: Any, tests_table: Any, n_classes: int, bits: int | None
 ) -> dict[int, dict[int, list[float]]]:
     """Class counts per node and key of its chosen test (key -1: unknown values)."""
-    rows = engine.execute(q.build_branch_counts(hist, tests_table, n_classes, bits))
+    rows = engine.execute(build_branch_counts(hist, tests_table, n_classes, bits))
     out: dict[int, dict[int, list[float]]] = {}
     for node, key, *counts in rows:
         out.setdefault(int(node), {})[int(key)] = [float(c) for c in counts]

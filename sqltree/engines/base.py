@@ -78,9 +78,6 @@ class Engine(ABC):
     dialect: ClassVar[str]
     """The sqlglot dialect that queries are rendered in."""
 
-    MAX_CASE_DEPTH: ClassVar[int] = 1000
-    """Deepest nested CASE the engine parses (measured; scoring SQL stays far below it)."""
-
     SUPPORTS_ASOF_JOIN: ClassVar[bool] = False
     """Whether ``ASOF JOIN`` (nearest earlier match by sort-merge) is available."""
 
@@ -100,9 +97,6 @@ class Engine(ABC):
 
     KEEPS_ROW_ORDER: ClassVar[bool] = False
     """Whether a table made from an ordered query is stored, and scanned, in that order."""
-
-    CACHES_TEMP_TABLES: ClassVar[bool] = False
-    """Whether a temp table must be cached explicitly to avoid recomputation (Spark)."""
 
     keep_sql: bool = False
     """Record every statement's text in ``stats.sql`` (for debugging and golden files)."""
@@ -291,11 +285,7 @@ class Engine(ABC):
         return exp.Table(this=exp.to_identifier(name, quoted=True))
 
     def load_rows(
-        self,
-        hint: str,
-        columns: Sequence[str],
-        types: Sequence[str],
-        rows: Sequence[Sequence[Any]],
+        self, hint: str, columns: Sequence[str], types: Sequence[str], rows: Sequence[Sequence[Any]]
     ) -> exp.Table:
         """Store small Python rows (a level's splits and routes) in a new temporary table.
 

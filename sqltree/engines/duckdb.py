@@ -35,7 +35,6 @@ class DuckDBEngine(Engine):
     """
 
     dialect: ClassVar[str] = "duckdb"
-    MAX_CASE_DEPTH: ClassVar[int] = 990
     SUPPORTS_ASOF_JOIN: ClassVar[bool] = True
     SUPPORTS_ROW_SAMPLE: ClassVar[bool] = True
     SUPPORTS_ORDERED_SCAN: ClassVar[bool] = True
@@ -157,11 +156,7 @@ class DuckDBEngine(Engine):
         self.connection.execute(self._sending(self.render(drop)))
 
     def load_rows(
-        self,
-        hint: str,
-        columns: Sequence[str],
-        types: Sequence[str],
-        rows: Sequence[Sequence[Any]],
+        self, hint: str, columns: Sequence[str], types: Sequence[str], rows: Sequence[Sequence[Any]]
     ) -> exp.Table:
         """Register the rows as an Arrow table: no statement, no SQL text per row."""
         self.begin()

@@ -69,9 +69,6 @@ class PostgresEngine(Engine):
     """
 
     dialect: ClassVar[str] = "postgres"
-    MAX_CASE_DEPTH: ClassVar[int] = 1000
-    READS_FILES: ClassVar[bool] = False
-    """Whether ``relation_for_path`` can read local files (the server cannot see them)."""
 
     def __init__(
         self, connection: Any, *, owns_connection: bool = False, close_on_cleanup: bool = False
@@ -82,7 +79,6 @@ class PostgresEngine(Engine):
         self.connection = connection
         self.owns_connection = owns_connection
         self.close_on_cleanup = close_on_cleanup
-        self._frames: list[str] = []
         self.begin()
 
     @classmethod

@@ -67,8 +67,6 @@ class SparkEngine(Engine):
     """
 
     dialect: ClassVar[str] = "spark"
-    MAX_CASE_DEPTH: ClassVar[int] = 100
-    CACHES_TEMP_TABLES: ClassVar[bool] = True
     SMALL_TABLE_ROWS: ClassVar[int] = 1_000_000
     """Temp tables up to this many rows are coalesced to the default parallelism."""
 
@@ -167,11 +165,7 @@ class SparkEngine(Engine):
         self._cached[name] = frame
 
     def load_rows(
-        self,
-        hint: str,
-        columns: Sequence[str],
-        types: Sequence[str],
-        rows: Sequence[Sequence[Any]],
+        self, hint: str, columns: Sequence[str], types: Sequence[str], rows: Sequence[Sequence[Any]]
     ) -> exp.Table:
         """A temp view over the rows sent as Arrow data: no SQL text per row.
 

@@ -25,7 +25,19 @@ from sqlglot import exp
 from ... import queries as q
 from ...criteria import TIE_TOLERANCE
 from ...dataset import Feature
-from ...sqlexpr import add_all, alias, case, class_columns, col, num, paren, values_table, window
+from ...running_sums import ordered_running_sums
+from ...sqlexpr import (
+    add_all,
+    alias,
+    case,
+    class_columns,
+    col,
+    num,
+    paren,
+    values_table,
+    window,
+    with_materialized,
+)
 from ...tree import CONTINUOUS, NOMINAL
 from .subsets import EXACT_SUBSETS_MAX, bits_table, ordered_values, orders, ranked_values
 
@@ -120,7 +132,7 @@ def build_cart_scores(
     ``exhaustive`` scores every two-way partition of nominal features up to
     ``EXACT_SUBSETS_MAX`` values, two classes included (for tests and worked examples).
     ``ordered_scan``: continuous running sums from one ordered streaming scan
-    (``queries.ordered_running_sums``; DuckDB) instead of windows per (node, feature).
+    (``running_sums.ordered_running_sums``; DuckDB) instead of windows per (node, feature).
     ``fractional``: weights may be fractional (class or sample weights), so the ordered scan
     sums in fixed point. ``bits``: the histogram holds fixed-point weights
     (``queries.build_histogram``), whose sums here are exact, so the counts of a candidate (and
@@ -156,8 +168,8 @@ def build_cart_scores(
             .from_(with_gain.subquery("w", copy=False), copy=False)
             .order_by(col("node"), col("attr"), *[col(c) for c in TIE_ORDER], copy=False)
         )
-        return q.with_materialized(every, ctes)
-    return q.with_materialized(_best_per_feature(with_gain, columns, ordered_scan, ctes), ctes)
+        return with_materialized(every, ctes)
+    return with_materialized(_best_per_feature(with_gain, columns, ordered_scan, ctes), ctes)
 
 
 def _feature_totals(
@@ -247,7 +259,7 @@ def _continuous_candidates(
     sums = ["n", *class_columns(k)]
     scan: exp.Select
     if ordered_scan:
-        running = q.ordered_running_sums(
+        running = ordered_running_sums(
             hist, sums, in_continuous, prefix="r", ctes=ctes, fixed=fractional, bits=bits,
             counts=("n",),
         )

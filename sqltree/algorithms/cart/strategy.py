@@ -39,8 +39,8 @@ no infinite literal and every finite value is at most this."""
 # -- the strategy ------------------------------------------------------------------------------
 @dataclass
 class NodeInfo:
-    """What growth learns of a node beyond its class counts (``finish`` copies the first four
-    onto the tree's nodes)."""
+    """What growth learns of a node beyond its class counts; ``finish`` copies all but the
+    best-first key onto the tree's nodes."""
 
     n_samples: int = 0
     impurity: float = 0.0
@@ -223,8 +223,8 @@ class CARTStrategy(Strategy):
         scikit-learn pops nodes by improvement, so a node is split before another when the
         lowest improvement on its path (its *key*) is higher. With ``B = max_leaf_nodes - 1``
         splits to make, a node that already has ``B`` known nodes ranked above it can never be
-        split; every other node is split now, speculatively, and ``finish`` keeps the first
-        ``B`` by key.
+        split; every other node is split now, speculatively, and after growth
+        ``pruning.cost_complexity.cut_back`` keeps the first ``B`` by key.
         """
         r = self.resolved
         assert r is not None

@@ -1,0 +1,146 @@
+"""C4.5's and ID3's scoring query, and the branch counts of the splits they choose.
+
+Both read the level's histogram (``queries.build_histogram``). The scoring query gives one row
+per (node, nominal feature), scored as its multiway split, and one per (node, continuous
+feature) with its best cut (``c45_cuts``); the criteria are ``c45_criteria``'s. Python then
+chooses among these few rows (``c45.choose_split``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlglot import exp
+
+from ..dataset import Feature
+from ..queries import UNKNOWN_KEY, attr_in, weight_sum
+from ..running_sums import same_group
+from ..sqlexpr import alias, case, class_columns, col, num, safe_div, with_materialized, xlogx
+from ..tree import CONTINUOUS
+from .c45_criteria import LN2, ScoreOptions, SplitCriteria, node_feature_totals
+from .c45_cuts import best_cuts_ordered, best_cuts_windowed
+
+SCORE_COLUMNS = (
+    "node", "attr", "threshold", "next_value", "gain", "mdl_gain", "split_info", "gain_ratio",
+    "candidates", "w_known", "w_all", "big_branches",
+)
+"""The columns of ``build_split_scores``, in order."""
+
+
+def build_split_scores(
+    hist: exp.Table,
+    features: Sequence[Feature],
+    n_classes: int,
+    options: ScoreOptions,
+) -> exp.Select:
+    """Information gain, split info and gain ratio of every candidate split of every node.
+
+    One row per (node, feature) with the best threshold of a continuous feature (by gain, ties
+    to the lowest threshold), or one row per candidate threshold when ``all_thresholds``.
+    Columns: ``SCORE_COLUMNS``.
+    """
+    agg = node_feature_totals(hist, features, class_columns(n_classes), options)
+    criteria = SplitCriteria(n_classes, options)
+    nominal = _nominal_scores(agg, [f.index for f in features if f.kind != CONTINUOUS], criteria)
+    continuous = attr_in([f.index for f in features if f.kind == CONTINUOUS])
+    ctes: list[tuple[str, exp.Expression]] = []
+    if options.ordered_scan and not options.all_thresholds:
+        cuts = best_cuts_ordered(hist, agg, continuous, criteria, ctes)
+    else:
+        cuts = best_cuts_windowed(hist, agg, continuous, criteria)
+    both = exp.union(nominal, cuts, distinct=False, copy=False).subquery("u")
+    return with_materialized(_with_gain_ratio(both, options), ctes)
+
+
+def _nominal_scores(
+    agg: exp.Select, nominal: Sequence[int], criteria: SplitCriteria
+) -> exp.Select:
+    """Gain and split info of each nominal feature's multiway split, from its totals."""
+    denom = criteria.weight()
+    return exp.select(
+        col("node", "a"),
+        col("attr", "a"),
+        alias(exp.cast(exp.null(), "DOUBLE"), "threshold"),
+        alias(exp.cast(exp.null(), "DOUBLE"), "next_value"),
+        alias(
+            safe_div(criteria.parent_entropy() - col("bags_ent", "a"), denom * num(LN2)), "gain"
+        ),
+        alias(
+            safe_div(
+                xlogx(denom.copy()) - col("bags_xlogx", "a") - xlogx(criteria.unknown_weight()),
+                denom.copy() * num(LN2),
+            ),
+            "split_info",
+        ),
+        alias(exp.cast(col("n_values", "a"), "BIGINT"), "candidates"),
+        col("w_known", "a"),
+        col("w_all", "a"),
+        col("big_branches", "a"),
+    ).from_(alias(exp.Subquery(this=agg.copy()), "a"), copy=False).where(
+        attr_in(nominal, "a"), copy=False
+    )
+
+
+def _with_gain_ratio(scores: exp.Expression, options: ScoreOptions) -> exp.Select:
+    """The scored rows with ``mdl_gain`` (a continuous gain less log2(candidates) / N, C4.5
+    release 8, with ``mdl``) and ``gain_ratio`` (``mdl_gain / split_info``), sorted."""
+    if options.mdl:
+        mdl_gain = case(
+            (
+                exp.and_(
+                    col("threshold").is_(exp.null()).not_(),
+                    exp.GT(this=col("candidates"), expression=num(0)),
+                ),
+                col("gain")
+                - exp.func("LN", col("candidates")) / num(LN2) / col("w_all"),
+            ),
+            default=col("gain"),
+        )
+    else:
+        mdl_gain = col("gain")
+    scored = exp.select(
+        "node", "attr", "threshold", "next_value", "gain",
+        alias(mdl_gain, "mdl_gain"),
+        "split_info", "candidates", "w_known", "w_all", "big_branches",
+    ).from_(scores, copy=False)
+    query = exp.select(
+        "node", "attr", "threshold", "next_value", "gain", "mdl_gain", "split_info",
+        alias(
+            case(
+                (exp.GT(this=col("split_info"), expression=num(0)),
+                 col("mdl_gain") / col("split_info")),
+                default=exp.null(),
+            ),
+            "gain_ratio",
+        ),
+        "candidates", "w_known", "w_all", "big_branches",
+    ).from_(scored.subquery("m"), copy=False)
+    return query.order_by(col("node"), col("attr"), col("threshold"), copy=False)
+
+
+def build_branch_counts(
+    hist: exp.Table, tests: exp.Expression, n_classes: int, bits: int | None = None
+) -> exp.Select:
+    """Class counts per (node, key) of the chosen tests, key -1 for unknown values.
+
+    Keys as in ``queries.build_partition``; the known keys give the branch shares, and with
+    the routes they give every child's class counts without reading the level's rows again.
+    ``bits`` as in the histogram.
+    """
+    classes = class_columns(n_classes)
+    key = case(
+        (col("v", "h").is_(exp.null()), num(float(UNKNOWN_KEY))),
+        (col("thr", "t").is_(exp.null()), col("v", "h")),
+        (exp.LTE(this=col("v", "h"), expression=col("thr", "t")), num(0.0)),
+        default=num(1.0),
+    )
+    return (
+        exp.select(
+            col("node", "h"),
+            alias(key, "key"),
+            *[alias(weight_sum(col(c, "h"), bits), c) for c in classes],
+        )
+        .from_(alias(hist.copy(), "h"))
+        .join(alias(tests.copy(), "t"), on=same_group("h", "t"))
+        .group_by(col("node", "h"), key.copy())
+    )
