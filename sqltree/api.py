@@ -17,7 +17,12 @@ from .dataset import describe
 from .engines import get_engine
 from .grower import GrowOptions, Progress, print_progress
 from .model import Model, features_info
-from .options import CART_OPTIONS, check_train_options, normalise_algorithm
+from .options import (
+    CART_OPTIONS,
+    check_train_options,
+    is_regression_criterion,
+    normalise_algorithm,
+)
 from .pruning import prune
 
 DEFAULT_MIN_CASES = {"c4.5": 2.0, "id3": 1.0}
@@ -27,7 +32,8 @@ def train(
     source: Any,
     target: str,
     *,
-    algorithm: str = "c4.5",
+    algorithm: str | None = None,
+    task: str | None = None,
     connection: Any = None,
     features: Sequence[str] | None = None,
     nominal: Sequence[str] = (),
@@ -46,15 +52,21 @@ def train(
     progress: bool | Progress = False,
     **cart_options: Any,
 ) -> Model:
-    """Train a classification tree where the data lives.
+    """Train a classification or regression tree where the data lives.
 
     Parameters
     ----------
     source : str, pandas.DataFrame or sqlglot expression
         A table or view name, a ``SELECT`` query, a Parquet/CSV path or glob, or a DataFrame.
     target : str
-        The class column. Rows with a NULL target are left out (and counted in ``stats``).
-    algorithm : {"c4.5", "id3", "cart"}, default="c4.5"
+        The class column, or a numeric column for a regression tree. Rows with a NULL target
+        are left out (and counted in ``stats``).
+    algorithm : {"c4.5", "id3", "cart"}, default: "c4.5" for classification, "cart" for
+        regression
+    task : {"classification", "regression"}, optional
+        Default: regression when ``criterion`` is a regression criterion (``"squared_error"``),
+        else classification. Regression trees are CART's, as scikit-learn's
+        ``DecisionTreeRegressor`` grows them: leaves predict the weighted mean target.
     connection : optional
         A DuckDB connection, a psycopg connection or ``postgresql://`` URL, or a SparkSession;
         default: a new in-memory DuckDB database.
@@ -85,12 +97,19 @@ def train(
     **cart_options
         ``algorithm="cart"`` only, with scikit-learn's names and meanings: ``criterion``,
         ``min_samples_leaf``, ``min_weight_fraction_leaf``, ``min_impurity_decrease``,
-        ``max_leaf_nodes``, ``class_weight``, ``ccp_alpha`` (see ``sqltree.algorithms.cart``).
+        ``max_leaf_nodes``, ``class_weight``, ``ccp_alpha`` (see ``sqltree.algorithms.cart``);
+        a regression tree takes all but ``class_weight``, with ``criterion="squared_error"``.
 
     Returns
     -------
     Model
     """
+    if task is None:
+        task = "regression" if is_regression_criterion(cart_options.get("criterion")) else (
+            "classification"
+        )
+    if algorithm is None:
+        algorithm = "cart" if task == "regression" else "c4.5"
     algorithm = normalise_algorithm(algorithm)
     unknown = sorted(set(cart_options) - set(CART_OPTIONS))
     if unknown:
@@ -100,9 +119,12 @@ def train(
         weight=weight, min_cases=min_cases, max_depth=max_depth,
         min_samples_split=min_samples_split, min_gain=min_gain, missing=missing,
         max_bins=max_bins, pruning=pruning, cf=cf, subtree_raising=subtree_raising,
-        validation=validation, cart_options=cart_options,
+        validation=validation, cart_options=cart_options, task=task,
     )
+    if task == "regression":
+        cart_options = {"criterion": "squared_error", **cart_options}
     options = GrowOptions(
+        task=task,
         algorithm=algorithm, max_depth=max_depth, min_samples_split=min_samples_split,
         min_gain=min_gain, missing=missing, max_bins=max_bins, **cart_options,
         min_cases=DEFAULT_MIN_CASES.get(algorithm, 2.0) if min_cases is None else min_cases,
@@ -138,7 +160,7 @@ def _fit(
     engine = get_engine(connection)
     started = time.perf_counter()
     try:
-        data = describe(source, engine, target, **roles)
+        data = describe(source, engine, target, **roles, task=options.task)
         root, grow_stats = grow_and_prune(data, options, callback)
         prune_stats = None
         if options.algorithm == "c4.5" or post.method is not None:
@@ -159,6 +181,7 @@ def _fit(
         root=root,
         classes=list(data.classes),
         target=target,
+        task=options.task,
         features=features_info(data.features),
         options=vars(options) | {"weight": roles["weight"], "pruning": post.method,
                                  "cf": post.cf, "subtree_raising": post.subtree_raising},
