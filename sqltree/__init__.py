@@ -12,9 +12,20 @@ Examples
 
 from __future__ import annotations
 
+from . import progress
 from .api import split_scores, train
 from .crossval import CrossValidation, assign_folds, cross_validate, holdout
-from .errors import DataError, ModelFileError, SqlTreeError, UnsupportedError
+from .dataset import source
+from .errors import (
+    DataError,
+    EngineConnectionError,
+    ModelFileError,
+    OptionError,
+    SourceError,
+    SqlTreeError,
+    UnsupportedError,
+    UnsupportedOptionError,
+)
 from .model import Model, load
 from .tree import Node, Split
 
@@ -23,17 +34,23 @@ __version__ = "0.1.0"
 __all__ = [
     "CrossValidation",
     "DataError",
+    "EngineConnectionError",
     "Model",
     "ModelFileError",
     "Node",
+    "OptionError",
+    "SourceError",
     "Split",
     "SqlTreeError",
     "UnsupportedError",
+    "UnsupportedOptionError",
     "__version__",
     "assign_folds",
     "cross_validate",
     "holdout",
     "load",
+    "progress",
+    "source",
     "split_scores",
     "train",
 ]

@@ -14,11 +14,13 @@ from sqlglot import exp
 from sqlglot.errors import ErrorLevel
 
 from . import compiler
+from . import progress as reporting
 from .compiler.scoring import build_scoring_query
 from .criteria import predicted_class
-from .errors import DataError, ModelFileError, UnsupportedError
+from .errors import DataError, ModelFileError, OptionError, UnsupportedError
 from .model_file import FORMAT, FORMAT_VERSION, read_json, validate
-from .tree import Node, Value, format_value
+from .options import check_dialect
+from .tree import CONTINUOUS, Node, Value, format_value
 
 if TYPE_CHECKING:
     from .evaluation import Evaluation
@@ -195,7 +197,7 @@ class Model:
             return compiler.compile_label(self.root, self.classes, table)
         if output == "leaf":
             return compiler.compile_leaf(self.root, table)
-        raise ValueError(f"output must be 'label' or 'leaf', not {output!r}")
+        raise OptionError(f"output must be 'label' or 'leaf', not {output!r}")
 
     def to_sql(
         self,
@@ -214,20 +216,31 @@ class Model:
         ``table``: ``SELECT *, <prediction> AS prediction FROM table``; with ``view`` as well,
         ``CREATE VIEW view AS`` that query. ``proba`` adds one probability column per class.
         """
+        check_dialect(dialect)
+        if output not in ("label", "leaf"):
+            raise OptionError(f"output must be 'label' or 'leaf', not {output!r}")
         if table is None:
             if view is not None:
-                raise ValueError("a view needs the table it reads: pass table=...")
+                raise OptionError("a view needs the table it reads: pass table=...")
             if proba:
-                raise ValueError("probabilities are columns: pass table=... to get a query")
-            return render(self.to_expression(output), dialect, pretty)
-        query = self.scoring_query(
-            exp.to_table(table, dialect=dialect), output=output, column=column, proba=proba
-        )
-        if view is not None:
-            query = exp.Create(
-                this=exp.to_table(view, dialect=dialect), kind="VIEW", expression=query
-            )
-        return render(query, dialect, pretty)
+                raise OptionError("probabilities are columns: pass table=... to get a query")
+        start = f"compiling {self.n_leaves:,} leaves to {dialect} SQL"
+        with reporting.phase("compile", start) as phase:
+            if table is None:
+                sql = render(self.to_expression(output), dialect, pretty)
+            else:
+                query: exp.Expression = self.scoring_query(
+                    exp.to_table(table, dialect=dialect), output=output, column=column,
+                    proba=proba,
+                )
+                if view is not None:
+                    query = exp.Create(
+                        this=exp.to_table(view, dialect=dialect), kind="VIEW", expression=query
+                    )
+                sql = render(query, dialect, pretty)
+            phase.done(f"compiled {self.n_leaves:,} leaves into {len(sql):,} characters of "
+                       f"{dialect} SQL, {phase.seconds:.2f} s", characters=len(sql))
+        return sql
 
     def proba_columns(self) -> list[str]:
         """The probability columns' names: ``proba_<label>``, one per class, in class order.
@@ -310,13 +323,9 @@ class Model:
         engine = get_engine(connection)
         try:
             relation = resolve_relation(source, engine)
-            names = [n for n, _ in engine.columns(relation)]
-            missing = [
-                f for f in sorted({n.split.feature for n in self.root.walk() if n.split})
-                if f not in names
-            ]
-            if missing:
-                raise DataError(f"columns the tree tests are not in the source: {missing}")
+            schema = engine.columns(relation)
+            names = [n for n, _ in schema]
+            self._check_source(dict(schema), engine.dialect)
             taken = {n.lower() for n in names}
             clash = [c for c in [column, *(self.proba_columns() if proba else [])]
                      if c.lower() in taken]
@@ -329,13 +338,37 @@ class Model:
                 expand=engine.VECTORIZED, ordered=into is None,
             )
             # The engine copies the query before rendering it; see compiler.collector_paused.
-            with compiler.collector_paused():
+            start = f"scoring {relation.meta['sqltree_source']} with {self.n_leaves:,} leaves"
+            with compiler.collector_paused(), reporting.phase("score", start) as phase:
                 if into is not None:
                     engine.create_table(into, query)
+                    phase.done(f"scored into {into!r}, {phase.seconds:.2f} s")
                     return None
-                return engine.frame(query)
+                frame = engine.frame(query)
+                phase.done(f"scored {len(frame):,} rows, {phase.seconds:.2f} s", rows=len(frame))
+                return frame
         finally:
             engine.cleanup()
+
+    def _check_source(self, types: dict[str, exp.DataType], dialect: str) -> None:
+        """Refuse a scoring source without a column the tree tests, or with text where the
+        tree compares numbers (the engine's own error would name neither)."""
+        tested = {n.split.feature: n.split for n in self.root.walk() if n.split}
+        missing = sorted(f for f in tested if f not in types)
+        if missing:
+            raise DataError(f"columns the tree tests are not in the source: {missing}")
+        kinds = {f.name: f.kind for f in self.features}
+        untyped = (exp.DataType.Type.NULL, exp.DataType.Type.UNKNOWN)
+        for name in sorted(tested):
+            dtype = types[name]
+            if kinds.get(name) == CONTINUOUS and not dtype.is_type(
+                *exp.DataType.NUMERIC_TYPES, *untyped
+            ):
+                raise DataError(
+                    f"column {name!r} is {dtype.sql(dialect)} in the source, but the tree "
+                    f"compares it with numbers ({name} <= {tested[name].threshold!r}); cast "
+                    "it to a number in a query"
+                )
 
     def evaluate(
         self,
@@ -428,8 +461,8 @@ def _refuse_duplicates(names: Sequence[str]) -> None:
     lowered = [n.lower() for n in names]
     twice = sorted({n for n, low in zip(names, lowered) if lowered.count(low) > 1})
     if twice:
-        raise ValueError(f"output columns {twice} would have the same name: choose another "
-                         "column=")
+        raise OptionError(f"output columns {twice} would have the same name: choose another "
+                          "column=")
 
 
 def features_info(features: Sequence[Any]) -> list[FeatureInfo]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import progress as reporting
 from ..dataset import Dataset
 from ..tree import Node
 from .c45 import (
@@ -54,9 +55,32 @@ def prune(
     """Prune with ``method``: ``"c4.5"`` (J48's default), ``"pessimistic"``,
     ``"reduced-error"`` (needs ``validation``), or None (J48 -U: only :func:`collapse`);
     ``"cost-complexity"`` for CART (``criterion``, ``ccp_alpha`` and ``max_leaf_nodes`` as
-    the tree was grown with: :func:`prune_cost_complexity`)."""
-    if method == "cost-complexity":
-        return prune_cost_complexity(root, criterion, ccp_alpha, max_leaf_nodes)
+    the tree was grown with: :func:`prune_cost_complexity`).
+
+    Reported to ``sqltree.progress`` as the phase ``"prune"`` (C4.5's rounds as its steps)."""
+    start = f"pruning {count_leaves(root):,} leaves ({method or 'collapse only'})"
+    with reporting.phase("prune", start) as phase:
+        if method == "cost-complexity":
+            stats = prune_cost_complexity(root, criterion, ccp_alpha, max_leaf_nodes)
+        else:
+            stats = _prune(root, data, method, cf=cf, subtree_raising=subtree_raising,
+                           validation=validation)
+        phase.done(
+            f"pruned: {stats.leaves_before:,} -> {stats.leaves_after:,} leaves, "
+            f"{phase.seconds:.2f} s", **vars(stats),
+        )
+    return stats
+
+
+def _prune(
+    root: Node,
+    data: Dataset | None,
+    method: str | None,
+    *,
+    cf: float,
+    subtree_raising: bool,
+    validation: Any,
+) -> PruneStats:
     if method is None:
         stats = PruneStats("none", leaves_before=count_leaves(root))
         stats.collapsed = collapse(root)
