@@ -50,6 +50,7 @@ def build_level0(
     *,
     lookup: bool = False,
     class_weight: Sequence[float] | None = None,
+    centre: float | None = None,
 ) -> exp.Select:
     """Rows of the source as the root level: node 0, weight, class index, encoded features.
 
@@ -59,6 +60,8 @@ def build_level0(
     ``lookup``: bin by list lookups (``bin_by_lookup``; DuckDB) where the edges allow it.
     ``class_weight`` (one factor per class, CART's): each row's weight is multiplied by its
     class's factor, so every count after level 0 is a class-weighted count.
+    ``centre`` (a regression target's mean): ``y`` is the DOUBLE target less it, so that sums
+    of ``w*y*y`` do not lose the spread to the size of the values (``MOMENTS``).
     """
     target = exp.column(data.target, quoted=True)
     w = as_double(exp.column(data.weight, quoted=True)) if data.weight else num(1.0)
@@ -69,14 +72,18 @@ def build_level0(
             default=num(1.0),
         )
         w = paren(w * factor) if data.weight else factor
-    y = case(
-        *[(exp.EQ(this=target, expression=literal(c)), num(i)) for i, c in enumerate(data.classes)],
-        default=exp.null(),
-    )
+    if centre is None:
+        y = exp.cast(case(
+            *[(exp.EQ(this=target, expression=literal(c)), num(i))
+              for i, c in enumerate(data.classes)],
+            default=exp.null(),
+        ), "SMALLINT")
+    else:
+        y = paren(as_double(target.copy()) - num(float(centre)))
     columns: list[exp.Expression] = [
         alias(exp.cast(num(0), "INT"), "node"),
         alias(w, "w"),
-        alias(exp.cast(y, "SMALLINT"), "y"),
+        alias(y, "y"),
     ]
     for f in data.features:
         encoded = encode_feature(f)
@@ -261,6 +268,17 @@ def build_bin_edges(
 
 
 # -- histogram ---------------------------------------------------------------------------------
+MOMENTS = 3
+"""A regression histogram's sums in the class columns' place: ``c0`` = SUM(w),
+``c1`` = SUM(w*y), ``c2`` = SUM(w*y*y) of the centred target ``y`` (``build_level0``)."""
+
+
+def moment_terms() -> list[exp.Expression]:
+    """A level row's terms of the regression histogram's sums (``MOMENTS``)."""
+    w, y = col("w"), col("y")
+    return [w, paren(w.copy() * y), paren(w.copy() * y.copy() * y.copy())]
+
+
 def class_weights(n_classes: int, bits: int | None = None) -> list[exp.Expression]:
     """A level row's weight in each class column: ``w`` in its own class's, 0 elsewhere;
     with ``bits``, in fixed point (``to_fixed``)."""
@@ -298,6 +316,7 @@ def build_histogram(
     bits: int | None = None,
     *,
     counts: bool = False,
+    moments: bool = False,
 ) -> exp.Expression:
     """Weighted class counts per (node, feature, value); ``attr = -1`` rows hold node totals.
 
@@ -319,14 +338,17 @@ def build_histogram(
 
     ``counts`` adds ``n``, the number of level rows per group (a BIGINT after ``v``), for
     rules that count rows rather than weight (CART's ``min_samples_*``, as scikit-learn's).
+
+    ``moments``: a regression histogram, whose ``n_classes`` (``MOMENTS``) columns are the sums
+    of ``moment_terms`` (DOUBLE; ``by_class`` and ``bits`` do not apply).
     """
-    parts = [_histogram_part(level, None, n_classes, bits, counts)]
+    parts = [_histogram_part(level, None, n_classes, bits, counts, moments=moments)]
     for f in features:
         if f.index in rowwise and f.kind == CONTINUOUS:
             how = "rows"
         else:
-            how = "by_class" if f.index in by_class else "grouped"
-        parts.append(_histogram_part(level, f, n_classes, bits, counts, how))
+            how = "by_class" if f.index in by_class and not moments else "grouped"
+        parts.append(_histogram_part(level, f, n_classes, bits, counts, how, moments))
     return parts[0] if len(parts) == 1 else exp.union(*parts, distinct=False, copy=False)
 
 
@@ -337,6 +359,7 @@ def _histogram_part(
     bits: int | None,
     counts: bool,
     how: str = "grouped",
+    moments: bool = False,
 ) -> exp.Select:
     """The histogram rows of feature ``f`` (None: the node totals, ``attr = -1``), grouped by
     (node, value), summed per class first (``by_class``), or a row per level row (``rows``)."""
@@ -347,7 +370,7 @@ def _histogram_part(
         alias(exp.cast(num(-1 if f is None else f.index), "INT"), "attr"),
         alias(exp.cast(exp.null(), "DOUBLE") if f is None else col(f.column), "v"),
     ]
-    weights = class_weights(n_classes, bits)
+    weights = moment_terms() if moments else class_weights(n_classes, bits)
     if how == "rows":
         return exp.select(
             *head,

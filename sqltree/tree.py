@@ -109,6 +109,9 @@ class Node:
     improvement : float, optional
         A split node's impurity decrease, weighted by its share of the root's weight (CART:
         the priority of best-first growth).
+    value : float, optional
+        A regression tree's prediction: the weighted mean target of the node's training rows
+        (``impurity`` is then their weighted variance).
     tied : bool
         The split chosen here, or the node's turn in best-first growth, tied with another
         within the tie tolerance: sqltree chose deterministically where scikit-learn, for one,
@@ -126,6 +129,7 @@ class Node:
     impurity: float | None = None
     improvement: float | None = None
     tied: bool = False
+    value: float | None = None
 
     @property
     def is_leaf(self) -> bool:
@@ -242,6 +246,7 @@ class Node:
                     n_samples=_optional(int, item.get("n_samples")),
                     impurity=_optional(float, item.get("impurity")),
                     improvement=_optional(float, item.get("improvement")),
+                    value=_optional(float, item.get("value")),
                     tied=bool(item.get("tied", False)),
                 )
             )
@@ -250,7 +255,7 @@ class Node:
         return nodes[0]
 
 
-GROWTH_FIELDS = ("n_samples", "impurity", "improvement")
+GROWTH_FIELDS = ("n_samples", "impurity", "improvement", "value")
 """Optional numbers a node keeps from growth (``Node``)."""
 
 

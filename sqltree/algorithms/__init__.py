@@ -20,19 +20,21 @@ from ..pruning import PruneStats, prune
 from ..tree import Node
 from .c45 import C45Strategy
 from .cart import CARTStrategy
+from .cart.regression import RegressionStrategy
 
 STRATEGIES: dict[str, type[Strategy]] = {
     "c4.5": C45Strategy,
     "id3": C45Strategy,
     "cart": CARTStrategy,
+    "cart-regression": RegressionStrategy,
 }
-"""Algorithm name -> the strategy that grows it."""
+"""Algorithm name (``GrowOptions.strategy_name``) -> the strategy that grows it."""
 
 
 def make_strategy(data: Dataset, options: GrowOptions) -> Strategy:
     """The strategy of ``options.algorithm`` for ``data``."""
     try:
-        strategy = STRATEGIES[options.algorithm]
+        strategy = STRATEGIES[options.strategy_name]
     except KeyError:
         raise ValueError(
             f"algorithm must be one of {tuple(STRATEGIES)}, not {options.algorithm!r}"
@@ -63,6 +65,7 @@ def _cart_pruning(root: Node, data: Dataset, options: GrowOptions) -> PruneStats
 
 POST_PRUNING: dict[str, Callable[[Node, Dataset, GrowOptions], PruneStats]] = {
     "cart": _cart_pruning,
+    "cart-regression": _cart_pruning,
 }
 """Algorithm name -> the pruning its grow options ask for (C4.5's has options of its own,
 given to ``sqltree.pruning.prune``)."""
@@ -75,7 +78,7 @@ def grow_and_prune(
     scikit-learn's ``fit`` builds, then ``_prune_tree``): for CART, the ``max_leaf_nodes``
     cut-back and cost-complexity pruning at ``ccp_alpha``."""
     root, stats = grow(data, options, progress)
-    post_pruning = POST_PRUNING.get(options.algorithm)
+    post_pruning = POST_PRUNING.get(options.strategy_name)
     if post_pruning is not None:
         post_pruning(root, data, options)
     return root, stats
@@ -86,6 +89,7 @@ __all__ = [
     "STRATEGIES",
     "C45Strategy",
     "CARTStrategy",
+    "RegressionStrategy",
     "grow",
     "grow_and_prune",
     "make_strategy",

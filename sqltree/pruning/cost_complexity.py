@@ -23,6 +23,8 @@ from ..tree import Node
 from .c45 import PruneStats, count_leaves
 
 CRITERIA = ("gini", "entropy", "log_loss")
+REGRESSION_CRITERIA = ("squared_error",)
+"""Regression: a node's impurity is the variance kept on it (``Node.impurity``)."""
 
 
 # -- impurity ----------------------------------------------------------------------------------
@@ -60,7 +62,7 @@ def _ccp_sequence(
     for i, n in enumerate(nodes):
         for c in n.children:
             parent[index[id(c)]] = i
-    r_node = [sum(n.counts) * impurity(n.counts, criterion) / total for n in nodes]
+    r_node = [sum(n.counts) * _impurity_of(n, criterion) / total for n in nodes]
     leaf = [n.is_leaf for n in nodes]
     r_branch = [0.0] * m
     n_leaves = [0] * m
@@ -116,6 +118,12 @@ def _ccp_sequence(
     return alphas, impurities, pruned
 
 
+def _impurity_of(node: Node, criterion: str) -> float:
+    if criterion in REGRESSION_CRITERIA:
+        return node.impurity or 0.0
+    return impurity(node.counts, criterion)
+
+
 def cost_complexity_pruning_path(
     root: Node, criterion: str = "gini", nodes: list[Node] | None = None
 ) -> dict[str, list[float]]:
@@ -162,7 +170,10 @@ def _topmost(root: Node, chosen: set[int]) -> int:
 
 
 def criterion_of(name: str) -> str:
-    """The impurity of a scikit-learn criterion name: ``"gini"`` or ``"entropy"``."""
+    """The impurity of a scikit-learn criterion name: ``"gini"``, ``"entropy"``, or a
+    regression criterion itself."""
+    if name in REGRESSION_CRITERIA:
+        return name
     if name not in CRITERIA:
         raise ValueError(f"criterion must be one of {CRITERIA}, not {name!r}")
     return "gini" if name == "gini" else "entropy"
@@ -241,21 +252,26 @@ def best_first_order(root: Node, keys: dict[int, float] | None = None) -> list[N
     """The split nodes in the order a best-first builder pops them.
 
     The builder pops by improvement from a heap that a node enters when its parent is split,
-    which is the order of the path minimum of improvements (``_path_keys``); ties go to the
-    shallower node, then the one grown first.
+    which is the order of the path minimum of improvements (``_path_keys``) and, among equal
+    minima, of the node's own improvement (a child better than its parent is popped right
+    after it); remaining ties go to the shallower node, then the one grown first.
     """
     keys = _path_keys(root) if keys is None else keys
-    heap: list[tuple[float, int, int, Node]] = []
+    heap: list[tuple[float, float, int, int, Node]] = []
     out: list[Node] = []
-    heapq.heappush(heap, (-keys.get(id(root), -math.inf), 0, root.node_id, root))
+
+    def push(node: Node, depth: int) -> None:
+        own = node.improvement if node.improvement is not None else -math.inf
+        heapq.heappush(heap, (-keys.get(id(node), -math.inf), -own, depth, node.node_id, node))
+
+    push(root, 0)
     while heap:
-        _, depth, _, node = heapq.heappop(heap)
+        *_, depth, _, node = heapq.heappop(heap)
         if node.is_leaf:
             continue
         out.append(node)
         for child in node.children:
-            key = keys.get(id(child), -math.inf)
-            heapq.heappush(heap, (-key, depth + 1, child.node_id, child))
+            push(child, depth + 1)
     return out
 
 

@@ -39,7 +39,14 @@ from ...sqlexpr import (
     with_materialized,
 )
 from ...tree import CONTINUOUS, NOMINAL
-from .subsets import EXACT_SUBSETS_MAX, bits_table, ordered_values, orders, ranked_values
+from .subsets import (
+    EXACT_SUBSETS_MAX,
+    MEAN_ORDER,
+    bits_table,
+    ordered_values,
+    orders,
+    ranked_values,
+)
 
 FEATURE_THRESHOLD = 1e-7
 """Adjacent values closer than this are not split apart (scikit-learn's constant)."""
@@ -70,6 +77,9 @@ SCORE_COLUMNS = (
     "n_near",
 )
 """Columns of the scoring query's rows."""
+
+REGRESSION = ("squared_error",)
+"""Criteria of regression trees, scored over a histogram of moments."""
 
 # candidate kinds
 CONTINUOUS_CUT = 0
@@ -122,6 +132,7 @@ def build_cart_scores(
     ordered_scan: bool = False,
     fractional: bool = True,
     bits: int | None = None,
+    tie_tolerance: float = TIE_TOLERANCE,
 ) -> exp.Select:
     """Score every binary split of every node and feature of the histogram's level.
 
@@ -137,8 +148,14 @@ def build_cart_scores(
     sums in fixed point. ``bits``: the histogram holds fixed-point weights
     (``queries.build_histogram``), whose sums here are exact, so the counts of a candidate (and
     the shares a split stores) are the same on every run and engine.
+
+    ``criterion="squared_error"``: a regression histogram (``queries.MOMENTS``, ``n_classes``
+    3): the moments take the class weights' place in every stage, nominal values are ordered
+    by their mean target (every cut: exact for squared error, Breiman et al. 1984, theorem
+    4.5), ``gain`` is the weighted variance decrease and ``tie_tolerance`` its ties.
     """
     k = n_classes
+    regression = criterion in REGRESSION
     continuous = [f.index for f in features if f.kind == CONTINUOUS]
     nominal = [f.index for f in features if f.kind == NOMINAL]
     agg, stats = _feature_totals(hist, features, k, bits)
@@ -147,20 +164,21 @@ def build_cart_scores(
     if continuous:
         parts.append(
             _continuous_candidates(
-                hist, continuous, k, ordered_scan=ordered_scan, fractional=fractional,
-                bits=bits, ctes=ctes,
+                hist, continuous, k, ordered_scan=ordered_scan and not regression,
+                fractional=fractional, bits=bits, ctes=ctes,
             )
         )
     if nominal:
-        parts.append(_ordered_candidates(hist, nominal, k, exhaustive, bits))
-        if k > 2 or exhaustive:
+        parts.append(_ordered_candidates(hist, nominal, k, exhaustive, bits, regression))
+        if (k > 2 or exhaustive) and not regression:
             parts.append(_subset_candidates(hist, nominal, k, bits))
     parts.append(_known_left_candidates(agg, features, k))
     union: exp.Expression = (
         parts[0] if len(parts) == 1 else exp.union(*parts, distinct=False, copy=False)
     )
     expanded = _unknown_sides(union, stats, k)
-    with_gain = _gains(expanded, k, criterion, min_samples_leaf, min_weight_leaf)
+    gains = _regression_gains if regression else _gains
+    with_gain = gains(expanded, k, criterion, min_samples_leaf, min_weight_leaf)
     columns = [c for c in SCORE_COLUMNS if c != "n_near"]
     if all_candidates:
         every = (
@@ -169,7 +187,9 @@ def build_cart_scores(
             .order_by(col("node"), col("attr"), *[col(c) for c in TIE_ORDER], copy=False)
         )
         return with_materialized(every, ctes)
-    return with_materialized(_best_per_feature(with_gain, columns, ordered_scan, ctes), ctes)
+    return with_materialized(
+        _best_per_feature(with_gain, columns, ordered_scan, ctes, tie_tolerance), ctes
+    )
 
 
 def _feature_totals(
@@ -307,10 +327,13 @@ def _continuous_candidates(
 
 
 def _ordered_candidates(
-    hist: exp.Table, nominal: Sequence[int], n_classes: int, exhaustive: bool, bits: int | None
+    hist: exp.Table, nominal: Sequence[int], n_classes: int, exhaustive: bool, bits: int | None,
+    regression: bool = False,
 ) -> exp.Select:
-    """Every cut of each order of a node's values by class proportion (``subsets``)."""
-    ordered = ordered_values(hist, nominal, n_classes, orders(n_classes), exhaustive, bits)
+    """Every cut of each order of a node's values by class proportion, or by mean target
+    for a regression histogram (``subsets``)."""
+    by = [MEAN_ORDER] if regression else orders(n_classes)
+    ordered = ordered_values(hist, nominal, n_classes, by, exhaustive and not regression, bits)
     return (
         exp.select(
             *_candidate(ORDERED_CUT, col("o"), col("rank_o"), exp.null(), exp.null(), col("ln"),
@@ -457,17 +480,7 @@ def _gains(
             "w_node",
         )
         .from_(weighed.subquery("ew", copy=False), copy=False)
-        .where(
-            exp.and_(
-                exp.GTE(this=col("n_left"), expression=num(min_samples_leaf)),
-                exp.GTE(this=col("n_right"), expression=num(min_samples_leaf)),
-                exp.GT(this=wl.copy(), expression=num(0)),
-                exp.GT(this=wr.copy(), expression=num(0)),
-                exp.GTE(this=wl.copy(), expression=num(float(min_weight_leaf))),
-                exp.GTE(this=wr.copy(), expression=num(float(min_weight_leaf))),
-            ),
-            copy=False,
-        )
+        .where(_leaf_rules(wl, wr, min_samples_leaf, min_weight_leaf), copy=False)
     )
     right_part = paren(col("w_right") / col("w_node")) * col("impurity_right")
     left_part = paren(col("w_left") / col("w_node")) * col("impurity_left")
@@ -480,16 +493,80 @@ def _gains(
     ).from_(scored.subquery("g", copy=False), copy=False)
 
 
+def _regression_gains(
+    expanded: exp.Select,
+    n_classes: int,
+    criterion: str,
+    min_samples_leaf: int,
+    min_weight_leaf: float,
+) -> exp.Select:
+    """``_gains`` of a regression histogram: weights are ``a0``/``b0``/``t0``, a side's
+    impurity its weighted variance ``s2/w - (s1/w)^2``, and ``gain`` the variance decrease
+    ``wl wr (mean_l - mean_r)^2 / w^2``: the SSE reduction per unit weight in a form without
+    the cancellation of ``SSE(node) - SSE(left) - SSE(right)``."""
+    def variance(side: str) -> exp.Expression:
+        w, s1, s2 = col(f"{side}0"), col(f"{side}1"), col(f"{side}2")
+        mean = paren(s1 / w)
+        value = paren(s2 / w.copy()) - mean * mean.copy()
+        # rounding can leave a constant side's variance a hair below zero
+        return case((exp.GT(this=value, expression=num(0.0)), value.copy()), default=num(0.0))
+
+    weighed = exp.select(
+        "*", alias(col("a0"), "w_left"), alias(col("b0"), "w_right"), alias(col("t0"), "w_node")
+    ).from_(expanded.subquery("e", copy=False), copy=False)
+    wl, wr = col("w_left"), col("w_right")
+    scored = (
+        exp.select(
+            *CANDIDATE_COLUMNS,
+            "w_node",
+            alias(variance("a"), "impurity_left"),
+            alias(variance("b"), "impurity_right"),
+            alias(paren(col("a1") / wl.copy()) - paren(col("b1") / wr.copy()), "mean_gap"),
+        )
+        .from_(weighed.subquery("ew", copy=False), copy=False)
+        .where(_leaf_rules(wl, wr, min_samples_leaf, min_weight_leaf), copy=False)
+    )
+    right_part = paren(col("w_right") / col("w_node")) * col("impurity_right")
+    left_part = paren(col("w_left") / col("w_node")) * col("impurity_left")
+    gap = col("mean_gap")
+    return exp.select(
+        *CANDIDATE_COLUMNS,
+        "impurity_left",
+        "impurity_right",
+        alias(
+            paren(col("w_left") / col("w_node")) * paren(col("w_right") / col("w_node"))
+            * paren(gap * gap.copy()),
+            "gain",
+        ),
+        alias(right_part + left_part, "impurity_after"),
+    ).from_(scored.subquery("g", copy=False), copy=False)
+
+
+def _leaf_rules(
+    wl: exp.Expression, wr: exp.Expression, min_samples_leaf: int, min_weight_leaf: float
+) -> exp.Expression:
+    """Both sides keep ``min_samples_leaf`` rows and a positive ``min_weight_leaf`` weight."""
+    return exp.and_(
+        exp.GTE(this=col("n_left"), expression=num(min_samples_leaf)),
+        exp.GTE(this=col("n_right"), expression=num(min_samples_leaf)),
+        exp.GT(this=wl.copy(), expression=num(0)),
+        exp.GT(this=wr.copy(), expression=num(0)),
+        exp.GTE(this=wl.copy(), expression=num(float(min_weight_leaf))),
+        exp.GTE(this=wr.copy(), expression=num(float(min_weight_leaf))),
+    )
+
+
 def _best_per_feature(
     with_gain: exp.Select,
     columns: Sequence[str],
     ordered_scan: bool,
     ctes: list[tuple[str, exp.Expression]],
+    tie_tolerance: float = TIE_TOLERANCE,
 ) -> exp.Select:
     """The best candidate per (node, feature), first in ``TIE_ORDER`` among those within
-    ``TIE_TOLERANCE`` of the best gain, with ``n_near``, how many those are."""
+    ``tie_tolerance`` of the best gain, with ``n_near``, how many those are."""
     part = [col("node"), col("attr")]
-    near_best = exp.GTE(this=col("gain"), expression=col("best_gain") - num(TIE_TOLERANCE))
+    near_best = exp.GTE(this=col("gain"), expression=col("best_gain") - num(tie_tolerance))
     if ordered_scan:
         # Windows partitioned by (node, feature) over millions of candidates run each
         # partition on one thread (2.5 s of a 4.1 s level); a GROUP BY finds the best gain,
@@ -509,7 +586,7 @@ def _best_per_feature(
                     exp.EQ(this=col("node", "w"), expression=col("node", "bg")),
                     exp.EQ(this=col("attr", "w"), expression=col("attr", "bg")),
                     exp.GTE(this=col("gain", "w"),
-                            expression=col("best_gain", "bg") - num(TIE_TOLERANCE)),
+                            expression=col("best_gain", "bg") - num(tie_tolerance)),
                 ),
                 copy=False,
             )

@@ -4,6 +4,7 @@ candidates."""
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -88,6 +89,8 @@ class CARTStrategy(Strategy):
         self.root_weight = 0.0
         self._class_weight = _class_weights(data, options.class_weight)
         self.score_columns = SCORE_COLUMNS
+        self.tie_tolerance = TIE_TOLERANCE
+        self.nominal_orders: list[int] | None = None  # the subsets' default
         # Class or sample weights make counts fractional: histograms then hold them in fixed
         # point, scaled for the largest sum, the root's weight.
         self.hist_bits = None
@@ -204,7 +207,7 @@ class CARTStrategy(Strategy):
             return None
         rows.sort(key=lambda row: int(row["attr"]))
         best = max(float(row["gain"]) for row in rows)
-        near = [row for row in rows if float(row["gain"]) >= best - TIE_TOLERANCE]
+        near = [row for row in rows if float(row["gain"]) >= best - self.tie_tolerance]
         row = near[0]
         weight = sum(p.node.counts)
         info = self.info[p.node.node_id]
@@ -236,8 +239,10 @@ class CARTStrategy(Strategy):
             return choices
         budget = r.max_leaf_nodes - 1
         self._keyed.extend((-self.info[n].key, frontier[n].depth, n) for n in choices)
-        ranked = sorted(self._keyed)
-        keep_set = {n for _, _, n in ranked[:budget]}
+        # Nodes of equal keys pop in the order of their own improvements (a child better than
+        # its parent is popped right after it), so only a strictly higher key ranks above.
+        keys = sorted(k for k, _, _ in self._keyed)
+        keep_set = {n for k, _, n in self._keyed if bisect.bisect_left(keys, k) < budget}
         self._keyed = [e for e in self._keyed if e[2] in keep_set]
         return {n: c for n, c in choices.items() if n in keep_set}
 
@@ -259,7 +264,9 @@ class CARTStrategy(Strategy):
         nominal_pairs = [
             (n, c.feature.index) for n, c in choices.items() if c.feature.kind == NOMINAL
         ]
-        ranks = read_nominal_ranks(engine, hist, nominal_pairs, self.n_classes, self.hist_bits)
+        ranks = read_nominal_ranks(
+            engine, hist, nominal_pairs, self.n_classes, self.hist_bits, self.nominal_orders
+        )
         plans: dict[int, Plan] = {}
         for node_id, choice in choices.items():
             row = choice.row

@@ -22,6 +22,11 @@ EXACT_SUBSETS_MAX = 10
 """More classes than two: all two-way partitions up to this many values at a node."""
 
 
+MEAN_ORDER = -1
+"""The order of a regression histogram's values: by mean target ``c1 / c0``
+(``queries.MOMENTS``)."""
+
+
 def orders(n_classes: int) -> list[int]:
     """The classes whose proportion orders a node's values: the second of two, else each."""
     return [1] if n_classes == 2 else list(range(n_classes))
@@ -69,8 +74,13 @@ def ranked_values(hist: exp.Table, nominal: Sequence[int], n_classes: int) -> ex
 
 
 def _proportion(classes: Sequence[str], bits: int | None) -> exp.Expression:
-    """Of a ranked value (``rv``) crossed with orders (``ot``): its proportion of class ``o``."""
+    """Of a ranked value (``rv``) crossed with orders (``ot``): its proportion of class ``o``
+    (its mean target for ``MEAN_ORDER``)."""
     return case(
+        (
+            exp.EQ(this=col("o", "ot"), expression=num(MEAN_ORDER)),
+            safe_div(col(classes[1], "rv"), col(classes[0], "rv")),
+        ),
         *[
             (
                 exp.EQ(this=col("o", "ot"), expression=num(i)),
@@ -126,7 +136,7 @@ def ordered_values(
     those with more than ``EXACT_SUBSETS_MAX`` values otherwise. ``bits`` as in the histogram.
     """
     with_order = _with_order(hist, nominal, n_classes, by, bits)
-    if n_classes > 2 or exhaustive:
+    if (n_classes > 2 or exhaustive) and MEAN_ORDER not in by:
         with_order = with_order.where(
             exp.GT(this=col("m", "rv"), expression=num(EXACT_SUBSETS_MAX)), copy=False
         )
@@ -187,13 +197,17 @@ def read_nominal_ranks(
     pairs: Sequence[tuple[int, int]],
     n_classes: int,
     bits: int | None = None,
+    by: Sequence[int] | None = None,
 ) -> dict[tuple[int, int], list[tuple[int, int, int, int]]]:
     """Per (node, nominal feature) of ``pairs``: (code, rank by code, order, rank in order)
-    of each of its values (``build_nominal_ranks``)."""
+    of each of its values (``build_nominal_ranks``; ``by`` the orders, by default
+    ``orders(n_classes)``)."""
     ranks: dict[tuple[int, int], list[tuple[int, int, int, int]]] = {}
     if not pairs:
         return ranks
-    query = build_nominal_ranks(hist, pairs, n_classes, orders(n_classes), bits)
+    query = build_nominal_ranks(
+        hist, pairs, n_classes, orders(n_classes) if by is None else by, bits
+    )
     for node_id, attr, v, rank_v, o, rank_o in engine.execute(query):
         ranks.setdefault((int(node_id), int(attr)), []).append(
             (int(v), int(rank_v), int(o), int(rank_o))
