@@ -24,10 +24,30 @@ def _resolve(model_or_root: Any, classes: Sequence[Value] | None) -> tuple[Node,
     root = model_or_root if isinstance(model_or_root, Node) else model_or_root.root
     if classes is None:
         classes = getattr(model_or_root, "classes", None)
+    if classes is None and root.value is not None:
+        classes = []  # a regression tree: leaves show their values
     if classes is None:
         k = len(root.counts)
         classes = [str(i) for i in range(k)]
     return root, list(classes)
+
+
+def _is_regression(node: Node, classes: list[Value]) -> bool:
+    return not classes and node.value is not None
+
+
+def _number(x: float, decimals: int | None) -> str:
+    return weka_number(x, decimals) if decimals is not None else repr(float(x))
+
+
+def _value_label(node: Node, decimals: int | None, sd: bool) -> str:
+    """A regression leaf: ``value 96.31 (weight 171.0[, sd 55.2])``."""
+    assert node.value is not None
+    text = f"value {_number(node.value, decimals)} (weight {_java_double(_round2(node.weight))}"
+    if sd:
+        variance = node.impurity if node.impurity is not None else 0.0
+        text += f", sd {_number(math.sqrt(max(variance, 0.0)), decimals)}"
+    return text + ")"
 
 
 def weka_number(x: float, decimals: int = 6) -> str:
@@ -78,7 +98,11 @@ def condition(split: Split, branch: int, decimals: int | None = 6) -> str:
     return split.describe(branch, number, _value_text)
 
 
-def _label(node: Node, classes: list[Value]) -> str:
+def _label(
+    node: Node, classes: list[Value], decimals: int | None = 6, sd: bool = False
+) -> str:
+    if _is_regression(node, classes):
+        return _value_label(node, decimals, sd)
     weight = node.weight
     text = f"{_value_text(classes[node.label])} ({_java_double(_round2(weight))}"
     errors = node.errors
@@ -131,12 +155,12 @@ def text(
         child = node.children[branch]
         line = "|   " * depth + condition(node.split, branch, decimals)
         if child.is_leaf:
-            lines.append(f"{line}: {_label(child, labels)}")
+            lines.append(f"{line}: {_label(child, labels, decimals, sd=True)}")
         else:
             lines.append(line)
             stack.append((child, depth + 1, 0))
 
-    body = f": {_label(root, labels)}" if root.is_leaf else "\n".join(lines)
+    body = f": {_label(root, labels, decimals, sd=True)}" if root.is_leaf else "\n".join(lines)
     if not summary:
         return body
     leaves, size = _count(root)
@@ -145,16 +169,22 @@ def text(
 
 @dataclass
 class Rule:
-    """One leaf as a rule: the tests on its path, its class, and how much it covers."""
+    """One leaf as a rule: the tests on its path, its class (a regression tree's: its
+    value, with confidence None), and how much it covers."""
 
     conditions: list[str]
     label: Value
     coverage: float  # training weight that reached the leaf
-    confidence: float  # fraction of that weight in the predicted class
+    confidence: float | None  # fraction of that weight in the predicted class
     leaf: Node
 
     def __str__(self) -> str:
         lhs = " AND ".join(self.conditions) if self.conditions else "TRUE"
+        if self.confidence is None:
+            return (
+                f"IF {lhs} THEN value {_number(float(self.label), 6)}"
+                f"  (coverage {_java_double(_round2(self.coverage))})"
+            )
         return (
             f"IF {lhs} THEN {_value_text(self.label)}"
             f"  (coverage {_java_double(_round2(self.coverage))},"
@@ -172,6 +202,10 @@ def rule_list(
     stack: list[tuple[Node, list[str]]] = [(root, [])]
     while stack:
         node, path = stack.pop()
+        if node.is_leaf and _is_regression(node, labels):
+            assert node.value is not None
+            out.append(Rule(path, node.value, node.weight, None, node))
+            continue
         if node.is_leaf:
             weight = node.weight
             confidence = node.counts[node.label] / weight if weight > 0 else 0.0
@@ -245,7 +279,8 @@ def graphviz(
         me = next(counter)
         style = f" style=filled fillcolor=\"{fill_color(node.proba, palette)}\"" if filled else ""
         if node.is_leaf:
-            out.append(f"  N{me} [label={_dot_quote(_label(node, labels))} shape=box{style}];")
+            leaf = _label(node, labels, decimals)
+            out.append(f"  N{me} [label={_dot_quote(leaf)} shape=box{style}];")
         else:
             assert node.split is not None
             out.append(f"  N{me} [label={_dot_quote(node.split.feature)}{style}];")

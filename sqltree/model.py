@@ -17,7 +17,7 @@ from . import compiler
 from . import progress as reporting
 from .compiler.scoring import build_scoring_query
 from .criteria import predicted_class
-from .errors import DataError, ModelFileError, OptionError
+from .errors import DataError, ModelFileError, OptionError, UnsupportedError
 from .model_file import FORMAT, FORMAT_VERSION, read_json, validate
 from .options import check_dialect
 from .tree import CONTINUOUS, Node, Value, format_value
@@ -54,6 +54,9 @@ class Model:
         The training options.
     stats : dict
         Training statistics: rows, queries, full scans, seconds, per-level counts.
+    task : {"classification", "regression"}
+        A regression tree has no classes; every node's ``value`` is its weighted mean target,
+        which its leaves predict.
     """
 
     root: Node
@@ -62,6 +65,11 @@ class Model:
     features: list[FeatureInfo]
     options: dict[str, Any] = field(default_factory=dict)
     stats: dict[str, Any] = field(default_factory=dict)
+    task: str = "classification"
+
+    @property
+    def is_regression(self) -> bool:
+        return self.task == "regression"
 
     # -- structure ---------------------------------------------------------------------------
     @property
@@ -108,7 +116,8 @@ class Model:
     def __repr__(self) -> str:
         return (
             f"Model(target={self.target!r}, algorithm={self.options.get('algorithm')!r}, "
-            f"classes={self.classes!r}, n_leaves={self.n_leaves}, depth={self.depth})"
+            + (f"task={self.task!r}, " if self.is_regression else f"classes={self.classes!r}, ")
+            + f"n_leaves={self.n_leaves}, depth={self.depth})"
         )
 
     # -- prediction in Python ----------------------------------------------------------------
@@ -160,12 +169,30 @@ class Model:
                 stack.append((child, 0, [0.0] * k))
 
     def predict_row(self, row: dict[str, Any]) -> Value:
-        """The predicted class of one row, as the compiled SQL would give it."""
+        """The predicted class (or number) of one row, as the compiled SQL would give it."""
+        if self.is_regression:
+            return self.leaf_of(row).value
         return self.classes[predicted_class(self.predict_proba_row(row))]
+
+    def leaf_of(self, row: dict[str, Any]) -> Node:
+        """The leaf a row reaches in a tree whose every test routes unknown values to one
+        branch (CART's)."""
+        node = self.root
+        while node.split is not None:
+            branch = node.split.branch_of(row.get(node.split.feature))
+            if branch is None:
+                branch = node.unknown_branch
+            if branch is None:
+                raise ValueError("a test that spreads unknown values has no single leaf")
+            node = node.children[branch]
+        return node
 
     # -- SQL ---------------------------------------------------------------------------------
     def to_expression(self, output: str = "label", table: str | None = None) -> exp.Expression:
-        """The scoring expression as a sqlglot tree (``output``: "label" or "leaf")."""
+        """The scoring expression as a sqlglot tree (``output``: "label" or "leaf"; a
+        regression tree's label is its predicted number)."""
+        if output == "label" and self.is_regression:
+            return compiler.compile_value(self.root, table)
         if output == "label":
             return compiler.compile_label(self.root, self.classes, table)
         if output == "leaf":
@@ -223,6 +250,8 @@ class Model:
         ``YES``, would give one column twice, which DuckDB renames on its own (``proba_yes_1``).
         Such labels are refused with a ``DataError`` that names them.
         """
+        if self.is_regression:
+            raise UnsupportedError("a regression tree predicts a number, not probabilities")
         names = [f"proba_{format_value(c)}" for c in self.classes]
         seen: dict[str, int] = {}
         for i, name in enumerate(names):
@@ -254,7 +283,7 @@ class Model:
         ``compiler.scoring.build_expansion_query``; that keeps the source's row order only when
         ``ordered``).
         """
-        if source_columns is not None and output == "label":
+        if source_columns is not None and output == "label" and not self.is_regression:
             _refuse_duplicates([column, *(self.proba_columns() if proba else [])])
             return build_scoring_query(
                 self.root, self.classes, relation, source_columns, column,
@@ -364,6 +393,9 @@ class Model:
         """
         from .evaluation import evaluate
 
+        if self.is_regression:
+            raise UnsupportedError("evaluate() counts classes; a regression tree's evaluation "
+                                   "is not implemented yet")
         return evaluate(self, source, connection=connection, weight=weight, title=title)
 
     # -- files -------------------------------------------------------------------------------
@@ -372,6 +404,7 @@ class Model:
             "format": FORMAT,
             "version": FORMAT_VERSION,
             "target": self.target,
+            **({"task": self.task} if self.is_regression else {}),
             "classes": self.classes,
             "features": [vars(f) for f in self.features],
             "options": self.options,
@@ -391,6 +424,7 @@ class Model:
             features=[FeatureInfo(**f) for f in data["features"]],
             options=dict(data.get("options", {})),
             stats=dict(data.get("stats", {})),
+            task=data.get("task", "classification"),
         )
 
     def save(self, path: str | os.PathLike[str]) -> None:

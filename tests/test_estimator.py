@@ -244,6 +244,21 @@ def test_c45_is_sqltree_train(tmp_path):
     assert clf.score(X, y) == 1.0
 
 
+def test_classifier_refuses_a_regression_criterion(iris):
+    X, y = iris
+    with pytest.raises(ValueError, match="criterion must be one of"):
+        DecisionTreeClassifier(criterion="squared_error").fit(X, y)
+
+
+def test_cart_nodes_keep_growth_facts(iris):
+    X, y = iris
+    clf = DecisionTreeClassifier(max_leaf_nodes=6).fit(X, y)
+    order = clf.strategy_nodes()
+    np.testing.assert_array_equal(clf.tree_.n_node_samples, [n.n_samples for n in order])
+    np.testing.assert_allclose(clf.tree_.impurity, [n.impurity for n in order], atol=1e-12)
+    assert clf.tree_.node_count == clf.model_.n_nodes == 11
+
+
 def test_c45_options_checked():
     X, y = np.array([[0.0], [1.0], [2.0], [3.0]]), [0, 0, 1, 1]
     with pytest.raises(ValueError, match="confidence_factor must be in"):

@@ -11,13 +11,10 @@ import numpy as np
 from sklearn.utils import Bunch
 from sklearn.utils.validation import check_is_fitted
 
-from ..algorithms import cart, grow
 from ..api import train
-from ..dataset import describe
 from ..errors import OptionError
-from ..grower import GrowOptions
-from ..model import Model, features_info
-from ..options import check_train_options
+from ..model import Model
+from ..pruning.cost_complexity import cost_complexity_pruning_path, node_numbering
 from ..tree import Node
 from ._base import SQLTreeClassifier, TrainingData, fit_engine
 
@@ -114,51 +111,27 @@ class DecisionTreeClassifier(SQLTreeClassifier):
         }
 
     def _train(self, data: TrainingData) -> tuple[Model, list[Node], dict[str, Any]]:
-        # CART's per-node facts (row counts, ties, scikit-learn's best-first numbering) are
-        # still kept by its strategy, not on the nodes, so this runs the stages of
-        # ``sqltree.train`` itself (describe -> grow, pruning inside CART's growth -> Model)
-        # to read them; ``_train`` becomes a call of ``train`` once nodes carry them.
-        options = self._cart_options()
-        check_train_options(
-            "cart", target=data.target, features=data.features, nominal=data.nominal,
-            continuous=data.continuous, weight=data.weight, min_cases=None,
-            max_depth=self.max_depth, min_samples_split=self.min_samples_split,
-            min_gain=0.0, missing="fractional", max_bins=self.max_bins, pruning=None,
-            cf=0.25, subtree_raising=True, validation=None, cart_options=options,
+        model = train(
+            data.frame,
+            data.target,
+            algorithm="cart",
+            task="classification",
+            connection=fit_engine(),
+            features=data.features,
+            nominal=data.nominal,
+            continuous=data.continuous,
+            weight=data.weight,
+            max_depth=self.max_depth,
+            min_samples_split=self.min_samples_split,
+            max_bins=self.max_bins,
+            **self._cart_options(),
         )
-        engine = fit_engine()
-        try:
-            described = describe(
-                data.frame, engine, data.target, features=data.features,
-                nominal=data.nominal, continuous=data.continuous, weight=data.weight,
-            )
-            grow_options = GrowOptions(
-                algorithm="cart", max_depth=self.max_depth,
-                min_samples_split=self.min_samples_split, max_bins=self.max_bins, **options,
-            )
-            strategy = cart.CARTStrategy(described, grow_options)
-            root, stats = grow(described, grow_options, strategy=strategy)
-        finally:
-            engine.cleanup()
-        model = Model(
-            root=root,
-            classes=list(described.classes),
-            target=data.target,
-            features=features_info(described.features),
-            options=vars(grow_options) | {"weight": data.weight, "pruning": None},
-            stats={"engine": engine.dialect, "rows": described.n_rows, **stats.to_dict()},
-        )
-        self._strategy_info = strategy.info
-        order = strategy.node_order(root)
-        by_id = {n.node_id: strategy.info.get(n.node_id) for n in order}
+        # scikit-learn's numbering (best-first trees in creation order), and what CART's
+        # nodes keep from growth: row counts and ties.
+        order = node_numbering(model.root, self.max_leaf_nodes, self.ccp_alpha)
         facts = {
-            "n_samples": np.asarray(
-                [by_id[n.node_id].n_samples if by_id[n.node_id] else 0 for n in order]
-            ),
-            "tied": np.asarray([
-                bool(i and (i.order_tied or (i.tied and not n.is_leaf)))
-                for n, i in ((n, by_id[n.node_id]) for n in order)
-            ]),
+            "n_samples": np.asarray([n.n_samples or 0 for n in order]),
+            "tied": np.asarray([bool(n.tied) for n in order]),
         }
         return model, order, facts
 
@@ -175,9 +148,7 @@ class DecisionTreeClassifier(SQLTreeClassifier):
         check_is_fitted(self)
         if root is None:
             return list(self._order)
-        if self.max_leaf_nodes is not None and self.ccp_alpha == 0:
-            return cart.best_first_numbering(root, self._strategy_info)
-        return list(root.walk())
+        return node_numbering(root, self.max_leaf_nodes, self.ccp_alpha)
 
     def cost_complexity_pruning_path(
         self, X: Any, y: Any, sample_weight: Any = None
@@ -185,7 +156,7 @@ class DecisionTreeClassifier(SQLTreeClassifier):
         """Effective alphas and total leaf impurities, as scikit-learn's method returns them."""
         params = self.get_params() | {"ccp_alpha": 0.0}
         est = type(self)(**params).fit(X, y, sample_weight=sample_weight)
-        path = cart.cost_complexity_pruning_path(
+        path = cost_complexity_pruning_path(
             est.root_, est._criterion_name(), est.strategy_nodes()
         )
         return Bunch(**{k: np.asarray(v) for k, v in path.items()})
@@ -283,6 +254,7 @@ class C45Classifier(SQLTreeClassifier):
             data.frame,
             data.target,
             algorithm="c4.5",
+            task="classification",
             connection=fit_engine(),
             features=data.features,
             nominal=data.nominal,
