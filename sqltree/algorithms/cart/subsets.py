@@ -73,14 +73,13 @@ def ranked_values(hist: exp.Table, nominal: Sequence[int], n_classes: int) -> ex
     )
 
 
-def _proportion(classes: Sequence[str], bits: int | None) -> exp.Expression:
+def _proportion(classes: Sequence[str], bits: int | None, mean: bool) -> exp.Expression:
     """Of a ranked value (``rv``) crossed with orders (``ot``): its proportion of class ``o``
-    (its mean target for ``MEAN_ORDER``)."""
+    (its mean target for ``MEAN_ORDER``, only asked of a regression histogram)."""
+    by_mean = (exp.EQ(this=col("o", "ot"), expression=num(MEAN_ORDER)),
+               safe_div(col(classes[1], "rv"), col(classes[0], "rv")))
     return case(
-        (
-            exp.EQ(this=col("o", "ot"), expression=num(MEAN_ORDER)),
-            safe_div(col(classes[1], "rv"), col(classes[0], "rv")),
-        ),
+        *([by_mean] if mean else []),
         *[
             (
                 exp.EQ(this=col("o", "ot"), expression=num(i)),
@@ -102,7 +101,7 @@ def _with_order(
     """Each ranked value once per ordering ``o`` in ``by``, with ``p``, its proportion of
     class ``o``."""
     ranked = ranked_values(hist, nominal, n_classes).subquery("rv", copy=False)
-    prop = _proportion(class_columns(n_classes), bits)
+    prop = _proportion(class_columns(n_classes), bits, MEAN_ORDER in by)
     return (
         exp.select("rv.*", col("o", "ot"), alias(exp.func("COALESCE", prop, num(0.0)), "p"))
         .from_(ranked, copy=False)
