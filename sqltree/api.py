@@ -23,8 +23,7 @@ from .options import (
     CART_OPTIONS,
     check_keywords,
     check_train_options,
-    is_regression_criterion,
-    normalise_algorithm,
+    resolve_task,
 )
 from .progress import Callback
 from .pruning import prune
@@ -113,13 +112,7 @@ def train(
     -------
     Model
     """
-    if task is None:
-        task = "regression" if is_regression_criterion(cart_options.get("criterion")) else (
-            "classification"
-        )
-    if algorithm is None:
-        algorithm = "cart" if task == "regression" else "c4.5"
-    algorithm = normalise_algorithm(algorithm)
+    task, algorithm = resolve_task(task, algorithm, cart_options)
     check_keywords("train", cart_options, [*inspect.signature(train).parameters, *CART_OPTIONS])
     check_train_options(
         algorithm, target=target, features=features, nominal=nominal, continuous=continuous,

@@ -185,6 +185,18 @@ def is_regression_criterion(criterion: Any) -> bool:
     return criterion in (*REGRESSION_CRITERIA, "friedman_mse", "absolute_error", "poisson")
 
 
+def resolve_task(task: str | None, algorithm: Any, cart_options: Mapping[str, Any]
+                 ) -> tuple[str, str]:
+    """``train``'s defaults: regression when ``criterion`` is a regression criterion, else
+    classification; CART for regression and C4.5 for classification."""
+    if task is None:
+        regression = is_regression_criterion(cart_options.get("criterion"))
+        task = "regression" if regression else "classification"
+    if algorithm is None:
+        algorithm = "cart" if task == "regression" else "c4.5"
+    return task, normalise_algorithm(algorithm)
+
+
 def _check_regression(options: Mapping[str, Any]) -> None:
     criterion = options.get("criterion", "squared_error")
     if criterion == "absolute_error":
