@@ -16,8 +16,7 @@ from .api import split_scores, train
 from .errors import DataError, ModelFileError, SqlTreeError, UnsupportedError
 from .model import Model, load
 from .tree import Node, Split
-
-__version__ = "0.1.0"
+from .version import __version__
 
 __all__ = [
     "DataError",

@@ -19,6 +19,7 @@ from .grower import GrowOptions, Progress, print_progress
 from .model import Model, features_info
 from .options import CART_OPTIONS, check_train_options, normalise_algorithm
 from .pruning import prune
+from .version import __version__
 
 DEFAULT_MIN_CASES = {"c4.5": 2.0, "id3": 1.0}
 
@@ -154,6 +155,7 @@ def _fit(
         **grow_stats.to_dict(),
         "pruning": vars(prune_stats) if prune_stats is not None else None,
         "seconds": round(time.perf_counter() - started, 6),
+        "sqltree_version": __version__,
     }
     return Model(
         root=root,

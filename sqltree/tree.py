@@ -128,6 +128,35 @@ class Node:
         """Training weight that this node, as a leaf, would misclassify."""
         return self.weight - self.counts[self.label] if self.weight > 0 else 0.0
 
+    @property
+    def heaviest_branch(self) -> int:
+        """The branch that took the largest share of the known training weight (the first on
+        ties): where ``unknown="majority"`` scoring sends an unknown value."""
+        return max(range(len(self.shares)), key=lambda i: (self.shares[i], -i), default=0)
+
+    def unknown_route(self) -> int | None:
+        """The branch an unknown value takes here under majority routing: the node's own
+        ``unknown_branch``, else its heaviest branch."""
+        return self.heaviest_branch if self.unknown_branch is None else self.unknown_branch
+
+    def routed_to_majority(self) -> Node:
+        """A copy of the subtree in which every test that spreads unknown values over its
+        branches (C4.5's fractional cases) sends them down its heaviest branch instead.
+
+        Counts, probabilities and tests are shared with this tree, not copied; the copy is
+        made without recursion, so trees of any depth can be copied.
+        """
+        copies: dict[int, Node] = {}
+        nodes = list(self.walk())
+        for n in nodes:
+            copies[id(n)] = Node(
+                counts=n.counts, proba=n.proba, split=n.split, shares=n.shares,
+                unknown_branch=None if n.is_leaf else n.unknown_route(), node_id=n.node_id,
+            )
+        for n in nodes:
+            copies[id(n)].children = [copies[id(c)] for c in n.children]
+        return copies[id(self)]
+
     def walk(self) -> Iterator[Node]:
         """All nodes of the subtree, depth first, parent before children (no recursion, so
         trees of any depth can be walked)."""
