@@ -124,16 +124,28 @@ def plot(
     root, labels = resolve_tree(model_or_root, classes)
     limit = check_depth(max_depth)
     placed = _place(root, limit)
+    texts = ["\n".join(node_lines(p.node, labels, p.depth, limit)) for p in placed]
     slots = max(p.x for p in placed) + 1
     levels = max(p.depth for p in placed) + 1
+    widest = max(len(line) for t in texts for line in t.splitlines())
+    tallest = max(t.count("\n") + 1 for t in texts)
     if ax is None:
-        _, ax = plt.subplots(figsize=(min(max(6.0, 2.2 * slots), 60.0),
-                                      min(max(3.0, 1.9 * levels), 40.0)))
-    size = fontsize if fontsize is not None else max(5.0, min(10.0, 60.0 / max(slots, 6)))
+        size = fontsize if fontsize is not None else 9.0
+        # A slot holds the widest box (a character is about 0.6 em) with room to spare; a
+        # level, its tallest box and as much again for the edges and their labels.
+        slot = widest * size * 0.6 / 72 + 0.35
+        level = tallest * size * 1.3 / 72 * 2.2 + 0.3
+        fig, ax = plt.subplots(figsize=(min(max(4.0, slot * slots), 200.0),
+                                        min(max(2.0, level * levels), 200.0)))
+        fig.subplots_adjust(left=0.01, right=0.99, bottom=0.01, top=0.99)
+    else:
+        inches = ax.get_window_extent().width / ax.figure.dpi
+        size = fontsize if fontsize is not None else max(
+            3.0, min(10.0, inches / (slots + 0.2) * 72 / (widest * 0.6 + 2)))
     ax.set_axis_off()
     ax.set_xlim(-0.6, slots - 0.4)
     ax.set_ylim(-(levels - 1) - 0.6, 0.6)
-    for p in placed:
+    for i, p in enumerate(placed):
         if p.parent is not None:
             parent = placed[p.parent]
             ax.plot([parent.x, p.x], [-parent.depth, -p.depth], color="0.35", lw=0.8, zorder=1)
@@ -142,7 +154,7 @@ def plot(
                     fontsize=size * 0.9, zorder=2,
                     bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none"})
         cut = is_cut(p.node, p.depth, limit)
-        ax.text(p.x, -p.depth, "\n".join(node_lines(p.node, labels, p.depth, limit)),
+        ax.text(p.x, -p.depth, texts[i],
                 ha="center", va="center", fontsize=size, zorder=3,
                 bbox={"boxstyle": "round,pad=0.4" if p.node.is_leaf or cut else "round4,pad=0.4",
                       "fc": "white", "ec": "0.2", "ls": "--" if cut else "-"})
