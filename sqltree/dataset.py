@@ -15,11 +15,14 @@ from sqlglot import exp
 
 from .engines.base import Engine
 from .errors import DataError, SqlTreeError, UnsupportedError
+from .readers import reader_for
 from .tree import CONTINUOUS, NOMINAL, Value
 
 NUMERIC_TYPES = exp.DataType.NUMERIC_TYPES
 FLOAT_TYPES = {exp.DataType.Type.FLOAT, exp.DataType.Type.DOUBLE}
-TEXT_TYPES = exp.DataType.TEXT_TYPES | {exp.DataType.Type.BOOLEAN}
+TEXT_TYPES = exp.DataType.TEXT_TYPES | {exp.DataType.Type.BOOLEAN, exp.DataType.Type.ENUM}
+"""Types of nominal columns: text, booleans, and DuckDB's ENUM (a pandas Categorical, an
+ARFF file's nominal attribute), whose values compare with text literals."""
 INTEGER_TYPES = exp.DataType.INTEGER_TYPES
 EXACT_INTEGER = 2**53
 """Every integer up to this magnitude is exactly a DOUBLE."""
@@ -90,13 +93,25 @@ def resolve_relation(source: Any, engine: Engine) -> exp.Expression:
     if first in {"SELECT", "WITH", "FROM", "VALUES", "(", "TABLE"} or text.startswith("("):
         return _wrap(_parse_query(text, engine.dialect))
     if _looks_like_path(text):
-        if not glob.glob(text) and "://" not in text:
-            raise DataError(f"no file matches {text!r}")
-        return engine.relation_for_path(text)
+        return _file(text, engine)
     try:
         return exp.to_table(text, dialect=engine.dialect)
     except Exception:
         return exp.Table(this=exp.to_identifier(text, quoted=True))
+
+
+def _file(path: str, engine: Engine) -> exp.Expression:
+    """A file, folder or glob: read by sqltree where it has a reader (``readers``: ARFF), into
+    a DataFrame the engine loads, else by the engine."""
+    reader = reader_for(path)
+    if reader is not None:
+        if not os.path.isfile(path):
+            raise DataError(f"no file {path!r} (a {path.rsplit('.', 1)[-1]} source is one file, "
+                            "not a glob)")
+        return engine.relation_for_dataframe(reader(path))
+    if not glob.glob(path) and "://" not in path:
+        raise DataError(f"no file matches {path!r}")
+    return engine.relation_for_path(path)
 
 
 # Nodes that write, change the schema or pass text through unparsed: a training or scoring
@@ -173,7 +188,7 @@ def _looks_like_path(text: str) -> bool:
         or "*" in text
         or "://" in text
         or os.path.exists(text)
-        or text.lower().endswith((".parquet", ".csv", ".tsv", ".json", ".jsonl", ".gz"))
+        or text.lower().endswith((".parquet", ".csv", ".tsv", ".json", ".jsonl", ".gz", ".arff"))
     )
 
 
