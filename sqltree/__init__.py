@@ -13,12 +13,14 @@ Examples
 from __future__ import annotations
 
 from .api import split_scores, train
+from .crossval import CrossValidation, assign_folds, cross_validate, holdout
 from .errors import DataError, ModelFileError, SqlTreeError, UnsupportedError
 from .model import Model, load
 from .tree import Node, Split
 from .version import __version__
 
 __all__ = [
+    "CrossValidation",
     "DataError",
     "Model",
     "ModelFileError",
@@ -27,6 +29,9 @@ __all__ = [
     "SqlTreeError",
     "UnsupportedError",
     "__version__",
+    "assign_folds",
+    "cross_validate",
+    "holdout",
     "load",
     "split_scores",
     "train",

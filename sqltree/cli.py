@@ -1,4 +1,4 @@
-"""The ``sqltree`` command: train, predict, sql, show, rules, dot, scores."""
+"""The ``sqltree`` command: train, predict, evaluate, sql, show, rules, dot, scores."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 import re
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from . import __version__
 from .errors import SqlTreeError
@@ -17,6 +17,8 @@ examples:
   sqltree train examples/data/golf.csv --target play -o golf.json
   sqltree predict golf.json examples/data/golf.csv
   sqltree predict golf.json new_rows --connect shop.duckdb --into scored_rows
+  sqltree evaluate golf.json examples/data/golf.csv
+  sqltree train examples/data/golf.csv --target play --folds 10
   sqltree sql golf.json --dialect snowflake
   sqltree sql golf.json --dialect postgres --table sales --view scored_sales
   sqltree scores examples/data/golf.csv --target play
@@ -88,7 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     duck.add_argument("--threads", type=int, metavar="N", help="DuckDB threads (default: cores)")
     duck.add_argument("--memory-limit", metavar="SIZE",
                       help="DuckDB memory_limit, e.g. 4GB: larger data spills to disk")
-    t.add_argument("--quiet", "-q", action="store_true", help="print neither progress nor tree")
+    t.add_argument("--quiet", "-q", action="store_true",
+                   help="print neither progress, tree nor the training-set evaluation")
+    _add_evaluation_flags(t)
     add_connection(t)
 
     p = sub.add_parser("predict", help="score a source with a saved model (CSV to stdout)")
@@ -130,6 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write FILE: .dot text, or .svg/.png/.pdf drawn by Graphviz (needs "
                         "the graphviz Python package and Graphviz's dot program)")
 
+    add_connection(_add_evaluate_parser(sub))
+
     sc = sub.add_parser("scores", help="score every candidate split at the root")
     sc.add_argument("source")
     sc.add_argument("--target", "-t", required=True)
@@ -170,6 +176,41 @@ def _depth(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 0, not {text!r}")
     return value
+
+
+def _add_evaluation_flags(t: argparse.ArgumentParser) -> None:
+    """``train``'s held-out and cross-validated evaluations."""
+    ev = t.add_argument_group(
+        "evaluation (computed in the engine; printed after the tree, even with --quiet)")
+    ev.add_argument("--folds", type=int, metavar="K",
+                    help="also K-fold cross-validation, folds dealt in SQL (stratified)")
+    ev.add_argument("--test", metavar="SOURCE", help="also evaluate on this source")
+    ev.add_argument("--test-fraction", type=float, metavar="F",
+                    help="hold out this fraction of the rows (split in SQL); the model is "
+                         "trained on the rest and evaluated on them")
+    ev.add_argument("--seed", type=int, metavar="N",
+                    help="with --folds or --test-fraction: the rows' hash seed (default 1)")
+    ev.add_argument("--key", metavar="COLUMN",
+                    help="with --folds or --test-fraction: hash this column (a row id) "
+                         "instead of the whole row")
+    ev.add_argument("--no-stratify", action="store_true",
+                    help="with --folds or --test-fraction: deal rows regardless of class")
+
+
+def _add_evaluate_parser(sub: Any) -> argparse.ArgumentParser:
+    """``sqltree evaluate MODEL SOURCE``; the caller adds the connection flags."""
+    e = sub.add_parser("evaluate", help="evaluate a saved model on a source, in the engine",
+                       description="Accuracy, kappa, per-class precision/recall/F1, log loss "
+                       "and the confusion matrix, counted by one GROUP BY query.")
+    e.add_argument("model", help="model file written by 'sqltree train'")
+    e.add_argument("source", help="table, query, or Parquet/CSV path holding the target column")
+    weights = e.add_mutually_exclusive_group()
+    weights.add_argument("--weight", metavar="COLUMN",
+                         help="weigh rows by this column (default: the model's training weight "
+                              "column, if any)")
+    weights.add_argument("--unweighted", action="store_true", help="count every row as 1")
+    e.add_argument("--json", action="store_true", help="print every figure as JSON")
+    return e
 
 
 DUCKDB_NOT_FILES = (":memory:", "md:", "motherduck:")
@@ -270,6 +311,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             cart_options["min_samples_leaf"] = int(cart_options["min_samples_leaf"])
         pruning = {None: "default", "none": None}.get(args.pruning, args.pruning)
         _check_output(args.output)
+        _check_evaluation_flags(args)
         connection = _connection(args.connect, args.create_db)
         if args.threads is not None or args.memory_limit is not None:
             if isinstance(connection, str):
@@ -279,11 +321,9 @@ def _dispatch(args: argparse.Namespace) -> int:
             connection = DuckDBEngine(
                 connection, threads=args.threads, memory_limit=args.memory_limit
             )
-        model = sqltree.train(
-            args.source,
+        options = dict(
             target=args.target,
             algorithm=args.algorithm,
-            connection=connection,
             features=_csv(args.features),
             nominal=_csv(args.nominal) or (),
             continuous=_csv(args.continuous) or (),
@@ -294,11 +334,12 @@ def _dispatch(args: argparse.Namespace) -> int:
             max_bins=args.max_bins,
             pruning=pruning,
             cf=args.cf,
-            progress=not args.quiet,
             **cart_options,
         )
+        model, held_out = _train_or_hold_out(args, connection, options)
         if not args.quiet:
             print(model.text())
+        _print_evaluations(args, model, held_out, connection, options)
         if args.output:
             model.save(args.output)
             print(f"saved {args.output}", file=sys.stderr)
@@ -323,6 +364,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _sql_command(args)
     if args.command in ("show", "rules", "dot"):
         return _reading_command(args)
+    if args.command == "evaluate":
+        return _evaluate_command(args)
     if args.command == "scores":
         frame = sqltree.split_scores(args.source, target=args.target,
                                      connection=_connection(args.connect, args.create_db))
@@ -393,6 +436,78 @@ def _reading_command(args: argparse.Namespace) -> int:
 
         render(model.graphviz(max_depth=args.max_depth), args.output)
         print(f"wrote {args.output}", file=sys.stderr)
+    return 0
+
+
+# -- evaluation ----------------------------------------------------------------------------------
+def _check_evaluation_flags(args: argparse.Namespace) -> None:
+    """Refuse evaluation flags that cannot go together, before any query."""
+    from sqltree import crossval
+
+    if args.test_fraction is not None and (args.folds is not None or args.test is not None):
+        raise SqlTreeError("--test-fraction holds out part of the source; it does not go with "
+                           "--folds or --test")
+    dealing = args.folds is not None or args.test_fraction is not None
+    for flag, given in (("--seed", args.seed is not None), ("--key", args.key is not None),
+                        ("--no-stratify", args.no_stratify)):
+        if given and not dealing:
+            raise SqlTreeError(f"{flag} applies to --folds and --test-fraction only")
+    if args.folds is not None:
+        crossval.check_folds(args.folds)
+    if args.test_fraction is not None:
+        crossval.check_fraction(args.test_fraction)
+
+
+def _dealing(args: argparse.Namespace) -> dict[str, Any]:
+    return {"seed": 1 if args.seed is None else args.seed, "key": args.key,
+            "stratified": not args.no_stratify}
+
+
+def _train_or_hold_out(
+    args: argparse.Namespace, connection: Any, options: dict[str, Any]
+) -> tuple[Any, Any]:
+    """The model (trained on the rows not held out, with --test-fraction) and the held-out
+    evaluation (None without --test-fraction)."""
+    import sqltree
+
+    progress = not args.quiet
+    if args.test_fraction is None:
+        return sqltree.train(args.source, connection=connection, progress=progress,
+                             **options), None
+    return sqltree.holdout(args.source, test_fraction=args.test_fraction, connection=connection,
+                           progress=progress, **_dealing(args), **options)
+
+
+def _print_evaluations(args: argparse.Namespace, model: Any, held_out: Any, connection: Any,
+                       options: dict[str, Any]) -> None:
+    """J48's order: the training set (unless --quiet, or the model saw only part of it), then
+    a test source, the held-out rows, and cross-validation."""
+    import sqltree
+
+    if not args.quiet and held_out is None:
+        print(model.evaluate(args.source, connection=connection,
+                             title="Evaluation on training set"), end="\n\n")
+    if args.test is not None:
+        print(model.evaluate(args.test, connection=connection, title="Evaluation on test set"),
+              end="\n\n")
+    if held_out is not None:
+        print(held_out, end="\n\n")
+    if args.folds is not None:
+        print(sqltree.cross_validate(args.source, folds=args.folds, connection=connection,
+                                     progress=not args.quiet, **_dealing(args), **options),
+              end="\n\n")
+
+
+def _evaluate_command(args: argparse.Namespace) -> int:
+    import sqltree
+
+    model = sqltree.load(args.model)
+    weight: str | bool = False if args.unweighted else (args.weight or True)
+    shown = " ".join(args.source.split())
+    title = f"Evaluation on {shown if len(shown) <= 60 else shown[:57] + '...'}"
+    evaluation = model.evaluate(args.source, weight=weight, title=title,
+                                connection=_connection(args.connect, args.create_db))
+    print(evaluation.to_json() if args.json else evaluation)
     return 0
 
 

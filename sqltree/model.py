@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 from sqlglot import exp
@@ -19,7 +19,10 @@ from .criteria import predicted_class
 from .deploy import dbt_model, dbt_ref, unquote_identifiers
 from .errors import DataError, ModelFileError
 from .model_file import FORMAT, FORMAT_VERSION, read_json, validate
-from .tree import Node, Value, format_value
+from .tree import Node, Value, check_unknown, format_value, scoring_tree
+
+if TYPE_CHECKING:
+    from .evaluation import Evaluation
 
 
 @dataclass
@@ -136,7 +139,7 @@ class Model:
         thousand tests deep. With ``unknown="majority"`` an unknown value at such a test goes
         down the test's heaviest branch instead, as ``to_sql(unknown="majority")`` scores it.
         """
-        majority = _check_unknown(unknown) == "majority"
+        majority = check_unknown(unknown) == "majority"
 
         def follow(node: Node) -> Node:
             return _follow(node, row, majority)
@@ -177,15 +180,13 @@ class Model:
     def leaf_row(self, row: dict[str, Any], *, unknown: str = "fractional") -> int | None:
         """The id of the leaf one row reaches, as ``to_sql(output="leaf")`` gives it: None
         where a fractional test meets an unknown value (unless ``unknown="majority"``)."""
-        node = _follow(self.root, row, _check_unknown(unknown) == "majority")
+        node = _follow(self.root, row, check_unknown(unknown) == "majority")
         return node.node_id if node.is_leaf else None
 
     def scoring_root(self, unknown: str = "fractional") -> Node:
         """The tree the scoring SQL compiles: the model's own, or with ``unknown="majority"``
         a copy whose fractional tests send unknown values down their heaviest branch."""
-        if _check_unknown(unknown) == "majority":
-            return self.root.routed_to_majority()
-        return self.root
+        return scoring_tree(self.root, unknown)
 
     # -- SQL ---------------------------------------------------------------------------------
     def to_expression(self, output: str = "label", table: str | None = None, *,
@@ -398,6 +399,34 @@ class Model:
         finally:
             engine.cleanup()
 
+    def evaluate(
+        self,
+        source: Any,
+        *,
+        connection: Any = None,
+        weight: str | bool = True,
+        title: str = "Evaluation",
+        unknown: str = "fractional",
+    ) -> Evaluation:
+        """Evaluate the tree on ``source`` with one ``GROUP BY actual, predicted`` query.
+
+        The source (a table, query, path or DataFrame, as for ``predict``) must hold the
+        target column and the columns the tree tests. Rows are scored by the compiled SQL
+        in the engine and only their counts per (actual, predicted) class come back: the
+        result has the confusion matrix, accuracy, Cohen's kappa, per-class precision,
+        recall, F1 and support with weighted and macro averages, log loss and Weka's error
+        measures; ``str()`` prints it as Weka's evaluation block, ``to_dict()``/``to_json()``
+        give every figure. Rows with a NULL target are left out and counted.
+
+        ``weight``: True counts each row with the model's training weight column (when it
+        was trained with one), False counts rows, a column name weighs by that column.
+        ``unknown="majority"`` evaluates the SQL ``to_sql(unknown="majority")`` deploys.
+        """
+        from .evaluation import evaluate
+
+        return evaluate(self, source, connection=connection, weight=weight, title=title,
+                        unknown=unknown)
+
     # -- files -------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -439,17 +468,6 @@ def load(path: str | os.PathLike[str]) -> Model:
         return Model.from_dict(data)
     except ModelFileError as e:
         raise ModelFileError(f"{os.fspath(path)}: {e}") from None
-
-
-UNKNOWN_ROUTES = ("fractional", "majority")
-"""How scoring treats an unknown value at a test that spreads it over every branch (C4.5's
-fractional cases): exactly, as a weighted sum over the branches, or down the heaviest branch."""
-
-
-def _check_unknown(unknown: str) -> str:
-    if unknown not in UNKNOWN_ROUTES:
-        raise ValueError(f"unknown must be one of {list(UNKNOWN_ROUTES)}, not {unknown!r}")
-    return unknown
 
 
 def _follow(node: Node, row: dict[str, Any], majority: bool) -> Node:

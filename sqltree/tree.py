@@ -249,6 +249,24 @@ class Node:
         return nodes[0]
 
 
+UNKNOWN_ROUTES = ("fractional", "majority")
+"""How scoring treats an unknown value at a test that spreads it over every branch (C4.5's
+fractional cases): exactly, as a weighted sum over the branches, or down the heaviest branch."""
+
+
+def check_unknown(unknown: str) -> str:
+    """``unknown`` if it is one of ``UNKNOWN_ROUTES``, else ValueError."""
+    if unknown not in UNKNOWN_ROUTES:
+        raise ValueError(f"unknown must be one of {list(UNKNOWN_ROUTES)}, not {unknown!r}")
+    return unknown
+
+
+def scoring_tree(root: Node, unknown: str) -> Node:
+    """The tree that scores as ``unknown`` says: ``root`` itself, or for "majority" its copy
+    whose fractional tests send unknown values down their heaviest branch."""
+    return root.routed_to_majority() if check_unknown(unknown) == "majority" else root
+
+
 def argmax(values: list[float]) -> int:
     """Index of the largest value; ties go to the lowest index."""
     best = 0

@@ -365,3 +365,12 @@ def test_sql_flag_errors_are_one_line(capsys, model_file, flags, message):
     status, out, err = cli(capsys, "sql", model_file, *flags)
     assert status == 2 and out == ""
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_evaluate_the_sql_that_is_deployed(trained):
+    frame = scoring_rows()
+    for unknown in ("majority", "fractional"):
+        labels = walk(trained, frame, unknown)[0]
+        evaluation = trained.evaluate(frame, unknown=unknown)
+        expected = np.mean([a == b for a, b in zip(frame["label"], labels)])
+        assert evaluation.accuracy == pytest.approx(expected)

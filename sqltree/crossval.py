@@ -1,0 +1,545 @@
+"""Cross-validation and held-out evaluation, with the rows dealt into parts in SQL.
+
+Which part (fold, or training and test) a row belongs to is computed in the engine, the same
+on DuckDB, PostgreSQL and Spark, from nothing but portable SQL:
+
+1. Each row gets a hash: the MD5 (hex text) of the seed and a text form of its values, or of
+   its ``key`` column only. Engines write floats as text differently (``100`` or ``100.0``,
+   ``1e+20`` or ``1.0E20``), so a float enters as the integer ``FLOOR(frac(x * c) * 2^31)``
+   (IEEE arithmetic, exact and the same everywhere); integers and text enter as their text,
+   booleans as ``t`` or ``f``, NULL as the empty text. The engines' own hash functions differ,
+   and so do their text collations: the order below compares MD5 hex digits and numbers only.
+2. Within each class, rows are numbered in the order of their hash (ties, which only rows
+   with equal hashed values have, are broken by the values themselves, so that only rows
+   identical in every column can trade places, which changes nothing).
+3. Classes are laid end to end in sqltree's class order and the rows dealt round robin from
+   the start, as Weka's stratification does: the row at position ``p`` goes to fold
+   ``p mod k``, so every fold holds each class's rows in proportion (to one row), and the
+   folds' sizes differ by one row at most. A held-out split puts the row at position ``p`` in
+   the test part when ``FLOOR((p + 1) * f) > FLOOR(p * f)``: ``FLOOR(n * f)`` rows of ``n``,
+   spread evenly through each class.
+
+The dealt rows are stored once in a temporary table; each fold trains on a query of the other
+folds' rows and is evaluated on its own rows with one query (``Model.evaluate``). Rows with a
+NULL target are in no part: they are counted and left out.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pandas as pd
+from sqlglot import exp
+
+from .api import train
+from .compiler.blocks import column as quoted
+from .compiler.blocks import dnum, literal
+from .compiler.scoring import Names
+from .dataset import (
+    FLOAT_TYPES,
+    INTEGER_TYPES,
+    NUMERIC_TYPES,
+    TEXT_TYPES,
+    resolve_relation,
+    sort_key,
+)
+from .engines import Engine, get_engine
+from .errors import DataError, UnsupportedError
+from .evaluation import Evaluation, combine, weka_number
+from .model import Model
+from .options import CART_OPTIONS, check_train_options, normalise_algorithm
+from .tree import Value
+
+FLOAT_MULTIPLIER = 0.6180339887498949
+"""``c`` of the float hash ``frac(x * c)``: the golden ratio's fraction spreads integers and
+steps of any size over [0, 1) (a Weyl sequence)."""
+_EXACT = 2.0**52
+"""Below this magnitude a double's integer part, and so its fraction, is exact."""
+
+FoldProgress = Callable[[Evaluation], None]
+
+
+@dataclass
+class CrossValidation:
+    """The pooled evaluation of a k-fold cross-validation, its folds and their models.
+
+    Attributes
+    ----------
+    pooled : Evaluation
+        All folds' predictions counted together (Weka's "Stratified cross-validation").
+    folds : list of Evaluation
+        Each fold's evaluation; ``extra`` holds its number, training rows and leaves.
+    models : list of Model
+        The model each fold trained.
+    settings : dict
+        ``folds``, ``stratified``, ``seed`` and ``key``.
+    """
+
+    pooled: Evaluation
+    folds: list[Evaluation]
+    models: list[Model] = field(repr=False)
+    settings: dict[str, Any]
+
+    def fold_table(self) -> str:
+        """One line per fold (rows, leaves, accuracy, kappa, log loss), then mean and
+        standard deviation of the folds' figures."""
+        lines = [f"{'Fold':>4}  {'Train rows':>10}  {'Test rows':>9}  {'Leaves':>6}  "
+                 f"{'Accuracy':>9}  {'Kappa':>7}  {'Log loss':>8}"]
+        for f in self.folds:
+            lines.append(
+                f"{f.extra['fold']:>4}  {f.extra['train_rows']:>10}  {f.rows:>9}  "
+                f"{f.extra['leaves']:>6}  {100 * f.accuracy:>8.3f}%  {f.kappa:>7.4f}  "
+                f"{f.log_loss:>8.4f}"
+            )
+        for name, agg in (("Mean", statistics.fmean), ("Std. dev.", _stdev)):
+            lines.append(
+                f"{name:<35}  {100 * agg([f.accuracy for f in self.folds]):>8.3f}%  "
+                f"{agg([f.kappa for f in self.folds]):>7.4f}  "
+                f"{agg([f.log_loss for f in self.folds]):>8.4f}"
+            )
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return f"{self.pooled}\n\n=== Per fold ===\n\n{self.fold_table()}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "settings": dict(self.settings),
+            "pooled": self.pooled.to_dict(),
+            "folds": [f.to_dict() for f in self.folds],
+        }
+
+    def to_json(self, indent: int | None = 1) -> str:
+        import json
+
+        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False, default=str)
+
+
+def _stdev(values: Sequence[float]) -> float:
+    return statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+# -- checks before any query ---------------------------------------------------------------------
+def _check_train_options(target: str, options: dict[str, Any]) -> None:
+    """Refuse what ``train`` would refuse, before the rows are dealt."""
+    params = inspect.signature(train).parameters
+    named = {n for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    unknown = sorted(set(options) - (named - {"connection"}) - set(CART_OPTIONS))
+    if unknown:
+        raise TypeError(f"unexpected training options {unknown}")
+    values = {n: params[n].default for n in named} | options
+    checked = set(inspect.signature(check_train_options).parameters)
+    check_train_options(
+        normalise_algorithm(values["algorithm"]),
+        target=target,
+        cart_options={k: v for k, v in options.items() if k in CART_OPTIONS},
+        **{k: v for k, v in values.items()
+           if k in checked and k not in {"algorithm", "target", "cart_options"}},
+    )
+
+
+def _check_dealing(seed: Any, key: Any, stratified: Any) -> None:
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"seed must be a whole number, not {seed!r}")
+    if key is not None and (not isinstance(key, str) or not key):
+        raise ValueError(f"key must be a column name, not {key!r}")
+    if not isinstance(stratified, bool):
+        raise ValueError(f"stratified must be True or False, not {stratified!r}")
+
+
+def check_folds(folds: Any) -> None:
+    if isinstance(folds, bool) or not isinstance(folds, int) or folds < 2:
+        raise ValueError(f"folds must be a whole number of at least 2, not {folds!r}")
+
+
+def check_fraction(test_fraction: Any) -> None:
+    if (isinstance(test_fraction, bool) or not isinstance(test_fraction, (int, float))
+            or not 0 < test_fraction < 1):
+        raise ValueError(f"test_fraction must be between 0 and 1, not {test_fraction!r}")
+
+
+# -- the dealing query ---------------------------------------------------------------------------
+def _text(value: exp.Expression) -> exp.Expression:
+    return exp.cast(value, exp.DataType.build("VARCHAR"))
+
+
+def _string(text: str) -> exp.Expression:
+    return exp.Literal.string(text)
+
+
+def hash_text(column: exp.Expression, dtype: exp.DataType) -> exp.Expression | None:
+    """A text form of a value that every engine writes the same (None: a type left out)."""
+    if dtype.is_type(exp.DataType.Type.BOOLEAN):
+        return exp.Case(ifs=[exp.If(this=column.copy(), true=_string("t")),
+                             exp.If(this=exp.Not(this=column.copy()), true=_string("f"))])
+    if dtype.is_type(*TEXT_TYPES):
+        return column.copy()
+    if dtype.is_type(*INTEGER_TYPES):
+        return _text(column.copy())
+    if dtype.is_type(*FLOAT_TYPES, *NUMERIC_TYPES):
+        scaled = exp.Mul(this=exp.cast(column.copy(), exp.DataType.build("DOUBLE")),
+                         expression=dnum(FLOAT_MULTIPLIER))
+        fraction = exp.Case(
+            ifs=[exp.If(this=exp.LT(this=exp.Abs(this=scaled.copy()),
+                                    expression=dnum(_EXACT)),
+                        true=exp.Sub(this=scaled.copy(), expression=exp.Floor(this=scaled)))],
+            default=dnum(0.0),
+        )
+        bits = exp.Floor(this=exp.Mul(this=fraction, expression=dnum(2.0**31)))
+        return _text(exp.cast(bits, exp.DataType.build("BIGINT")))
+    return None
+
+
+def order_key(column: exp.Expression, dtype: exp.DataType) -> exp.Expression | None:
+    """What rows are ordered by for a column: text by its MD5 (collations differ), other
+    comparable values by themselves; None for types without a portable order."""
+    if dtype.is_type(*TEXT_TYPES) and not dtype.is_type(exp.DataType.Type.BOOLEAN):
+        return exp.MD5(this=column.copy())
+    if dtype.is_type(*NUMERIC_TYPES, exp.DataType.Type.BOOLEAN, *exp.DataType.TEMPORAL_TYPES):
+        return column.copy()
+    return None
+
+
+def row_hash(
+    schema: Sequence[tuple[str, exp.DataType]], seed: int, key: str | None
+) -> exp.Expression:
+    """``MD5(seed | value | value ...)`` over the hashed columns (only ``key`` if given)."""
+    parts: list[exp.Expression] = [_string(str(seed))]
+    for name, dtype in schema:
+        if key is not None and name != key:
+            continue
+        text = hash_text(quoted(name), dtype)
+        if text is not None:
+            parts += [_string("|"), exp.Coalesce(this=text, expressions=[_string("")])]
+    joined = parts[0]
+    for p in parts[1:]:
+        joined = exp.DPipe(this=joined, expression=p, safe=True)
+    return exp.MD5(this=joined)
+
+
+def build_dealing_query(
+    relation: exp.Expression,
+    schema: Sequence[tuple[str, exp.DataType]],
+    target: str,
+    part: Callable[[exp.Expression], exp.Expression],
+    part_column: str,
+    *,
+    offsets: Sequence[tuple[Value, int]] | None,
+    seed: int,
+    key: str | None,
+) -> exp.Select:
+    """``SELECT <columns>, part(position) AS part_column FROM relation WHERE target IS NOT
+    NULL``; ``offsets`` (class, rows of the classes before it) deal each class from its own
+    position (stratified), None deals all rows in one sequence."""
+    order = [row_hash(schema, seed, key)]
+    ordered_first = sorted(schema, key=lambda s: s[0] != key)  # the key breaks ties first
+    order += [k for k in (order_key(quoted(n), t) for n, t in ordered_first) if k]
+    y = quoted(target)
+    number = exp.Window(
+        this=exp.RowNumber(),
+        partition_by=[y.copy()] if offsets is not None else None,
+        order=exp.Order(expressions=[exp.Ordered(this=o, nulls_first=True) for o in order]),
+    )
+    position: exp.Expression = exp.Sub(this=number, expression=exp.Literal.number(1))
+    if offsets is not None:
+        start = exp.Case(ifs=[
+            exp.If(this=exp.EQ(this=y.copy(), expression=literal(c)),
+                   true=exp.Literal.number(n)) for c, n in offsets
+        ])
+        position = exp.Add(this=position, expression=start)
+    select = exp.Select(expressions=[
+        *[quoted(n) for n, _ in schema],
+        exp.Alias(this=part(exp.paren(position, copy=False)),
+                  alias=exp.to_identifier(part_column, quoted=True)),
+    ])
+    return select.from_(relation, copy=False).where(
+        exp.Not(this=y.copy().is_(exp.null())), copy=False
+    )
+
+
+def fold_rule(folds: int) -> Callable[[exp.Expression], exp.Expression]:
+    """Position ``p`` -> fold ``p mod folds`` (0-based)."""
+    return lambda p: exp.Mod(this=p, expression=exp.Literal.number(folds))
+
+
+def split_rule(test_fraction: float) -> Callable[[exp.Expression], exp.Expression]:
+    """Position ``p`` -> 1 (test) when ``FLOOR((p + 1) * f) > FLOOR(p * f)``, else 0."""
+    f = dnum(float(test_fraction))
+
+    def rule(p: exp.Expression) -> exp.Expression:
+        after = exp.Floor(this=exp.Mul(this=exp.paren(exp.Add(
+            this=p.copy(), expression=exp.Literal.number(1))), expression=f.copy()))
+        before = exp.Floor(this=exp.Mul(this=p, expression=f.copy()))
+        return exp.Case(ifs=[exp.If(this=exp.GT(this=after, expression=before),
+                                    true=exp.Literal.number(1))],
+                        default=exp.Literal.number(0))
+
+    return rule
+
+
+# -- the dealt table -----------------------------------------------------------------------------
+@dataclass
+class Dealt:
+    """The source's labelled rows with their part, stored in a temporary table."""
+
+    table: exp.Table
+    columns: list[str]
+    part_column: str
+    class_rows: list[tuple[Value, int]]
+    rows_null_target: int
+    connection: Any
+    """What ``train`` and ``Model.evaluate`` are given to reach the table."""
+
+    def rows(self, part: int, *, inside: bool) -> exp.Select:
+        """A query of the rows in ``part`` (``inside``) or in every other part."""
+        test = exp.EQ if inside else exp.NEQ
+        return exp.Select(expressions=[quoted(c) for c in self.columns]).from_(
+            self.table.copy(), copy=False
+        ).where(test(this=quoted(self.part_column),
+                     expression=exp.Literal.number(part)), copy=False)
+
+
+@contextmanager
+def _session(connection: Any) -> Iterator[tuple[Engine, Any]]:
+    """An engine for the dealt table, and the connection the trainings share with it.
+
+    A new in-memory DuckDB database or a ``postgresql://`` URL is opened once, for all the
+    trainings; an engine the caller made is left to the trainings and a second engine on its
+    connection keeps the dealt table (training cleans up its engine's tables at the end).
+    """
+    if connection is None:
+        import duckdb
+
+        conn = duckdb.connect()
+        engine = get_engine(conn)
+        try:
+            yield engine, conn
+        finally:
+            engine.cleanup()
+            conn.close()
+        return
+    if isinstance(connection, Engine):
+        raw = getattr(connection, "connection", None) or getattr(connection, "spark", None)
+        if raw is None:
+            raise UnsupportedError(f"cannot share the connection of a {type(connection)}")
+        engine, shared = get_engine(raw), connection
+    else:
+        engine = get_engine(connection)
+        # A postgresql:// URL opened a connection for this call: the trainings share it.
+        shared = engine.connection if isinstance(connection, str) else connection
+    try:
+        yield engine, shared
+    finally:
+        engine.cleanup()
+
+
+@contextmanager
+def dealt(
+    source: Any,
+    target: str,
+    part: Callable[[exp.Expression], exp.Expression],
+    *,
+    connection: Any,
+    stratified: bool,
+    seed: int,
+    key: str | None,
+    least_rows: int,
+) -> Iterator[Dealt]:
+    """Deal the source's labelled rows into parts (see the module's notes); the table is
+    dropped when the block ends."""
+    with _session(connection) as (engine, shared):
+        relation = resolve_relation(source, engine)
+        schema = engine.columns(relation)
+        names = [n for n, _ in schema]
+        for name, what in ((target, "target"), (key, "key")):
+            if name is not None and name not in names:
+                raise DataError(f"{what} column {name!r} is not in the source; columns: {names}")
+        y = quoted(target)
+        counted = engine.execute(
+            exp.select(y.copy(), exp.Count(this=exp.Star())).from_(relation.copy())
+            .group_by(y.copy())
+        )
+        class_rows = sorted(((v, int(n)) for v, n in counted if v is not None),
+                            key=lambda c: sort_key(c[0]))
+        labelled = sum(n for _, n in class_rows)
+        if labelled < least_rows:
+            raise DataError(
+                f"the source has {labelled} rows with a known class; dealing them into parts "
+                f"needs at least {least_rows}"
+            )
+        offsets, before = [], 0
+        for value, n in class_rows:
+            offsets.append((value, before))
+            before += n
+        part_column = Names.avoiding(names).prefix + "part"
+        query = build_dealing_query(
+            relation, schema, target, part, part_column,
+            offsets=offsets if stratified else None, seed=seed, key=key,
+        )
+        table = engine.materialize("parts", query)
+        yield Dealt(table, names, part_column, class_rows,
+                    sum(int(n) for v, n in counted if v is None), shared)
+
+
+# -- the entry points ----------------------------------------------------------------------------
+def cross_validate(
+    source: Any,
+    target: str,
+    *,
+    folds: int = 10,
+    stratified: bool = True,
+    seed: int = 1,
+    key: str | None = None,
+    connection: Any = None,
+    progress: bool | FoldProgress = False,
+    **train_options: Any,
+) -> CrossValidation:
+    """k-fold cross-validation in the engine: folds dealt in SQL, each trained and scored there.
+
+    Parameters
+    ----------
+    source, target, connection
+        As for ``sqltree.train``.
+    folds : int, default=10
+    stratified : bool, default=True
+        Deal each class's rows round robin over the folds (Weka's stratification), rather
+        than all rows in one sequence.
+    seed : int, default=1
+        Enters every row's hash: another seed, other folds.
+    key : str, optional
+        Hash only this column (a row id), so that a row keeps its fold when other columns
+        change; default: every column. Rows whose hashed values are equal are ordered by
+        their values, so folds are the same on every engine.
+    progress : bool or callable
+        True writes a line per fold to standard error; a callable gets each fold's
+        ``Evaluation`` (its ``extra`` holds the fold number, training rows and leaves).
+    **train_options
+        Any option of ``sqltree.train`` (``algorithm``, ``max_depth``, ``weight``, ...); a
+        ``weight`` column weighs the evaluation too.
+
+    Returns
+    -------
+    CrossValidation
+        The pooled evaluation (all folds' predictions counted together), each fold's, and
+        the folds' models. Options are checked before any query runs.
+    """
+    check_folds(folds)
+    _check_dealing(seed, key, stratified)
+    _check_train_options(target, train_options)
+    report = _fold_printer if progress is True else (progress or None)
+    evaluations: list[Evaluation] = []
+    models: list[Model] = []
+    with dealt(source, target, fold_rule(folds), connection=connection, stratified=stratified,
+               seed=seed, key=key, least_rows=folds) as parts:
+        for i in range(folds):
+            started = time.perf_counter()
+            model = _train_part(parts, i, target, train_options, f"fold {i + 1}")
+            evaluation = model.evaluate(parts.rows(i, inside=True), connection=parts.connection)
+            evaluation.extra.update(
+                fold=i + 1, train_rows=int(model.stats.get("rows", 0)),
+                leaves=model.n_leaves, seconds=round(time.perf_counter() - started, 3),
+            )
+            evaluations.append(evaluation.titled(f"Fold {i + 1} of {folds}"))
+            models.append(model)
+            if report is not None:
+                report(evaluations[-1])
+        null_rows = parts.rows_null_target
+    title = "Stratified cross-validation" if stratified else "Cross-validation"
+    pooled = replace(combine(evaluations, title), rows_null_target=null_rows)
+    pooled.extra.update(folds=folds)
+    settings = {"folds": folds, "stratified": stratified, "seed": seed, "key": key}
+    return CrossValidation(pooled, evaluations, models, settings)
+
+
+def holdout(
+    source: Any,
+    target: str,
+    *,
+    test_fraction: float = 0.3,
+    stratified: bool = True,
+    seed: int = 1,
+    key: str | None = None,
+    connection: Any = None,
+    **train_options: Any,
+) -> tuple[Model, Evaluation]:
+    """Train on part of the source and evaluate on the rest, split in SQL.
+
+    ``FLOOR(rows * test_fraction)`` rows, dealt evenly through each class (``stratified``)
+    in the order of the rows' hashes (``seed``, ``key``: as for ``cross_validate``), are
+    held out; the model is trained on the others and evaluated on them. Returns the model
+    and its evaluation on the held-out rows.
+    """
+    check_fraction(test_fraction)
+    _check_dealing(seed, key, stratified)
+    _check_train_options(target, train_options)
+    with dealt(source, target, split_rule(test_fraction), connection=connection,
+               stratified=stratified, seed=seed, key=key,
+               least_rows=math.ceil(1 / min(test_fraction, 1 - test_fraction))) as parts:
+        model = _train_part(parts, 1, target, train_options, "the training split")
+        evaluation = model.evaluate(parts.rows(1, inside=True), connection=parts.connection,
+                                    title="Evaluation on test split")
+        evaluation.extra.update(train_rows=int(model.stats.get("rows", 0)),
+                                test_fraction=test_fraction)
+        evaluation = replace(evaluation, rows_null_target=parts.rows_null_target)
+    return model, evaluation
+
+
+def _train_part(
+    parts: Dealt, held_out: int, target: str, options: dict[str, Any], what: str
+) -> Model:
+    try:
+        return train(parts.rows(held_out, inside=False), target, connection=parts.connection,
+                     **options)
+    except DataError as error:
+        raise DataError(f"{what}: {error}") from error
+
+
+def assign_folds(
+    source: Any,
+    target: str,
+    *,
+    folds: int = 10,
+    stratified: bool = True,
+    seed: int = 1,
+    key: str | None = None,
+    connection: Any = None,
+    column: str = "fold",
+) -> pd.DataFrame:
+    """The source's labelled rows with the fold (1 to ``folds``) ``cross_validate`` deals
+    each into, as a DataFrame (rows in no particular order)."""
+    check_folds(folds)
+    _check_dealing(seed, key, stratified)
+    with dealt(source, target, fold_rule(folds), connection=connection, stratified=stratified,
+               seed=seed, key=key, least_rows=folds) as parts:
+        if column in parts.columns:
+            raise DataError(f"the source already has a column {column!r}; choose another "
+                            "column=")
+        fold = exp.Add(this=quoted(parts.part_column),
+                       expression=exp.Literal.number(1))
+        query = exp.Select(expressions=[
+            *[quoted(c) for c in parts.columns],
+            exp.Alias(this=fold, alias=exp.to_identifier(column, quoted=True)),
+        ]).from_(parts.table.copy(), copy=False)
+        reader = get_engine(parts.connection)
+        try:
+            return reader.frame(query)
+        finally:
+            reader.cleanup()
+
+
+def _fold_printer(evaluation: Evaluation) -> None:
+    e = evaluation
+    print(
+        f"fold {e.extra['fold']}: {e.extra['train_rows']} training rows, {e.rows} test rows, "
+        f"{e.extra['leaves']} leaves, accuracy {weka_number(100 * e.accuracy).strip()}%, "
+        f"{e.extra['seconds']:.2f} s",
+        file=sys.stderr, flush=True,
+    )
