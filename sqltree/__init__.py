@@ -12,9 +12,20 @@ Examples
 
 from __future__ import annotations
 
+from . import progress
 from .api import split_scores, train
 from .crossval import CrossValidation, assign_folds, cross_validate, holdout
-from .errors import DataError, ModelFileError, SqlTreeError, UnsupportedError
+from .dataset import source
+from .errors import (
+    DataError,
+    EngineConnectionError,
+    ModelFileError,
+    OptionError,
+    SourceError,
+    SqlTreeError,
+    UnsupportedError,
+    UnsupportedOptionError,
+)
 from .model import Model, load
 from .tree import Node, Split
 from .version import __version__
@@ -22,17 +33,23 @@ from .version import __version__
 __all__ = [
     "CrossValidation",
     "DataError",
+    "EngineConnectionError",
     "Model",
     "ModelFileError",
     "Node",
+    "OptionError",
+    "SourceError",
     "Split",
     "SqlTreeError",
     "UnsupportedError",
+    "UnsupportedOptionError",
     "__version__",
     "assign_folds",
     "cross_validate",
     "holdout",
     "load",
+    "progress",
+    "source",
     "split_scores",
     "train",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -9,15 +10,17 @@ from typing import Any
 
 import pandas as pd
 
+from . import progress as reporting
 from . import queries as q
 from .algorithms import grow
 from .algorithms.c45 import score_options
 from .algorithms.c45_scores import SCORE_COLUMNS, build_split_scores
-from .dataset import describe
+from .dataset import Dataset, describe, describe_source
 from .engines import get_engine
-from .grower import GrowOptions, Progress, print_progress
+from .grower import GrowOptions
 from .model import Model, features_info
-from .options import CART_OPTIONS, check_train_options, normalise_algorithm
+from .options import CART_OPTIONS, check_keywords, check_train_options, normalise_algorithm
+from .progress import Callback
 from .pruning import prune
 from .version import __version__
 
@@ -44,7 +47,7 @@ def train(
     cf: float = 0.25,
     subtree_raising: bool = True,
     validation: Any = None,
-    progress: bool | Progress = False,
+    progress: bool | Callback = False,
     **cart_options: Any,
 ) -> Model:
     """Train a classification tree where the data lives.
@@ -81,8 +84,13 @@ def train(
         unless ``subtree_raising=False``), Quinlan's pessimistic pruning, or reduced-error
         pruning against the ``validation`` source. None only collapses subtrees that do not
         reduce training error (J48 ``-U``) for C4.5, and nothing for ID3.
-    progress : bool or callable
-        Report each level (nodes, splits, queries, seconds); True prints to standard error.
+    progress : bool or callable, default=False
+        True shows the command line's display on standard error (live on a terminal, a line
+        per step otherwise); a callable receives every ``sqltree.progress.Event``: the start,
+        steps and end of reading the source, of growth (a step per level: nodes, rows,
+        queries, seconds) and of pruning (a step per round). Whatever it is, the events also
+        go to the ``logging`` logger ``"sqltree"`` and to any listener of an enclosing
+        ``sqltree.progress.listening`` block. An exception the callable raises stops training.
     **cart_options
         ``algorithm="cart"`` only, with scikit-learn's names and meanings: ``criterion``,
         ``min_samples_leaf``, ``min_weight_fraction_leaf``, ``min_impurity_decrease``,
@@ -93,9 +101,7 @@ def train(
     Model
     """
     algorithm = normalise_algorithm(algorithm)
-    unknown = sorted(set(cart_options) - set(CART_OPTIONS))
-    if unknown:
-        raise TypeError(f"train() got unexpected keyword arguments {unknown}")
+    check_keywords("train", cart_options, [*inspect.signature(train).parameters, *CART_OPTIONS])
     check_train_options(
         algorithm, target=target, features=features, nominal=nominal, continuous=continuous,
         weight=weight, min_cases=min_cases, max_depth=max_depth,
@@ -131,22 +137,24 @@ def _fit(
     connection: Any,
     roles: dict[str, Any],
     options: GrowOptions,
-    progress: bool | Progress,
+    progress: bool | Callback,
     post: PruneOptions,
 ) -> Model:
-    """The fit pipeline: describe the source, grow, prune, and the model."""
-    callback = print_progress if progress is True else (progress or None)
-    engine = get_engine(connection)
-    started = time.perf_counter()
-    try:
-        data = describe(source, engine, target, **roles)
-        root, grow_stats = grow(data, options, callback)
-        prune_stats = None
-        if options.algorithm == "c4.5" or post.method is not None:
-            prune_stats = prune(root, data, post.method, cf=post.cf,
-                                subtree_raising=post.subtree_raising, validation=post.validation)
-    finally:
-        engine.cleanup()
+    """The fit pipeline: describe the source, grow, prune, and the model; each phase is
+    reported to ``sqltree.progress`` (and to what ``progress`` asks for)."""
+    with reporting.reporting_to(progress):
+        engine = get_engine(connection)
+        started = time.perf_counter()
+        try:
+            data = _read(source, engine, target, roles)
+            root, grow_stats = grow(data, options)
+            prune_stats = None
+            if options.algorithm == "c4.5" or post.method is not None:
+                prune_stats = prune(root, data, post.method, cf=post.cf,
+                                    subtree_raising=post.subtree_raising,
+                                    validation=post.validation)
+        finally:
+            engine.cleanup()
     stats = {
         "engine": engine.dialect,
         "rows": data.n_rows,
@@ -166,6 +174,18 @@ def _fit(
                                  "cf": post.cf, "subtree_raising": post.subtree_raising},
         stats=stats,
     )
+
+
+def _read(source: Any, engine: Any, target: str, roles: dict[str, Any]) -> Dataset:
+    """``describe`` the source, reported as the phase ``"read"``."""
+    with reporting.phase("read", f"reading {describe_source(source)} on {engine.NAME}") as phase:
+        data = describe(source, engine, target, **roles)
+        phase.done(
+            f"read {reporting.rows(data.n_rows)} rows, {len(data.features)} features, "
+            f"{len(data.classes)} classes, {phase.seconds:.2f} s",
+            rows=data.n_rows, features=len(data.features), classes=len(data.classes),
+        )
+    return data
 
 
 def split_scores(

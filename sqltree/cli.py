@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import sys
-from collections.abc import Sequence
+import tempfile
+import traceback
+from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
-from . import __version__
-from .errors import SqlTreeError
+from . import __version__, progress
+from .errors import EngineConnectionError, OptionError, SqlTreeError
+from .options import check_dialect
 
 EXAMPLES = """\
 examples:
@@ -91,7 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     duck.add_argument("--memory-limit", metavar="SIZE",
                       help="DuckDB memory_limit, e.g. 4GB: larger data spills to disk")
     t.add_argument("--quiet", "-q", action="store_true",
-                   help="print neither progress, tree nor the training-set evaluation")
+                   help="print neither progress, tree nor the training-set evaluation "
+                        "(needs --output unless --folds, --test or --test-fraction)")
     _add_evaluation_flags(t)
     add_connection(t)
 
@@ -101,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", "-o", metavar="FILE", help="write .csv or .parquet instead")
     p.add_argument("--proba", action="store_true", help="add one probability column per class")
     p.add_argument("--into", metavar="TABLE", help="write the scored rows to a table")
+    p.add_argument("--quiet", "-q", action="store_true", help="print no progress")
     add_connection(p)
 
     s = sub.add_parser("sql", help="print the scoring SQL for a dialect")
@@ -111,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--view", help="with --table: emit CREATE VIEW VIEW AS ...")
     s.add_argument("--proba", action="store_true", help="with --table: probability columns")
     s.add_argument("--pretty", action="store_true", help="indent the SQL")
+    s.add_argument("--quiet", "-q", action="store_true", help="print no progress")
     _add_deploy_flags(s)
 
     show = sub.add_parser("show", help="print a saved tree as text")
@@ -140,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("source")
     sc.add_argument("--target", "-t", required=True)
     add_connection(sc)
+    _add_debug(parser, sub)
     return parser
 
 
@@ -176,6 +184,16 @@ def _depth(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 0, not {text!r}")
     return value
+
+
+def _add_debug(parser: argparse.ArgumentParser, sub: argparse._SubParsersAction) -> None:
+    """``--debug`` before or after the command (``sqltree train ... --debug``)."""
+    text = "on an error, print the traceback as well"
+    parser.add_argument("--debug", action="store_true", help=text)
+    for command in sub.choices.values():
+        # SUPPRESS: the command's own default must not undo ``sqltree --debug COMMAND``.
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                             help=text)
 
 
 def _add_evaluation_flags(t: argparse.ArgumentParser) -> None:
@@ -223,30 +241,59 @@ def _connection(url: str | None, create: bool = False):  # type: ignore[no-untyp
     if url.startswith(("postgresql://", "postgres://")):
         return url
     if "://" in url:
-        raise SqlTreeError(
+        raise OptionError(
             f"--connect takes a postgresql:// URL or a DuckDB database file, not {url!r}"
         )
     # duckdb.connect creates any file it is given: a mistyped path would train on, or write
     # predictions into, a new empty database instead of failing.
     is_file = url and not url.startswith(DUCKDB_NOT_FILES)
     if is_file and not create and not os.path.exists(os.path.expanduser(url)):
-        raise SqlTreeError(
+        raise EngineConnectionError(
             f"DuckDB database {url!r} does not exist (pass --create-db to create it)"
         )
     import duckdb
 
-    return duckdb.connect(url)
+    try:
+        return duckdb.connect(url)
+    except duckdb.Error as error:
+        raise EngineConnectionError(f"DuckDB cannot open {url!r}: {_one_line(error)}") from None
 
 
-def _check_output(path: str | None) -> None:
-    """Fail before the work, not after it, when the output file cannot be written there."""
+MODEL_SUFFIXES = (".json",)
+SCORED_SUFFIXES = (".csv", ".parquet")
+
+
+def _check_output(path: str | None, suffixes: Sequence[str], what: str) -> None:
+    """Fail before the work, not after it, when the output file cannot be written there or
+    would not be what its name says."""
     if path is None:
         return
     folder = os.path.dirname(os.path.abspath(os.path.expanduser(path)))
     if not os.path.isdir(folder):
-        raise SqlTreeError(f"cannot write {path!r}: the folder {folder!r} does not exist")
+        raise OptionError(f"cannot write {path!r}: the folder {folder!r} does not exist")
     if os.path.isdir(path):
-        raise SqlTreeError(f"cannot write {path!r}: it is a folder")
+        raise OptionError(f"cannot write {path!r}: it is a folder")
+    if not path.lower().endswith(tuple(suffixes)):
+        raise OptionError(
+            f"cannot write {path!r}: {what} are written as {' or '.join(suffixes)} files; "
+            f"name the file with one of those endings"
+        )
+
+
+@contextlib.contextmanager
+def _written(path: str) -> Iterator[str]:
+    """A temporary name beside ``path`` that becomes ``path`` when the block succeeds: an
+    error or a Ctrl-C while writing leaves no half-written file behind."""
+    folder, name = os.path.split(os.path.abspath(os.path.expanduser(path)))
+    handle, temporary = tempfile.mkstemp(prefix=f".{name}.", suffix=os.path.splitext(name)[1],
+                                         dir=folder)
+    os.close(handle)
+    try:
+        yield temporary
+        os.replace(temporary, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(temporary)
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
@@ -255,13 +302,24 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     import duckdb
     from sqlglot.errors import SqlglotError
 
-    errors: list[type[BaseException]] = [
-        SqlTreeError, OSError, ValueError, SqlglotError, duckdb.Error,
-    ]
+    errors: list[type[BaseException]] = [SqlTreeError, OSError, SqlglotError, duckdb.Error]
     psycopg = sys.modules.get("psycopg")  # loaded only when a postgresql:// URL was used
     if psycopg is not None:
         errors.append(psycopg.Error)
     return tuple(errors)
+
+
+def _exit_status(error: BaseException) -> int | None:
+    """2 for a command line that is wrong, 1 for input that cannot be used, None for a fault
+    of sqltree (its traceback is shown)."""
+    if isinstance(error, OptionError):
+        return 2
+    if isinstance(error, _user_errors()):
+        return 1
+    return None
+
+
+DRIVERS = {"duckdb": "DuckDB", "_duckdb": "DuckDB", "psycopg": "PostgreSQL", "pyspark": "Spark"}
 
 
 def _one_line(error: BaseException) -> str:
@@ -270,18 +328,29 @@ def _one_line(error: BaseException) -> str:
     # sqlglot underlines the offending token of a parse error with terminal escapes
     text = re.sub(r"\x1b\[[0-9;]*m", "", str(error))
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return " ".join(lines) or type(error).__name__
+    line = " ".join(lines) or type(error).__name__
+    driver = DRIVERS.get(type(error).__module__.split(".")[0])
+    return f"{driver}: {line}" if driver and not isinstance(error, SqlTreeError) else line
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status (2 for bad input, with a one-line
-    message on standard error)."""
+    """Run the command line; returns the exit status.
+
+    0 on success; 2 when the command line is wrong (an unknown flag, an option out of range
+    or in a combination that means nothing, an output file that cannot be written, an
+    ambiguous source name); 1 when its input cannot be used (a missing file, table or column,
+    data sqltree cannot learn from, a model file that is not one, a database that cannot be
+    reached); 130 after a Ctrl-C, once the engine's working tables are dropped. Each error is
+    one line on standard error (``--debug`` adds the traceback); a fault of sqltree itself
+    keeps its traceback.
+    """
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as e:  # --help, --version, and usage errors already printed
         return e.code if isinstance(e.code, int) else 2
     try:
-        return _dispatch(args)
+        with contextlib.nullcontext() if getattr(args, "quiet", False) else progress.shown():
+            return _dispatch(args)
     except BrokenPipeError:
         # The reader went away (``sqltree show m.json | head``): not an error. Point stdout
         # at /dev/null so that Python's final flush does not report it either.
@@ -289,13 +358,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 0
     except KeyboardInterrupt:
+        if args.debug:
+            traceback.print_exc()
         print("sqltree: interrupted", file=sys.stderr)
         return 130
     except Exception as e:
-        if not isinstance(e, _user_errors()):
+        status = _exit_status(e)
+        if status is None:
             raise
+        if args.debug:
+            traceback.print_exc()
         print(f"sqltree: error: {_one_line(e)}", file=sys.stderr)
-        return 2
+        return status
 
 
 def _dispatch(args: argparse.Namespace) -> int:
@@ -310,12 +384,11 @@ def _dispatch(args: argparse.Namespace) -> int:
         if "min_samples_leaf" in cart_options and cart_options["min_samples_leaf"] >= 1:
             cart_options["min_samples_leaf"] = int(cart_options["min_samples_leaf"])
         pruning = {None: "default", "none": None}.get(args.pruning, args.pruning)
-        _check_output(args.output)
-        _check_evaluation_flags(args)
+        _check_train_args(args)
         connection = _connection(args.connect, args.create_db)
         if args.threads is not None or args.memory_limit is not None:
             if isinstance(connection, str):
-                raise SqlTreeError("--threads and --memory-limit apply to DuckDB only")
+                raise OptionError("--threads and --memory-limit apply to DuckDB only")
             from sqltree.engines.duckdb import DuckDBEngine
 
             connection = DuckDBEngine(
@@ -341,11 +414,13 @@ def _dispatch(args: argparse.Namespace) -> int:
             print(model.text())
         _print_evaluations(args, model, held_out, connection, options)
         if args.output:
-            model.save(args.output)
-            print(f"saved {args.output}", file=sys.stderr)
+            with _written(args.output) as path:
+                model.save(path)
+            if not args.quiet:
+                print(f"saved {args.output}", file=sys.stderr)
         return 0
     if args.command == "predict":
-        _check_output(args.output)
+        _check_output(args.output, SCORED_SUFFIXES, "scored rows")
         model = sqltree.load(args.model)
         scored = model.predict(
             args.source, connection=_connection(args.connect, args.create_db), proba=args.proba,
@@ -353,10 +428,12 @@ def _dispatch(args: argparse.Namespace) -> int:
         )
         if scored is None:
             return 0
-        if args.output and args.output.endswith(".parquet"):
-            scored.to_parquet(args.output, index=False)
-        elif args.output:
-            scored.to_csv(args.output, index=False)
+        if args.output:
+            with _written(args.output) as path:
+                if args.output.lower().endswith(".parquet"):
+                    scored.to_parquet(path, index=False)
+                else:
+                    scored.to_csv(path, index=False)
         else:
             scored.to_csv(sys.stdout, index=False)
         return 0
@@ -380,18 +457,19 @@ def _sql_command(args: argparse.Namespace) -> int:
 
     if args.dbt:
         if args.source_ref is None:
-            raise SqlTreeError("--dbt needs --source-ref NAME (the dbt model whose rows it scores)")
+            raise OptionError("--dbt needs --source-ref NAME (the dbt model whose rows it scores)")
         for flag, given in (("--table", args.table), ("--view", args.view)):
             if given:
-                raise SqlTreeError(f"{flag} does not go with --dbt: the model reads "
+                raise OptionError(f"{flag} does not go with --dbt: the model reads "
                                    "--source-ref, and dbt makes the view")
     elif args.source_ref is not None:
-        raise SqlTreeError("--source-ref names the ref of a dbt model file: add --dbt")
+        raise OptionError("--source-ref names the ref of a dbt model file: add --dbt")
     table_needed = [("--view", args.view), ("--proba", args.proba)] if not args.dbt else []
     for flag, given in table_needed:
         if given and args.table is None:
-            raise SqlTreeError(f"{flag} needs --table (the table the query reads)")
-    _check_output(args.output)
+            raise OptionError(f"{flag} needs --table (the table the query reads)")
+    check_dialect(args.dialect)
+    _check_output(args.output, (".sql",), "SQL and dbt model files")
     model = sqltree.load(args.model)
     options = dict(output="leaf" if args.leaf else "label", proba=args.proba,
                    unknown=args.unknown, quote_identifiers=not args.no_quote)
@@ -411,19 +489,21 @@ def _sql_command(args: argparse.Namespace) -> int:
     return 0
 
 
+PICTURE_SUFFIXES = (".dot", ".gv", ".svg", ".png", ".pdf")
+"""What ``sqltree dot -o`` writes: DOT text, or a picture drawn by Graphviz."""
+
+
 def _reading_command(args: argparse.Namespace) -> int:
     """``show``, ``rules`` and ``dot``: the saved tree, whole or down to ``--max-depth``."""
     import sqltree
 
-    if args.command == "dot" and args.output is not None:
-        from sqltree.pictures import picture_format
-
-        picture_format(args.output)  # refuse an unknown extension before reading anything
-        _check_output(args.output)
+    if args.command == "dot":
+        _check_output(args.output, PICTURE_SUFFIXES, "trees")
+    summary = args.command == "show" and args.summary
+    if summary and args.max_depth is not None:
+        raise OptionError("--summary prints no tree: it does not go with --max-depth")
     model = sqltree.load(args.model)
-    if args.command == "show" and args.summary:
-        if args.max_depth is not None:
-            raise SqlTreeError("--summary prints no tree: it does not go with --max-depth")
+    if summary:
         print(model.summary())
     elif args.command == "show":
         print(model.text(max_depth=args.max_depth))
@@ -440,18 +520,33 @@ def _reading_command(args: argparse.Namespace) -> int:
 
 
 # -- evaluation ----------------------------------------------------------------------------------
+def _check_train_args(args: argparse.Namespace) -> None:
+    """Refuse, before any query, what ``train`` cannot do as asked: ``--quiet`` with nothing
+    to keep or print, an output file it cannot write, evaluation flags that do not go
+    together."""
+    evaluates = any(v is not None for v in (args.folds, args.test, args.test_fraction))
+    if args.quiet and not args.output and not evaluates:
+        raise OptionError(
+            "--quiet prints nothing, so without --output the trained model would be lost: "
+            "add -o MODEL.json (or --folds, --test or --test-fraction, whose evaluations it "
+            "prints)"
+        )
+    _check_output(args.output, MODEL_SUFFIXES, "models")
+    _check_evaluation_flags(args)
+
+
 def _check_evaluation_flags(args: argparse.Namespace) -> None:
     """Refuse evaluation flags that cannot go together, before any query."""
     from sqltree import crossval
 
     if args.test_fraction is not None and (args.folds is not None or args.test is not None):
-        raise SqlTreeError("--test-fraction holds out part of the source; it does not go with "
-                           "--folds or --test")
+        raise OptionError("--test-fraction holds out part of the source; it does not go with "
+                          "--folds or --test")
     dealing = args.folds is not None or args.test_fraction is not None
     for flag, given in (("--seed", args.seed is not None), ("--key", args.key is not None),
                         ("--no-stratify", args.no_stratify)):
         if given and not dealing:
-            raise SqlTreeError(f"{flag} applies to --folds and --test-fraction only")
+            raise OptionError(f"{flag} applies to --folds and --test-fraction only")
     if args.folds is not None:
         crossval.check_folds(args.folds)
     if args.test_fraction is not None:

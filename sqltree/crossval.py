@@ -52,7 +52,7 @@ from .dataset import (
     sort_key,
 )
 from .engines import Engine, get_engine
-from .errors import DataError, UnsupportedError
+from .errors import DataError, OptionError, UnsupportedError, UnsupportedOptionError
 from .evaluation import Evaluation, combine, weka_number
 from .model import Model
 from .options import CART_OPTIONS, check_train_options, normalise_algorithm
@@ -134,7 +134,7 @@ def _check_train_options(target: str, options: dict[str, Any]) -> None:
     named = {n for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
     unknown = sorted(set(options) - (named - {"connection"}) - set(CART_OPTIONS))
     if unknown:
-        raise TypeError(f"unexpected training options {unknown}")
+        raise UnsupportedOptionError(f"unexpected training options {unknown}")
     values = {n: params[n].default for n in named} | options
     checked = set(inspect.signature(check_train_options).parameters)
     check_train_options(
@@ -148,22 +148,22 @@ def _check_train_options(target: str, options: dict[str, Any]) -> None:
 
 def _check_dealing(seed: Any, key: Any, stratified: Any) -> None:
     if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ValueError(f"seed must be a whole number, not {seed!r}")
+        raise OptionError(f"seed must be a whole number, not {seed!r}")
     if key is not None and (not isinstance(key, str) or not key):
-        raise ValueError(f"key must be a column name, not {key!r}")
+        raise OptionError(f"key must be a column name, not {key!r}")
     if not isinstance(stratified, bool):
-        raise ValueError(f"stratified must be True or False, not {stratified!r}")
+        raise OptionError(f"stratified must be True or False, not {stratified!r}")
 
 
 def check_folds(folds: Any) -> None:
     if isinstance(folds, bool) or not isinstance(folds, int) or folds < 2:
-        raise ValueError(f"folds must be a whole number of at least 2, not {folds!r}")
+        raise OptionError(f"folds must be a whole number of at least 2, not {folds!r}")
 
 
 def check_fraction(test_fraction: Any) -> None:
     if (isinstance(test_fraction, bool) or not isinstance(test_fraction, (int, float))
             or not 0 < test_fraction < 1):
-        raise ValueError(f"test_fraction must be between 0 and 1, not {test_fraction!r}")
+        raise OptionError(f"test_fraction must be between 0 and 1, not {test_fraction!r}")
 
 
 # -- the dealing query ---------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import sqlglot
 from sqlglot import exp
 
 from .engines.base import Engine
-from .errors import DataError, SqlTreeError, UnsupportedError
+from .errors import DataError, OptionError, SqlTreeError, UnsupportedError
 from .readers import reader_for
 from .tree import CONTINUOUS, NOMINAL, Value
 
@@ -68,32 +68,145 @@ class Dataset:
         raise KeyError(name)
 
 
+TABLE_PREFIX = "table:"
+FILE_PREFIX = "file:"
+FILE_EXTENSIONS = (
+    ".parquet", ".pq", ".csv", ".tsv", ".txt", ".json", ".jsonl", ".ndjson", ".arff",
+    ".gz", ".zst",
+)
+"""Endings that make a source name a file path (with ``.gz``/``.zst`` for compressed files)."""
+GLOB_CHARACTERS = ("*", "?", "[")
+QUERY_WORDS = {"SELECT", "WITH", "FROM", "VALUES", "TABLE"}
+
+
+@dataclass(frozen=True)
+class Source:
+    """A source whose kind is said, not read from its text: see :func:`source`."""
+
+    kind: str  # "table", "file" or "query"
+    text: str
+
+
+def source(*, table: str | None = None, file: str | os.PathLike[str] | None = None,
+           query: str | None = None) -> Source:
+    """Name a source's kind explicitly: exactly one of ``table=``, ``file=`` or ``query=``.
+
+    Accepted wherever a source is (``train``, ``predict``, ``split_scores``, ``validation=``).
+    On the command line the same choice is written ``table:NAME`` or ``file:PATH``.
+
+    Examples
+    --------
+    >>> sqltree.train(sqltree.source(table="wine"), target="quality")    # doctest: +SKIP
+    >>> sqltree.train(sqltree.source(file="wine"), target="quality")     # the folder wine/
+    ...                                                                  # doctest: +SKIP
+    """
+    given = [(k, v) for k, v in (("table", table), ("file", file), ("query", query))
+             if v is not None]
+    if len(given) != 1:
+        raise OptionError("source() takes exactly one of table=, file= or query=")
+    kind, value = given[0]
+    text = os.fspath(value) if kind == "file" else value
+    if not isinstance(text, str) or not text.strip():
+        raise OptionError(f"source({kind}=...) must be a non-empty string, not {value!r}")
+    return Source(kind, text.strip() if kind != "file" else text)
+
+
 def resolve_relation(source: Any, engine: Engine) -> exp.Expression:
     """Turn a user's source into a relation expression the engine can select from.
 
-    A source is a pandas DataFrame, a sqlglot expression, a ``SELECT``/``WITH`` query, a Parquet,
-    CSV or JSON path or glob, or a table or view name.
+    A source is a pandas DataFrame, a sqlglot expression, a :func:`source`, a path-like object
+    (a file), or a string, read without guessing:
+
+    - ``table:NAME`` is a table or view, ``file:PATH`` a file, folder or glob;
+    - text starting with ``SELECT``, ``WITH``, ``FROM``, ``VALUES``, ``TABLE`` or ``(`` is a
+      query;
+    - text that looks like a path (a data file's extension such as ``.parquet`` or ``.csv``,
+      a glob character ``*?[``, a ``/``, or a URL's ``://``) is a file;
+    - anything else is a table or view name (``sales``, ``analytics.sales``), and is refused
+      as ambiguous if a file or folder of that name exists in the working directory.
+
+    The relation's ``meta["sqltree_source"]`` says, for messages, what the user gave
+    (``table 'sales'``).
     """
+    relation = _resolve(source, engine)
+    relation.meta["sqltree_source"] = describe_source(source)
+    return relation
+
+
+def describe_source(source: Any) -> str:
+    """What a message calls the user's source: ``table 'sales'``, ``file 'x.csv'``, ..."""
+    if isinstance(source, Source):
+        return f"the query {_short(source.text)!r}" if source.kind == "query" else (
+            f"{source.kind} {source.text!r}"
+        )
+    if _is_dataframe(source):
+        return "the DataFrame"
+    if isinstance(source, exp.Table) and isinstance(source.this, exp.Identifier):
+        return f"table {'.'.join(part.name for part in source.parts)!r}"
+    if isinstance(source, exp.Expression):
+        return f"the query {_short(source.sql())!r}"
+    if isinstance(source, os.PathLike):
+        return f"file {os.fspath(source)!r}"
+    if not isinstance(source, str):
+        return f"a {type(source).__name__}"
+    kind, text = _kind_of(source.strip())
+    if kind == "query":
+        return f"the query {_short(text)!r}"
+    return f"{kind} {text!r}"
+
+
+def _short(text: str, limit: int = 60) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _kind_of(text: str) -> tuple[str, str]:
+    """("table" | "file" | "query", the text without its prefix) for a source string."""
+    if text.startswith(TABLE_PREFIX):
+        return "table", text[len(TABLE_PREFIX):].strip()
+    if text.startswith(FILE_PREFIX):
+        return "file", text[len(FILE_PREFIX):]
+    first = text.split(None, 1)[0].upper() if text else ""
+    if first in QUERY_WORDS or text.startswith("("):
+        return "query", text
+    if _looks_like_path(text):
+        return "file", text
+    return "table", text
+
+
+def _resolve(source: Any, engine: Engine) -> exp.Expression:
     if isinstance(source, exp.Expression):
         return _wrap(_only_a_query(source))
     if _is_dataframe(source):
         _check_names([str(c) for c in source.columns], "the DataFrame")
         return engine.relation_for_dataframe(source)
     if isinstance(source, os.PathLike):
-        source = os.fspath(source)
-    if not isinstance(source, str):
+        return _file(os.fspath(source), engine)
+    if isinstance(source, Source):
+        kind, text = source.kind, source.text
+    elif isinstance(source, str):
+        if not source.strip():
+            raise DataError("the source is an empty string")
+        kind, text = _kind_of(source.strip())
+    else:
         raise UnsupportedError(
             f"cannot train on a {type(source).__name__}: pass a DataFrame, a query, "
             "a file path or a table name"
         )
-    text = source.strip()
     if not text:
-        raise DataError("the source is an empty string")
-    first = text.split(None, 1)[0].upper()
-    if first in {"SELECT", "WITH", "FROM", "VALUES", "(", "TABLE"} or text.startswith("("):
+        raise DataError(f"the source {source!r} names nothing after its prefix")
+    if kind == "query":
         return _wrap(_parse_query(text, engine.dialect))
-    if _looks_like_path(text):
+    if kind == "file":
         return _file(text, engine)
+    explicit = isinstance(source, Source) or source.strip().startswith(TABLE_PREFIX)
+    if not explicit and os.path.exists(text):
+        what = "folder" if os.path.isdir(text) else "file"
+        raise OptionError(
+            f"{text!r} could be the table {text!r} or the {what} {text!r} in the working "
+            f"directory: write table:{text} for the table or file:{text} for the {what} "
+            f"(in Python, sqltree.source(table={text!r}) or sqltree.source(file={text!r}))"
+        )
     try:
         return exp.to_table(text, dialect=engine.dialect)
     except Exception:
@@ -109,7 +222,7 @@ def _file(path: str, engine: Engine) -> exp.Expression:
             raise DataError(f"no file {path!r} (a {path.rsplit('.', 1)[-1]} source is one file, "
                             "not a glob)")
         return engine.relation_for_dataframe(reader(path))
-    if not glob.glob(path) and "://" not in path:
+    if "://" not in path and not glob.glob(path):
         raise DataError(f"no file matches {path!r}")
     return engine.relation_for_path(path)
 
@@ -183,12 +296,14 @@ def _is_dataframe(obj: Any) -> bool:
 
 
 def _looks_like_path(text: str) -> bool:
+    """A data file's extension, a glob, a separator or a URL: never the mere existence of a
+    file, which would read a folder ``wine/`` for the table ``wine``."""
     return (
-        os.sep in text
-        or "*" in text
+        "/" in text
+        or os.sep in text
         or "://" in text
-        or os.path.exists(text)
-        or text.lower().endswith((".parquet", ".csv", ".tsv", ".json", ".jsonl", ".gz", ".arff"))
+        or any(c in text for c in GLOB_CHARACTERS)
+        or text.lower().endswith(FILE_EXTENSIONS)
     )
 
 

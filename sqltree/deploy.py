@@ -20,6 +20,8 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.dialects.dialect import Dialect, Dialects
 
+from .errors import DataError, OptionError
+
 __all__ = ["check_unquoted_name", "dbt_model", "dbt_ref", "unquote_identifiers"]
 
 _PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -61,7 +63,7 @@ def check_unquoted_name(name: str, dialect: str, what: str = "column") -> None:
     elif not _reads_as_column(name, dialect):
         reason = f"{dialect} reads it as something other than a column name when it is"
     if reason is not None:
-        raise ValueError(
+        raise OptionError(
             f"the {what} {name!r} cannot be written unquoted: {reason} written without "
             "quotes; keep the identifiers quoted (the default), or rename it"
         )
@@ -86,7 +88,7 @@ def unquote_identifiers(expression: exp.Expression, dialect: str) -> exp.Express
     unquoted names to (upper case for Snowflake and Oracle, lower case for most others, as
     written for case-sensitive dialects such as MySQL and ClickHouse); changes it in place.
 
-    Raises ValueError naming the first identifier that cannot be written unquoted
+    Raises OptionError naming the first identifier that cannot be written unquoted
     (``check_unquoted_name``).
     """
     target = Dialect.get_or_raise(dialect)
@@ -109,7 +111,7 @@ def _what(ident: exp.Identifier) -> str:
 def dbt_ref(name: str) -> exp.Table:
     """``{{ ref('name') }}`` as a relation sqlglot writes as it is (a dbt model name)."""
     if not isinstance(name, str) or not _DBT_NAME.match(name):
-        raise ValueError(
+        raise OptionError(
             f"a dbt ref names a model: letters, digits and underscores, not {name!r}"
         )
     return exp.Table(this=exp.Var(this=f"{{{{ ref('{name}') }}}}"))
@@ -131,5 +133,5 @@ def _raw(text: str) -> str:
     if not any(mark in text for mark in _JINJA):
         return text
     if _RAW_END.search(text):
-        raise ValueError("the scoring SQL holds Jinja's endraw tag, which no dbt model can quote")
+        raise DataError("the scoring SQL holds Jinja's endraw tag, which no dbt model can quote")
     return "{% raw %}" + text + "{% endraw %}"

@@ -29,7 +29,7 @@ from .compiler.blocks import column, dnum, literal
 from .compiler.scoring import Names, build_scoring_query
 from .dataset import resolve_relation, sort_key
 from .engines import get_engine
-from .errors import DataError
+from .errors import DataError, OptionError
 from .tree import Node, Value, format_value, scoring_tree
 
 EPS = sys.float_info.epsilon
@@ -345,7 +345,7 @@ def model_weight(model: Scorable, weight: str | bool) -> str | None:
     if weight is False:
         return None
     if not isinstance(weight, str) or not weight:
-        raise ValueError(f"weight must be True, False or a column name, not {weight!r}")
+        raise OptionError(f"weight must be True, False or a column name, not {weight!r}")
     return weight
 
 
@@ -361,7 +361,7 @@ def evaluate(
     """Evaluate ``model`` on ``source`` in the engine (see ``Model.evaluate``)."""
     root = scoring_tree(model.root, unknown)
     if not isinstance(title, str):
-        raise ValueError(f"title must be text, not {title!r}")
+        raise OptionError(f"title must be text, not {title!r}")
     weight_column = model_weight(model, weight)
     engine = get_engine(connection)
     try:

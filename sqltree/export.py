@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .errors import OptionError
 from .tree import Node, Split, Value
 
 __all__ = [
@@ -94,7 +95,7 @@ def _count(root: Node) -> tuple[int, int]:
 def check_depth(max_depth: int | None) -> int | None:
     if max_depth is not None and (isinstance(max_depth, bool) or not isinstance(max_depth, int)
                                   or max_depth < 0):
-        raise ValueError(f"max_depth must be a whole number >= 0 or None, not {max_depth!r}")
+        raise OptionError(f"max_depth must be a whole number >= 0 or None, not {max_depth!r}")
     return max_depth
 
 

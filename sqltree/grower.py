@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from . import progress as reporting
 from . import queries as q
 from .compiler import collector_paused
 from .dataset import Dataset, Feature
@@ -274,13 +275,24 @@ Progress = Callable[[LevelStats], None]
 
 
 def print_progress(level: LevelStats) -> None:
-    """A progress callback that writes one line per level to standard error."""
-    print(
-        f"level {level.depth}: {level.nodes} nodes, {level.splits} split, "
-        f"{level.queries} queries, {level.seconds:.2f} s",
-        file=sys.stderr,
-        flush=True,
+    """A per-level callback that writes the level's line to standard error."""
+    print(_level_line(level), file=sys.stderr, flush=True)
+
+
+def _level_line(level: LevelStats, weight: float | None = None) -> str:
+    rows = "" if weight is None else f"{reporting.rows(weight)} rows, "
+    return (
+        f"level {level.depth}: {reporting.count(level.nodes, 'node')}, {rows}"
+        f"{level.splits:,} split, {level.queries} queries, {level.seconds:.2f} s"
     )
+
+
+def report_level(level: LevelStats, weight: float, progress: Progress | None) -> None:
+    """Report a grown level: to ``sqltree.progress`` (the weight of its nodes read as rows),
+    and to ``progress``, a per-level callback of a caller of ``grow``."""
+    reporting.step("grow", _level_line(level, weight), weight=weight, **vars(level))
+    if progress is not None:
+        progress(level)
 
 
 def grow_with(strategy: Strategy, progress: Progress | None = None) -> tuple[Node, GrowStats]:
@@ -291,8 +303,17 @@ def grow_with(strategy: Strategy, progress: Progress | None = None) -> tuple[Nod
     # growing tree (22 full collections, 3-4 s of an 18 s growth of a million rows); instead
     # ``_grow`` collects the young generations once per level, which frees the level's
     # expressions and moves the nodes out of the way of later collections.
-    with collector_paused():
-        return _grow(strategy, progress)
+    data, options = strategy.data, strategy.options
+    start = f"growing a {options.algorithm} tree on {reporting.rows(sum(data.class_weights))} rows"
+    with collector_paused(), reporting.phase("grow", start) as phase:
+        root, stats = _grow(strategy, progress)
+        leaves = sum(1 for _ in root.leaves())
+        phase.done(
+            f"grown: {reporting.count(leaves, 'leaf', 'leaves')}, "
+            f"{reporting.count(len(stats.levels), 'level')}, {stats.seconds:.2f} s",
+            leaves=leaves, levels=len(stats.levels), queries=stats.queries,
+        )
+        return root, stats
 
 
 def _choose(
@@ -345,8 +366,7 @@ def _grow(strategy: Strategy, progress: Progress | None) -> tuple[Node, GrowStat
             )
             stats.levels.append(level_stats)
             stats.scans += scans
-            if progress is not None:
-                progress(level_stats)
+            report_level(level_stats, sum(p.node.weight for p in frontier.values()), progress)
             frontier = next_frontier
             level = new_level
             depth += 1

@@ -14,12 +14,14 @@ from sqlglot import exp
 from sqlglot.errors import ErrorLevel
 
 from . import compiler
+from . import progress as reporting
 from .compiler.scoring import build_scoring_query
 from .criteria import predicted_class
 from .deploy import dbt_model, dbt_ref, unquote_identifiers
-from .errors import DataError, ModelFileError
+from .errors import DataError, ModelFileError, OptionError
 from .model_file import FORMAT, FORMAT_VERSION, read_json, validate
-from .tree import Node, Value, check_unknown, format_value, scoring_tree
+from .options import check_dialect
+from .tree import CONTINUOUS, Node, Value, check_unknown, format_value, scoring_tree
 
 if TYPE_CHECKING:
     from .evaluation import Evaluation
@@ -200,7 +202,7 @@ class Model:
             return compiler.compile_label(root, self.classes, table)
         if output == "leaf":
             return compiler.compile_leaf(root, table)
-        raise ValueError(f"output must be 'label' or 'leaf', not {output!r}")
+        raise OptionError(f"output must be 'label' or 'leaf', not {output!r}")
 
     def to_sql(
         self,
@@ -237,20 +239,30 @@ class Model:
             False writes every identifier unquoted, in the case the dialect folds unquoted
             names to (``OUTLOOK`` for Snowflake, ``outlook`` for PostgreSQL), for tables whose
             columns were created unquoted; a name that cannot be written unquoted (``it's``,
-            ``select``) raises ValueError.
+            ``select``) raises OptionError.
         """
+        check_dialect(dialect)
+        if output not in ("label", "leaf"):
+            raise OptionError(f"output must be 'label' or 'leaf', not {output!r}")
         if table is None:
             if view is not None:
-                raise ValueError("a view needs the table it reads: pass table=...")
+                raise OptionError("a view needs the table it reads: pass table=...")
             if proba:
-                raise ValueError("probabilities are columns: pass table=... to get a query")
-            expression = self.to_expression(output, unknown=unknown)
-        else:
-            expression = self._select(exp.to_table(table, dialect=dialect), output, column,
-                                      proba, unknown, view=view, dialect=dialect)
-        if not quote_identifiers:
-            unquote_identifiers(expression, dialect)
-        return render(expression, dialect, pretty)
+                raise OptionError("probabilities are columns: pass table=... to get a query")
+        check_unknown(unknown)
+        start = f"compiling {self.n_leaves:,} leaves to {dialect} SQL"
+        with reporting.phase("compile", start) as phase:
+            if table is None:
+                expression = self.to_expression(output, unknown=unknown)
+            else:
+                expression = self._select(exp.to_table(table, dialect=dialect), output, column,
+                                          proba, unknown, view=view, dialect=dialect)
+            if not quote_identifiers:
+                unquote_identifiers(expression, dialect)
+            sql = render(expression, dialect, pretty)
+            phase.done(f"compiled {self.n_leaves:,} leaves into {len(sql):,} characters of "
+                       f"{dialect} SQL, {phase.seconds:.2f} s", characters=len(sql))
+        return sql
 
     def to_dbt(
         self,
@@ -268,13 +280,19 @@ class Model:
         prediction FROM {{ ref('sales') }}``, Jinja left as it is, for the warehouse's
         ``dialect``. Save it under the project's ``models/``; the options are ``to_sql``'s.
         """
+        check_dialect(dialect)
         relation = dbt_ref(ref)
-        query = self._select(relation, output, column, proba, unknown)
-        if not quote_identifiers:
-            unquote_identifiers(query, dialect)
         header = (f"{self.target} predicted by a sqltree {self.options.get('algorithm')} tree "
                   f"({self.n_leaves} leaves), compiled for {dialect}")
-        return dbt_model(render(query, dialect, pretty), relation, header)
+        start = f"compiling {self.n_leaves:,} leaves to a {dialect} dbt model"
+        with reporting.phase("compile", start) as phase:
+            query = self._select(relation, output, column, proba, unknown)
+            if not quote_identifiers:
+                unquote_identifiers(query, dialect)
+            text = dbt_model(render(query, dialect, pretty), relation, header)
+            phase.done(f"compiled {self.n_leaves:,} leaves into a dbt model of {len(text):,} "
+                       f"characters, {phase.seconds:.2f} s", characters=len(text))
+        return text
 
     def _select(self, relation: exp.Expression, output: str, column: str, proba: bool,
                 unknown: str, *, view: str | None = None, dialect: str = "duckdb"
@@ -369,16 +387,13 @@ class Model:
         from .dataset import resolve_relation
         from .engines import get_engine
 
+        check_unknown(unknown)
         engine = get_engine(connection)
         try:
             relation = resolve_relation(source, engine)
-            names = [n for n, _ in engine.columns(relation)]
-            missing = [
-                f for f in sorted({n.split.feature for n in self.root.walk() if n.split})
-                if f not in names
-            ]
-            if missing:
-                raise DataError(f"columns the tree tests are not in the source: {missing}")
+            schema = engine.columns(relation)
+            names = [n for n, _ in schema]
+            self._check_source(dict(schema), engine.dialect)
             taken = {n.lower() for n in names}
             clash = [c for c in [column, *(self.proba_columns() if proba else [])]
                      if c.lower() in taken]
@@ -391,13 +406,37 @@ class Model:
                 expand=engine.VECTORIZED, ordered=into is None, unknown=unknown,
             )
             # The engine copies the query before rendering it; see compiler.collector_paused.
-            with compiler.collector_paused():
+            start = f"scoring {relation.meta['sqltree_source']} with {self.n_leaves:,} leaves"
+            with compiler.collector_paused(), reporting.phase("score", start) as phase:
                 if into is not None:
                     engine.create_table(into, query)
+                    phase.done(f"scored into {into!r}, {phase.seconds:.2f} s")
                     return None
-                return engine.frame(query)
+                frame = engine.frame(query)
+                phase.done(f"scored {len(frame):,} rows, {phase.seconds:.2f} s", rows=len(frame))
+                return frame
         finally:
             engine.cleanup()
+
+    def _check_source(self, types: dict[str, exp.DataType], dialect: str) -> None:
+        """Refuse a scoring source without a column the tree tests, or with text where the
+        tree compares numbers (the engine's own error would name neither)."""
+        tested = {n.split.feature: n.split for n in self.root.walk() if n.split}
+        missing = sorted(f for f in tested if f not in types)
+        if missing:
+            raise DataError(f"columns the tree tests are not in the source: {missing}")
+        kinds = {f.name: f.kind for f in self.features}
+        untyped = (exp.DataType.Type.NULL, exp.DataType.Type.UNKNOWN)
+        for name in sorted(tested):
+            dtype = types[name]
+            if kinds.get(name) == CONTINUOUS and not dtype.is_type(
+                *exp.DataType.NUMERIC_TYPES, *untyped
+            ):
+                raise DataError(
+                    f"column {name!r} is {dtype.sql(dialect)} in the source, but the tree "
+                    f"compares it with numbers ({name} <= {tested[name].threshold!r}); cast "
+                    "it to a number in a query"
+                )
 
     def evaluate(
         self,
@@ -501,8 +540,8 @@ def _refuse_duplicates(names: Sequence[str]) -> None:
     lowered = [n.lower() for n in names]
     twice = sorted({n for n, low in zip(names, lowered) if lowered.count(low) > 1})
     if twice:
-        raise ValueError(f"output columns {twice} would have the same name: choose another "
-                         "column=")
+        raise OptionError(f"output columns {twice} would have the same name: choose another "
+                          "column=")
 
 
 def features_info(features: Sequence[Any]) -> list[FeatureInfo]:

@@ -8,12 +8,13 @@ without a word and ignore it. Options the command line always passes at their de
 
 from __future__ import annotations
 
+import difflib
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from numbers import Integral, Real
 from typing import Any
 
-from .errors import UnsupportedError
+from .errors import OptionError, UnsupportedOptionError
 
 ALGORITHMS = ("c4.5", "id3", "cart")
 MISSING = ("fractional", "majority", "drop")
@@ -30,12 +31,39 @@ DEFAULT_CF = 0.25
 def normalise_algorithm(algorithm: Any) -> str:
     """``"C4.5"``, ``"c45"``, ``"J48"`` -> ``"c4.5"``; anything unknown is refused."""
     if not isinstance(algorithm, str):
-        raise ValueError(f"algorithm must be one of {ALGORITHMS}, not {algorithm!r}")
+        raise OptionError(f"algorithm must be one of {ALGORITHMS}, not {algorithm!r}")
     name = algorithm.strip().lower()
     name = {"c45": "c4.5", "j48": "c4.5"}.get(name, name)
     if name not in ALGORITHMS:
-        raise ValueError(f"algorithm must be one of {ALGORITHMS}, not {algorithm!r}")
+        raise OptionError(f"algorithm must be one of {ALGORITHMS}, not {algorithm!r}")
     return name
+
+
+def check_keywords(function: str, given: Iterable[str], known: Iterable[str]) -> None:
+    """Refuse keyword arguments ``function`` does not take, suggesting the nearest known name
+    (``max_dept`` -> ``max_depth``): a misspelt option would otherwise be ignored."""
+    known = list(known)
+    unknown = sorted(set(given) - set(known))
+    if not unknown:
+        return
+    hints = []
+    for name in unknown:
+        near = difflib.get_close_matches(name, known, n=1)
+        hints.append(f"{name!r} (did you mean {near[0]!r}?)" if near else repr(name))
+    raise UnsupportedOptionError(
+        f"{function}() got unexpected keyword arguments: {', '.join(hints)}"
+    )
+
+
+def check_dialect(dialect: Any) -> str:
+    """The name of a sqlglot dialect, or an ``OptionError`` naming the nearest one."""
+    from sqlglot.dialects.dialect import Dialect
+
+    try:
+        Dialect.get_or_raise(dialect)
+    except ValueError as error:
+        raise OptionError(str(error)) from None
+    return str(dialect)
 
 
 def check_train_options(
@@ -58,7 +86,8 @@ def check_train_options(
     validation: Any,
     cart_options: Mapping[str, Any],
 ) -> None:
-    """Raise ``ValueError``/``UnsupportedError`` for an option that is invalid or unused."""
+    """Raise ``OptionError`` for an option that is invalid, ``UnsupportedOptionError`` for one
+    the algorithm does not use."""
     _check_columns(target, features, nominal, continuous, weight)
     if min_cases is not None:
         _number("min_cases", min_cases, low=0.0)
@@ -67,51 +96,53 @@ def check_train_options(
     _number("min_samples_split", min_samples_split, low=0.0)
     _number("min_gain", min_gain, low=0.0)
     if missing not in MISSING:
-        raise ValueError(f"missing must be one of {MISSING}, not {missing!r}")
+        raise OptionError(f"missing must be one of {MISSING}, not {missing!r}")
     if max_bins is not None:
         _integer("max_bins", max_bins, low=2)
     if pruning not in (*PRUNING, None, "default"):
-        raise ValueError(f"pruning must be one of {PRUNING} or None, not {pruning!r}")
+        raise OptionError(f"pruning must be one of {PRUNING} or None, not {pruning!r}")
     _number("cf", cf, low=0.0, high=0.5, open_low=True)
     if not isinstance(subtree_raising, bool):
-        raise ValueError(f"subtree_raising must be True or False, not {subtree_raising!r}")
+        raise OptionError(f"subtree_raising must be True or False, not {subtree_raising!r}")
     if (pruning == "reduced-error") != (validation is not None):
-        raise ValueError("reduced-error pruning and a validation source go together")
+        raise OptionError("reduced-error pruning and a validation source go together")
 
     if algorithm == "cart":
         _refuse_for_cart(min_cases, min_gain, missing, pruning, cf, subtree_raising)
         _check_cart(cart_options)
         return
     if cart_options:
-        raise UnsupportedError(
+        raise UnsupportedOptionError(
             f"{sorted(cart_options)} apply to algorithm='cart' only, not {algorithm!r}"
         )
     c45_pruning = pruning == "c4.5" or (pruning == "default" and algorithm == "c4.5")
     if not c45_pruning and (cf != DEFAULT_CF or subtree_raising is not True):
-        raise UnsupportedError("cf and subtree_raising apply to C4.5's error-based pruning only")
+        raise UnsupportedOptionError(
+            "cf and subtree_raising apply to C4.5's error-based pruning only"
+        )
 
 
 def _check_columns(
     target: str, features: Any, nominal: Any, continuous: Any, weight: str | None
 ) -> None:
     if not isinstance(target, str) or not target:
-        raise ValueError(f"target must be a column name, not {target!r}")
+        raise OptionError(f"target must be a column name, not {target!r}")
     if weight is not None and (not isinstance(weight, str) or not weight):
-        raise ValueError(f"weight must be a column name, not {weight!r}")
+        raise OptionError(f"weight must be a column name, not {weight!r}")
     if weight == target:
-        raise ValueError(f"the weight column {weight!r} is also the target")
+        raise OptionError(f"the weight column {weight!r} is also the target")
     for what, names in (("features", features), ("nominal", nominal),
                         ("continuous", continuous)):
         if names is None:
             continue
         if isinstance(names, str):
-            raise ValueError(f"{what} must be a list of column names, not the string {names!r}")
+            raise OptionError(f"{what} must be a list of column names, not the string {names!r}")
         roles = {target: "target", weight: "weight"}
         clash = [n for n in names if n in roles]
         if clash:
-            raise ValueError(f"{what} lists the {roles[clash[0]]} column {clash[0]!r}")
+            raise OptionError(f"{what} lists the {roles[clash[0]]} column {clash[0]!r}")
         if len(set(names)) != len(list(names)):
-            raise ValueError(f"{what} lists a column twice: {list(names)}")
+            raise OptionError(f"{what} lists a column twice: {list(names)}")
 
 
 def _refuse_for_cart(
@@ -128,7 +159,7 @@ def _refuse_for_cart(
         ) if given
     ]
     if unused:
-        raise UnsupportedError(
+        raise UnsupportedOptionError(
             f"{unused} do not apply to CART; its options follow scikit-learn "
             f"({', '.join(CART_OPTIONS)}, max_depth, min_samples_split), and it prunes by "
             "cost complexity (ccp_alpha)"
@@ -138,7 +169,7 @@ def _refuse_for_cart(
 def _check_cart(options: Mapping[str, Any]) -> None:
     criterion = options.get("criterion", "gini")
     if criterion not in CART_CRITERIA:
-        raise ValueError(f"criterion must be one of {CART_CRITERIA}, not {criterion!r}")
+        raise OptionError(f"criterion must be one of {CART_CRITERIA}, not {criterion!r}")
     leaf = options.get("min_samples_leaf", 1)
     if isinstance(leaf, float) and not isinstance(leaf, bool):
         _number("min_samples_leaf", leaf, low=0.0, high=1.0, open_low=True, open_high=True)
@@ -154,7 +185,9 @@ def _check_cart(options: Mapping[str, Any]) -> None:
     if class_weight is None or class_weight == "balanced":
         return
     if not isinstance(class_weight, Mapping):
-        raise ValueError(f"class_weight must be None, 'balanced' or a dict, not {class_weight!r}")
+        raise OptionError(
+            f"class_weight must be None, 'balanced' or a dict, not {class_weight!r}"
+        )
     for label, w in class_weight.items():
         _number(f"class_weight[{label!r}]", w, low=0.0)
 
@@ -169,17 +202,17 @@ def _number(
     open_high: bool = False,
 ) -> None:
     if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number, not {value!r}")
+        raise OptionError(f"{name} must be a finite number, not {value!r}")
     if value < low or (open_low and value == low) or value > high or (
         open_high and value == high
     ):
         left = "(" if open_low else "["
         right = ")" if open_high or high == math.inf else "]"
-        raise ValueError(f"{name} must be in {left}{low:g}, {high:g}{right}, not {value!r}")
+        raise OptionError(f"{name} must be in {left}{low:g}, {high:g}{right}, not {value!r}")
 
 
 def _integer(name: str, value: Any, *, low: int) -> None:
     if isinstance(value, bool) or not isinstance(value, Integral):
-        raise ValueError(f"{name} must be a whole number, not {value!r}")
+        raise OptionError(f"{name} must be a whole number, not {value!r}")
     if value < low:
-        raise ValueError(f"{name} must be at least {low}, not {value!r}")
+        raise OptionError(f"{name} must be at least {low}, not {value!r}")

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import UnsupportedError
+from .errors import OptionError, UnsupportedError
 from .export import check_depth, edge_label, is_cut, node_lines, resolve_tree, shown_as_label
 from .tree import Node, Value
 
@@ -26,7 +26,7 @@ def render(dot: str, path: str | os.PathLike[str]) -> None:
     """Write DOT text to ``path``: as it is for ``.dot``, else drawn by Graphviz as ``.svg``,
     ``.png`` or ``.pdf``.
 
-    Raises UnsupportedError for another extension, or when the ``graphviz`` package or
+    Raises OptionError for another extension, UnsupportedError when the ``graphviz`` package or
     Graphviz's ``dot`` program is missing (the message says how to install it).
     """
     fmt = picture_format(path)
@@ -58,7 +58,7 @@ def picture_format(path: str | os.PathLike[str]) -> str:
     if ext == "gv":
         ext = "dot"
     if ext != "dot" and ext not in PICTURE_FORMATS:
-        raise UnsupportedError(
+        raise OptionError(
             f"cannot tell what to write from {os.fspath(path)!r}: name a .dot, .svg, .png or "
             ".pdf file"
         )

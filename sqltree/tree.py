@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .criteria import predicted_class
+from .errors import OptionError
 
 Value = Any  # a nominal value as the engine returns it: str, bool, int or float
 
@@ -255,9 +256,9 @@ fractional cases): exactly, as a weighted sum over the branches, or down the hea
 
 
 def check_unknown(unknown: str) -> str:
-    """``unknown`` if it is one of ``UNKNOWN_ROUTES``, else ValueError."""
+    """``unknown`` if it is one of ``UNKNOWN_ROUTES``, else OptionError."""
     if unknown not in UNKNOWN_ROUTES:
-        raise ValueError(f"unknown must be one of {list(UNKNOWN_ROUTES)}, not {unknown!r}")
+        raise OptionError(f"unknown must be one of {list(UNKNOWN_ROUTES)}, not {unknown!r}")
     return unknown
 
 

@@ -1,9 +1,12 @@
-"""The command line on bad input: one line on standard error, exit status 2, no traceback,
-and no DuckDB database created by a mistyped path."""
+"""The command line on bad input: one line on standard error and no traceback; exit status 2
+when the command line is wrong, 1 when its input cannot be used, 130 after a Ctrl-C; no file
+or DuckDB database left behind by a mistake."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 
@@ -11,8 +14,11 @@ import duckdb
 import pytest
 
 import sqltree
+from sqltree import progress
 from sqltree.cli import main
 from tests.helpers import GOLF
+
+USAGE, DATA, INTERRUPTED = 2, 1, 130
 
 
 @pytest.fixture(scope="module")
@@ -44,20 +50,27 @@ def one_error_line(err: str) -> str:
     return lines[0]
 
 
+def refused(capsys, status: int, *args) -> str:
+    """Run the command; check it failed with ``status``, printing one error line only."""
+    got, out, err = run(capsys, *args)
+    assert got == status and out == "", (got, out, err)
+    line = one_error_line(err)
+    assert line.startswith("sqltree") and ": error: " in line
+    return line
+
+
 # -- --connect -------------------------------------------------------------------------------------
 @pytest.mark.parametrize("command", [
-    ["train", GOLF, "--target", "play", "-q"],
+    ["train", GOLF, "--target", "play", "-q", "-o", "OUT"],
     ["predict", "MODEL", GOLF, "--into", "scored"],
     ["scores", GOLF, "--target", "play"],
 ])
 def test_connect_to_a_missing_duckdb_file_is_refused(tmp_path, capsys, model_file, command):
     typo = tmp_path / "typo.duckdb"
-    args = [model_file if a == "MODEL" else a for a in command]
-    status, out, err = run(capsys, *args, "--connect", typo)
-    assert status == 2 and out == ""
-    line = one_error_line(err)
+    names = {"MODEL": model_file, "OUT": tmp_path / "m.json"}
+    line = refused(capsys, DATA, *[names.get(a, a) for a in command], "--connect", typo)
     assert str(typo) in line and "does not exist" in line and "--create-db" in line
-    assert not typo.exists()
+    assert not typo.exists() and not (tmp_path / "m.json").exists()
 
 
 def test_create_db_creates_the_database(tmp_path, capsys, model_file):
@@ -75,20 +88,37 @@ def test_create_db_creates_the_database(tmp_path, capsys, model_file):
 
 
 def test_connect_to_an_unknown_kind_of_url_is_refused(capsys):
-    status, _, err = run(capsys, "train", GOLF, "-t", "play", "--connect", "mysql://db/x")
-    assert status == 2
-    assert "postgresql:// URL or a DuckDB database file" in one_error_line(err)
+    line = refused(capsys, USAGE, "train", GOLF, "-t", "play", "--connect", "mysql://db/x")
+    assert "postgresql:// URL or a DuckDB database file" in line
 
 
 def test_connect_to_a_file_that_is_not_a_database(tmp_path, capsys):
-    status, _, err = run(capsys, "train", GOLF, "-t", "play", "--connect", tmp_path)
-    assert status == 2
-    assert str(tmp_path) in one_error_line(err)
+    line = refused(capsys, DATA, "train", GOLF, "-t", "play", "--connect", tmp_path)
+    assert f"DuckDB cannot open {str(tmp_path)!r}" in line
 
 
 def test_in_memory_duckdb_needs_no_file(capsys):
     status, _, err = run(capsys, "scores", GOLF, "-t", "play", "--connect", ":memory:")
     assert status == 0, err
+
+
+@pytest.mark.postgres
+def test_connect_to_a_server_that_refuses(capsys, tmp_path):
+    # Port 1 on this machine: nothing listens there, so the connection is refused at once.
+    line = refused(capsys, DATA, "train", GOLF, "-t", "play", "-o", tmp_path / "m.json",
+                   "--connect", "postgresql://nobody:secret@127.0.0.1:1/x")
+    assert "PostgreSQL: cannot connect to postgresql://nobody@127.0.0.1:1/x" in line
+    assert "refused" in line and "secret" not in line
+
+
+@pytest.mark.postgres
+def test_a_mistyped_table_on_postgres(capsys, tmp_path, postgres_url):
+    line = refused(capsys, DATA, "train", "no_such_table", "-t", "play",
+                   "-o", tmp_path / "m.json", "--connect", postgres_url)
+    assert line == (
+        "sqltree: error: PostgreSQL cannot read table 'no_such_table': relation "
+        '"no_such_table" does not exist. (SQLSTATE 42P01)'
+    )
 
 
 # -- model files -----------------------------------------------------------------------------------
@@ -98,17 +128,15 @@ MODEL_COMMANDS = [["show"], ["rules"], ["dot"], ["sql"], ["predict", "M", GOLF]]
 @pytest.mark.parametrize("command", MODEL_COMMANDS, ids=lambda c: c[0])
 def test_a_missing_model_file(tmp_path, capsys, command):
     missing = tmp_path / "missing.json"
-    status, _, err = run(capsys, *command[:1], missing, *command[2:])
-    assert status == 2
-    assert one_error_line(err) == f"sqltree: error: {missing}: No such file or directory"
+    line = refused(capsys, DATA, *command[:1], missing, *command[2:])
+    assert line == f"sqltree: error: {missing}: No such file or directory"
 
 
 @pytest.mark.parametrize("command", MODEL_COMMANDS, ids=lambda c: c[0])
 def test_a_cyclic_model_file(capsys, cyclic_file, command):
     # before: show walked the cycle until memory ran out
-    status, _, err = run(capsys, *command[:1], cyclic_file, *command[2:])
-    assert status == 2
-    assert one_error_line(err) == (
+    line = refused(capsys, DATA, *command[:1], cyclic_file, *command[2:])
+    assert line == (
         f"sqltree: error: {cyclic_file}: node 2: child 0 is the root: the tree would be a cycle"
     )
 
@@ -122,84 +150,157 @@ def test_a_cyclic_model_file(capsys, cyclic_file, command):
 def test_model_files_that_are_not_models(tmp_path, capsys, content, message):
     path = tmp_path / "bad.json"
     path.write_bytes(content)
-    status, _, err = run(capsys, "show", path)
-    assert status == 2
-    line = one_error_line(err)
+    line = refused(capsys, DATA, "show", path)
     assert line.startswith(f"sqltree: error: {path}: ") and message in line
 
 
 def test_a_folder_as_model_file(tmp_path, capsys):
-    status, _, err = run(capsys, "show", tmp_path)
-    assert status == 2
-    assert one_error_line(err) == f"sqltree: error: {tmp_path}: Is a directory"
+    line = refused(capsys, DATA, "show", tmp_path)
+    assert line == f"sqltree: error: {tmp_path}: Is a directory"
 
 
-# -- sources and options ---------------------------------------------------------------------------
+# -- sources ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("command, message", [
-    (["train", "missing.csv", "-t", "play"], "missing.csv"),
-    (["train", "no_such_table", "-t", "play"], "no_such_table"),
+    (["train", "missing.csv", "-t", "play"], "no file matches 'missing.csv'"),
+    (["train", "no_such_table", "-t", "play"],
+     "DuckDB cannot read table 'no_such_table': Catalog Error: Table with name no_such_table "
+     "does not exist!"),
+    (["train", "SELECT nope FROM read_csv('GOLF')", "-t", "play"],
+     "DuckDB cannot read the query \"SELECT nope FROM read_csv('"),
     (["train", "SELECT * FROM", "-t", "play"], "SELECT * FROM"),
-    (["train", GOLF, "-t", "nope"], "nope"),
-    (["predict", "M", "missing.csv"], "missing.csv"),
-    (["predict", "M", "no_such_table"], "no_such_table"),
-    (["scores", "missing.csv", "-t", "play"], "missing.csv"),
-], ids=["csv", "table", "query", "target", "predict-csv", "predict-table", "scores-csv"])
-def test_a_missing_source(capsys, model_file, command, message):
-    args = [model_file if a == "M" else a for a in command]
-    status, out, err = run(capsys, *args, *(["-q"] if command[0] == "train" else []))
-    assert status == 2 and out == ""
-    assert message in one_error_line(err)
+    (["train", GOLF, "-t", "nope"], "target column 'nope' is not in the source"),
+    (["train", GOLF, "-t", "play", "--features", "nope"], "columns not in the source: ['nope']"),
+    (["predict", "M", "missing.csv"], "no file matches 'missing.csv'"),
+    (["predict", "M", "no_such_table"], "DuckDB cannot read table 'no_such_table'"),
+    (["scores", "missing.csv", "-t", "play"], "no file matches 'missing.csv'"),
+], ids=["csv", "table", "column", "query", "target", "feature", "predict-csv", "predict-table",
+        "scores-csv"])
+def test_a_missing_source_or_column(tmp_path, capsys, model_file, command, message):
+    names = {"M": str(model_file)}
+    args = [names.get(str(a), str(a).replace("GOLF", str(GOLF))) for a in command]
+    if command[0] == "train":
+        args += ["-q", "-o", tmp_path / "m.json"]
+    line = refused(capsys, DATA, *args)
+    assert message in line
+    assert not (tmp_path / "m.json").exists()
 
 
+def test_a_name_that_is_a_table_and_a_folder_is_refused(tmp_path, capsys, monkeypatch):
+    # before: the folder wine/ in the working directory was read instead of the table wine
+    monkeypatch.chdir(tmp_path)
+    database = tmp_path / "shop.duckdb"
+    with duckdb.connect(str(database)) as con:
+        con.execute(f"CREATE TABLE wine AS SELECT * FROM read_csv('{GOLF}')")
+        con.execute(f"COPY wine TO '{tmp_path}/golf.parquet'")
+    (tmp_path / "wine").mkdir()
+    os.replace(tmp_path / "golf.parquet", tmp_path / "wine" / "golf.parquet")
+    line = refused(capsys, USAGE, "train", "wine", "-t", "play", "--connect", database)
+    assert "write table:wine for the table or file:wine for the folder" in line
+    trees = []
+    for source in ("table:wine", "file:wine", "wine/"):
+        status, out, err = run(capsys, "train", source, "-t", "play", "--connect", database)
+        assert status == 0, err
+        trees.append(out)
+    assert "outlook = overcast: True (4.0)" in trees[0] and trees.count(trees[0]) == 3
+
+
+# -- options ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("options, message", [
     (["--max-depth", "x"], "argument --max-depth: invalid int value: 'x'"),
-    (["--max-depth", "-1"], "max_depth"),
-    (["--cf", "7"], "cf"),
-    (["--max-bins", "1"], "max_bins"),
+    (["--max-depth", "-1"], "max_depth must be at least 1, not -1"),
+    (["--max-depth", "0"], "max_depth must be at least 1, not 0"),
+    (["--cf", "7"], "cf must be in (0, 0.5], not 7.0"),
+    (["--cf", "0"], "cf must be in (0, 0.5], not 0.0"),
+    (["--max-bins", "1"], "max_bins must be at least 2, not 1"),
+    (["--max-bins", "0"], "max_bins must be at least 2, not 0"),
     (["--algorithm", "c5"], "argument --algorithm/-a: invalid choice: 'c5'"),
-    (["--criterion", "gini"], "criterion"),
-    (["--threads", "0"], "thread"),
-    (["--memory-limit", "lots"], "Memory"),
-    (["--features", "nope"], "nope"),
-    (["-o", "/nonexistent-folder/m.json"], "the folder '/nonexistent-folder' does not exist"),
+    (["--criterion", "gini"], "['criterion'] apply to algorithm='cart' only"),
+    (["-a", "cart", "--cf", "0.1"], "['cf'] do not apply to CART"),
+    (["--threads", "0"], "threads must be a whole number of at least 1, not 0"),
+    (["--memory-limit", "lots"], "memory_limit 'lots' is not a size DuckDB reads"),
     (["--connect", "postgresql://nobody@127.0.0.1:1/x", "--threads", "2"],
      "--threads and --memory-limit apply to DuckDB only"),
+], ids=lambda v: v if isinstance(v, str) and v.startswith("-") else None)
+def test_bad_training_options(tmp_path, capsys, options, message):
+    output = tmp_path / "m.json"
+    line = refused(capsys, USAGE, "train", GOLF, "-t", "play", "-q", "-o", output, *options)
+    assert message in line
+    assert not output.exists()
+
+
+@pytest.mark.parametrize("output, message", [
+    ("out.xlsx", "models are written as .json files"),
+    ("/nonexistent-folder/m.json", "the folder '/nonexistent-folder' does not exist"),
+    (".", "it is a folder"),
 ])
-def test_bad_training_options(capsys, options, message):
-    status, out, err = run(capsys, "train", GOLF, "-t", "play", "-q", *options)
-    assert status == 2 and out == ""
-    assert message in one_error_line(err)
+def test_train_output_checked_before_training(capsys, output, message):
+    assert message in refused(capsys, USAGE, "train", GOLF, "-t", "play", "-o", output)
+
+
+def test_quiet_without_output_is_refused(capsys):
+    # it used to train, print nothing and throw the model away
+    line = refused(capsys, USAGE, "train", GOLF, "-t", "play", "-q")
+    assert "without --output the trained model would be lost: add -o MODEL.json" in line
+
+
+def test_quiet_with_an_evaluation_prints_the_evaluation_only(capsys):
+    status, out, err = run(capsys, "train", GOLF, "-t", "play", "-q", "--folds", "2")
+    assert status == 0 and err == ""
+    assert "outlook" not in out and "Correctly Classified Instances" in out
 
 
 @pytest.mark.parametrize("options, message", [
-    (["--dialect", "nonsense"], "nonsense"),
+    (["--dialect", "postgress"], "Unknown dialect 'postgress'. Did you mean postgres?"),
+    (["--dialect", "nonsense"], "Unknown dialect 'nonsense'"),
     (["--view", "v"], "--view needs --table"),
     (["--proba"], "--proba needs --table"),
 ])
 def test_bad_sql_options(capsys, model_file, options, message):
-    status, out, err = run(capsys, "sql", model_file, *options)
-    assert status == 2 and out == ""
-    assert message in one_error_line(err)
+    assert message in refused(capsys, USAGE, "sql", model_file, *options)
 
 
-def test_predict_into_a_missing_folder(capsys, model_file):
-    status, _, err = run(capsys, "predict", model_file, GOLF, "-o", "/nonexistent-folder/p.csv")
-    assert status == 2
-    assert "does not exist" in one_error_line(err)
+@pytest.mark.parametrize("output, message", [
+    ("out.xlsx", "scored rows are written as .csv or .parquet files"),
+    ("/nonexistent-folder/p.csv", "the folder '/nonexistent-folder' does not exist"),
+])
+def test_predict_output_checked_before_scoring(capsys, model_file, output, message):
+    assert message in refused(capsys, USAGE, "predict", model_file, GOLF, "-o", output)
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet", ".CSV"])
+def test_predict_writes_the_kind_its_name_says(tmp_path, capsys, model_file, suffix):
+    output = tmp_path / f"scored{suffix}"
+    status, _, err = run(capsys, "predict", model_file, GOLF, "-o", output, "-q")
+    assert status == 0 and err == ""
+    assert (output.read_bytes()[:4] == b"PAR1") == (suffix == ".parquet")
+    assert os.listdir(tmp_path) == [output.name]  # no temporary file left
 
 
 def test_usage_errors_are_one_line(capsys):
     for args in ([], ["bogus"], ["show"], ["train", GOLF]):
         status, _, err = run(capsys, *args)
-        assert status == 2
+        assert status == USAGE
         assert one_error_line(err).endswith("--help)")
 
 
-# -- what stays as it was --------------------------------------------------------------------------
+# -- --debug, faults and Ctrl-C --------------------------------------------------------------------
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_debug_adds_the_traceback(capsys, where):
+    args = ["show", "missing.json"]
+    args = ["--debug", *args] if where == "before" else [*args, "--debug"]
+    status, out, err = run(capsys, *args)
+    assert status == DATA and out == ""
+    assert "Traceback (most recent call last)" in err and "FileNotFoundError" in err
+    assert err.rstrip().splitlines()[-1] == (
+        "sqltree: error: missing.json: No such file or directory"
+    )
+
+
 def test_help_lists_the_commands_and_options(capsys):
     status, out, _ = run(capsys, "--help")
     assert status == 0
-    for word in ("train", "predict", "sql", "show", "rules", "dot", "scores", "examples:"):
+    for word in ("train", "predict", "sql", "show", "rules", "dot", "scores", "examples:",
+                 "--debug"):
         assert word in out
     status, out, _ = run(capsys, "predict", "--help")
     assert status == 0 and "--connect" in out and "--create-db" in out
@@ -221,14 +322,63 @@ def test_interrupted(monkeypatch, capsys, model_file):
 
     monkeypatch.setattr(sqltree, "load", interrupted)
     status, _, err = run(capsys, "show", model_file)
-    assert status == 130 and one_error_line(err) == "sqltree: interrupted"
+    assert status == INTERRUPTED and one_error_line(err) == "sqltree: interrupted"
 
 
-def test_the_process_exits_2_without_a_traceback(tmp_path, cyclic_file):
-    for args in (["show", str(cyclic_file)],
-                 ["train", str(GOLF), "-t", "play", "--connect", str(tmp_path / "t.duckdb")]):
+def test_interrupted_training_cleans_up(tmp_path, capsys):
+    database = tmp_path / "shop.duckdb"
+    with duckdb.connect(str(database)) as con:
+        con.execute(f"CREATE TABLE golf AS SELECT * FROM read_csv('{GOLF}')")
+    output = tmp_path / "m.json"
+
+    def ctrl_c_after_level_0(event):
+        if event.phase == "grow" and event.kind == "step":
+            raise KeyboardInterrupt
+
+    with progress.listening(ctrl_c_after_level_0):
+        status, out, err = run(capsys, "train", "golf", "-t", "play", "-o", output,
+                               "--connect", database)
+    assert status == INTERRUPTED and out == ""
+    assert err.strip().splitlines()[-1] == "sqltree: interrupted" and "Traceback" not in err
+    assert not output.exists()
+    with duckdb.connect(str(database)) as con:
+        assert con.execute("SELECT table_name FROM duckdb_tables()").fetchall() == [("golf",)]
+
+
+def test_ctrl_c_in_the_process(tmp_path):
+    """A real SIGINT while a level is being grown: status 130, one line, no model file."""
+    data = tmp_path / "big.parquet"
+    with duckdb.connect() as con:
+        con.execute(
+            f"COPY (SELECT i % 97 AS a, (i * 7919) % 1009 AS b, i % 13 AS c, "
+            f"CASE WHEN (i * 31) % 101 < 50 THEN 'x' ELSE 'y' END AS y "
+            f"FROM range(300000) t(i)) TO '{data}'"
+        )
+    output = tmp_path / "m.json"
+    child = subprocess.Popen(
+        [sys.executable, "-m", "sqltree.cli", "train", str(data), "-t", "y", "-o", str(output)],
+        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+    )
+    lines = []
+    for line in child.stderr:
+        lines.append(line)
+        if line.startswith("level 0:"):
+            child.send_signal(signal.SIGINT)
+            break
+    rest = child.stderr.read()
+    assert child.wait(timeout=300) == INTERRUPTED, "".join(lines) + rest
+    assert rest.rstrip().splitlines()[-1] == "sqltree: interrupted"
+    assert "Traceback" not in rest
+    assert not output.exists() and os.listdir(tmp_path) == ["big.parquet"]
+
+
+def test_the_process_exits_with_one_line(tmp_path, cyclic_file):
+    for args, status in ((["show", str(cyclic_file)], DATA),
+                         (["train", str(GOLF), "-t", "play", "--connect",
+                           str(tmp_path / "t.duckdb")], DATA),
+                         (["train", str(GOLF), "-t", "play", "--max-depth", "-1"], USAGE)):
         done = subprocess.run([sys.executable, "-m", "sqltree.cli", *args],
                               capture_output=True, text=True, timeout=300)
-        assert done.returncode == 2 and done.stdout == ""
+        assert done.returncode == status and done.stdout == ""
         one_error_line(done.stderr)
     assert not (tmp_path / "t.duckdb").exists()

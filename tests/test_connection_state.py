@@ -33,7 +33,9 @@ def fail_at_level(level: int) -> Callable[[Any], None]:
     """A progress callback that fails training in the middle of growth."""
     seen = {"levels": 0}
 
-    def progress(_: Any) -> None:
+    def progress(event: Any) -> None:
+        if event.phase != "grow" or event.kind != "step":
+            return
         seen["levels"] += 1
         if seen["levels"] == level:
             raise Boom("stop")

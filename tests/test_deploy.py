@@ -22,6 +22,7 @@ import pytest
 
 import sqltree
 from sqltree.cli import main
+from sqltree.errors import OptionError
 from sqltree.model import FeatureInfo, Model
 from sqltree.tree import CONTINUOUS, NOMINAL, Node, Split
 from tests.helpers import GOLF, ROOT, mixed_table, read_csv
@@ -146,7 +147,7 @@ def test_unknown_must_be_a_known_route(trained):
     for call in (lambda: trained.to_sql(unknown="heaviest"),
                  lambda: trained.predict_row({}, unknown="drop"),
                  lambda: trained.to_dbt("sales", unknown="")):
-        with pytest.raises(ValueError, match="unknown must be one of"):
+        with pytest.raises(OptionError, match="unknown must be one of"):
             call()
 
 
@@ -213,16 +214,16 @@ def one_feature_model(feature: str, label: str = "yes") -> Model:
 def test_names_that_cannot_be_unquoted_are_refused(name):
     model = one_feature_model(name)
     assert model.to_sql("snowflake")  # quoted, any name is fine
-    with pytest.raises(ValueError, match=re.escape(f"the column {name!r} cannot be written "
+    with pytest.raises(OptionError, match=re.escape(f"the column {name!r} cannot be written "
                                                    "unquoted")):
         model.to_sql("snowflake", quote_identifiers=False)
 
 
 def test_output_and_table_names_that_cannot_be_unquoted_are_refused():
     model = one_feature_model("x", label="1.5")
-    with pytest.raises(ValueError, match=r"output column 'proba_1\.5'"):
+    with pytest.raises(OptionError, match=r"output column 'proba_1\.5'"):
         model.to_sql("postgres", table="t", proba=True, quote_identifiers=False)
-    with pytest.raises(ValueError, match="table name 'my table'"):
+    with pytest.raises(OptionError, match="table name 'my table'"):
         model.to_sql("postgres", table='"my table"', quote_identifiers=False)
     assert "FROM T" in model.to_sql("snowflake", table="t", quote_identifiers=False)
 
@@ -263,7 +264,7 @@ def test_dbt_keeps_jinja_like_text_from_jinja():
 
 @pytest.mark.parametrize("ref", ["", "sales; drop", "it's", "a.b", "{{ x }}"])
 def test_dbt_ref_must_name_a_model(trained, ref):
-    with pytest.raises(ValueError, match="a dbt ref names a model"):
+    with pytest.raises(OptionError, match="a dbt ref names a model"):
         trained.to_dbt(ref)
 
 
@@ -331,8 +332,10 @@ def cli(capsys, *args) -> tuple[int, str, str]:
 
 
 def test_sql_flags_give_what_to_sql_gives(capsys, model_file, trained):
-    assert cli(capsys, "sql", model_file, "--unknown", "majority") == (
-        0, trained.to_sql(unknown="majority") + "\n", "")
+    status, out, err = cli(capsys, "sql", model_file, "--unknown", "majority")
+    assert (status, out) == (0, trained.to_sql(unknown="majority") + "\n")
+    assert err.startswith(f"compiled {trained.n_leaves} leaves into ")
+    assert cli(capsys, "sql", model_file, "--unknown", "majority", "-q")[2] == ""
     status, out, _ = cli(capsys, "sql", model_file, "--leaf", "--table", "t", "-d", "postgres")
     assert status == 0
     assert out == trained.to_sql("postgres", output="leaf", table="t", column="leaf") + "\n"
@@ -347,7 +350,7 @@ def test_sql_writes_a_file(capsys, model_file, trained, tmp_path):
     target = tmp_path / "scored.sql"
     status, out, err = cli(capsys, "sql", model_file, "--dbt", "--source-ref", "sales",
                            "-o", target)
-    assert (status, out, err) == (0, "", f"wrote {target}\n")
+    assert (status, out, err.splitlines()[-1]) == (0, "", f"wrote {target}")
     assert target.read_text() == trained.to_dbt("sales")
 
 

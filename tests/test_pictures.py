@@ -12,7 +12,7 @@ import pytest
 import sqltree
 from sqltree import export, pictures
 from sqltree.cli import main
-from sqltree.errors import UnsupportedError
+from sqltree.errors import OptionError, UnsupportedError
 from sqltree.tree import Node, Split
 from sqltree.version import __version__
 from tests.helpers import GOLF, read_csv
@@ -115,7 +115,7 @@ def test_a_deep_tree_prints_only_its_top(tmp_path):
 @pytest.mark.parametrize("bad", [-1, 1.5, "2", True])
 def test_max_depth_must_be_a_whole_number(golf, bad):
     for call in (golf.text, golf.rules, golf.graphviz, golf.plot):
-        with pytest.raises(ValueError, match="max_depth must be a whole number >= 0"):
+        with pytest.raises(OptionError, match="max_depth must be a whole number >= 0"):
             call(max_depth=bad)
 
 
@@ -130,7 +130,7 @@ def test_render_writes_each_format(tmp_path, golf, name, start):
 
 
 def test_render_says_what_is_missing(tmp_path, golf, monkeypatch):
-    with pytest.raises(UnsupportedError, match=r"name a \.dot, \.svg, \.png or \.pdf file"):
+    with pytest.raises(OptionError, match=r"name a \.dot, \.svg, \.png or \.pdf file"):
         pictures.render(golf.graphviz(), tmp_path / "tree.xlsx")
     monkeypatch.setenv("PATH", str(tmp_path))  # no dot program to be found
     with pytest.raises(UnsupportedError, match=r"needs Graphviz's dot program.*apt-get install "
@@ -226,8 +226,8 @@ def test_dot_draws_a_picture(capsys, golf_file, tmp_path):
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["dot", "MODEL", "-o", "tree.xlsx"], "name a .dot, .svg, .png or .pdf file"),
-    (["dot", "nosuch.json", "-o", "tree.xlsx"], "name a .dot, .svg, .png or .pdf file"),
+    (["dot", "MODEL", "-o", "tree.xlsx"], "trees are written as .dot or .gv or .svg or .png"),
+    (["dot", "nosuch.json", "-o", "tree.xlsx"], "trees are written as .dot or .gv or .svg"),
     (["show", "MODEL", "--max-depth", "-1"], "expected a whole number >= 0, not '-1'"),
     (["rules", "MODEL", "--max-depth", "two"], "expected a whole number >= 0, not 'two'"),
     (["show", "MODEL", "--summary", "--max-depth", "2"], "--summary prints no tree"),

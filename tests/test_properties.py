@@ -630,16 +630,8 @@ def check_refused(case: Refusal) -> None:
 # as a SQL literal (plain ValueError); a query whose * repeats column names trains on the
 # engine's renamed copies (x_1, and the target's copy y_1 as a feature).
 NOT_YET = ("nan_nominal", "star_duplicates")
-# Checked by sqltree.options, which raises plain ValueError/TypeError for now: back into the
-# property when tests/test_regressions_found.py::test_invalid_options_raise_sqltree_errors
-# passes (its strict xfail then fails).
-CHECKED_OPTIONS = ("bad_option", "negative_class_weight", "unknown_keyword",
-                   "reduced_error_alone", "validation_alone", "no_features",
-                   "target_as_feature_list", "weight_is_target")
-
-
 @given(case=refusals(SPEC, kinds=[k for k in DATA_REFUSALS + OPTION_REFUSALS + SOURCE_REFUSALS
-                                  if k not in CHECKED_OPTIONS + NOT_YET]))
+                                  if k not in NOT_YET]))
 @settings(max_examples=examples(120))
 def test_invalid_input_is_refused_with_a_sqltree_error(case):
     """Wrong data, columns, sources or connections raise a ``sqltree.SqlTreeError``

@@ -139,8 +139,6 @@ def test_bins_over_the_whole_double_range(values):
 SMALL = pd.DataFrame({"x": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0], "y": list("aaabbb")})
 
 
-@pytest.mark.xfail(strict=True, reason="option validation: invalid options raise a plain "
-                   "ValueError/TypeError, not a sqltree.SqlTreeError subclass")
 @pytest.mark.parametrize("options", [
     {"max_depth": 0},
     {"algorithm": "c5.0"},
@@ -154,17 +152,17 @@ SMALL = pd.DataFrame({"x": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0], "y": list("aaabbb")})
     {"weight": "y"},
 ], ids=repr)
 def test_invalid_options_raise_sqltree_errors(options):
-    with warnings.catch_warnings(), pytest.raises(sqltree.SqlTreeError):
+    # They raised plain ValueError/TypeError (fixed: OptionError, UnsupportedOptionError).
+    with warnings.catch_warnings(), pytest.raises(sqltree.OptionError):
         warnings.simplefilter("ignore")
         sqltree.train(SMALL, target="y", **options)
 
 
-@pytest.mark.xfail(strict=True, reason="unassigned: predict on a table that does not exist "
-                   "lets DuckDB's CatalogException through (train raises a DataError)")
 @pytest.mark.parametrize("source", ["no_such_table", "SELECT * FROM nope"])
 def test_predict_on_a_missing_table_is_refused(source):
+    # DuckDB's CatalogException went through (fixed: a SourceError naming source and engine).
     model = sqltree.train(SMALL, target="y")
-    with pytest.raises(sqltree.SqlTreeError):
+    with pytest.raises(sqltree.SourceError, match="DuckDB cannot read"):
         model.predict(source)
 
 
@@ -193,16 +191,13 @@ def test_a_query_that_repeats_column_names_is_refused(query):
         sqltree.train(query, target="y", connection=con, min_cases=1)
 
 
-@pytest.mark.xfail(strict=True, reason="unassigned: predict does not check the source's types; "
-                   "text where the tree compares numbers fails in the engine (BinderException)")
 def test_predict_refuses_text_where_the_tree_compares_numbers():
+    # The engine's BinderException went through (fixed: predict checks the source's types).
     model = sqltree.train(SMALL, target="y", min_cases=1)
-    with pytest.raises(sqltree.SqlTreeError):
+    with pytest.raises(sqltree.DataError, match="compares it with numbers"):
         model.predict(pd.DataFrame({"x": ["abc", "1"]}))
 
 
-@pytest.mark.xfail(strict=True, reason="argument checks of to_sql and predict raise a plain "
-                   "ValueError, not a sqltree.SqlTreeError subclass")
 @pytest.mark.parametrize("call", [
     lambda m: m.to_sql(proba=True),
     lambda m: m.to_sql(output="weird"),
@@ -212,6 +207,7 @@ def test_predict_refuses_text_where_the_tree_compares_numbers():
 ], ids=["proba-without-table", "unknown-output", "view-without-table", "unknown-dialect",
         "column-named-like-a-probability"])
 def test_bad_scoring_arguments_raise_sqltree_errors(call):
+    # They raised plain ValueError (fixed: OptionError, still a ValueError).
     model = sqltree.train(SMALL, target="y", min_cases=1)
-    with pytest.raises(sqltree.SqlTreeError):
+    with pytest.raises(sqltree.OptionError):
         call(model)

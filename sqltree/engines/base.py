@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 from sqlglot import exp
 from sqlglot.errors import ErrorLevel
 
+from ..errors import SourceError, SqlTreeError
 from ..sqlexpr import values_table
 
 
@@ -77,6 +78,9 @@ class Engine(ABC):
 
     dialect: ClassVar[str]
     """The sqlglot dialect that queries are rendered in."""
+
+    NAME: ClassVar[str] = "the engine"
+    """The engine's name in messages (``DuckDB``, ``PostgreSQL``, ``Spark``)."""
 
     SUPPORTS_ASOF_JOIN: ClassVar[bool] = False
     """Whether ``ASOF JOIN`` (nearest earlier match by sort-merge) is available."""
@@ -255,10 +259,16 @@ class Engine(ABC):
         self.execute(create)
 
     def columns(self, relation: exp.Expression) -> list[tuple[str, exp.DataType]]:
-        """Names and types of a relation's columns, types parsed into sqlglot DataTypes."""
+        """Names and types of a relation's columns, types parsed into sqlglot DataTypes.
+
+        This is the first statement to read a user's source, so an error the engine raises
+        here is about that source (a missing table, column or file, a permission): it is
+        raised as a ``SourceError`` naming the source (``relation.meta["sqltree_source"]``)
+        and the engine.
+        """
         self.begin()
         query = exp.select("*").from_(_as_from(relation)).limit(0)
-        with self._statement():
+        with self.reading(relation.meta.get("sqltree_source", "the source")), self._statement():
             described = self._run_columns(self.render(query))
         out = []
         for name, type_text in described:
@@ -268,6 +278,27 @@ class Engine(ABC):
                 dtype = exp.DataType.build("UNKNOWN")
             out.append((name, dtype))
         return out
+
+    @contextmanager
+    def reading(self, source: str) -> Iterator[None]:
+        """Raise an engine's error in the enclosed block as a ``SourceError`` that names
+        ``source`` and the engine (a Ctrl-C and sqltree's own errors go on as they are)."""
+        try:
+            yield
+        except SqlTreeError:
+            raise
+        except Exception as error:
+            if self._interrupted(error):
+                raise
+            raise SourceError(
+                f"{self.NAME} cannot read {source}: {self.explain(error)}",
+                source=source, engine=self.NAME,
+            ) from error
+
+    def explain(self, error: BaseException) -> str:
+        """The driver's error in one line, led by what it means when the engine can tell
+        (``no such table or view``, ``permission denied``)."""
+        return one_line(error)
 
     def temp_name(self, hint: str) -> str:
         """A fresh name for a temporary object, unique to this engine instance."""
@@ -343,6 +374,13 @@ class Engine(ABC):
                 self._temp.remove(name)
         if failure is not None:
             raise failure
+
+
+def one_line(error: BaseException) -> str:
+    """An error's message on one line: drivers spread theirs over several (psycopg's hints,
+    DuckDB's candidates, Spark's query context)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return " ".join(lines) or type(error).__name__
 
 
 def arrow_rows(

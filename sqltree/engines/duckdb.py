@@ -9,7 +9,8 @@ from typing import Any, ClassVar
 import duckdb
 from sqlglot import exp
 
-from .base import Engine, arrow_rows
+from ..errors import OptionError
+from .base import Engine, arrow_rows, one_line
 
 _CSV_TYPES = ("BIGINT", "DOUBLE", "VARCHAR")
 _PROBE_SIDE_OPTIMIZER = "build_side_probe_side"
@@ -35,6 +36,7 @@ class DuckDBEngine(Engine):
     """
 
     dialect: ClassVar[str] = "duckdb"
+    NAME: ClassVar[str] = "DuckDB"
     SUPPORTS_ASOF_JOIN: ClassVar[bool] = True
     SUPPORTS_ROW_SAMPLE: ClassVar[bool] = True
     SUPPORTS_ORDERED_SCAN: ClassVar[bool] = True
@@ -48,6 +50,10 @@ class DuckDBEngine(Engine):
         threads: int | None = None,
         memory_limit: str | None = None,
     ) -> None:
+        if threads is not None and (
+            isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
+        ):
+            raise OptionError(f"threads must be a whole number of at least 1, not {threads!r}")
         super().__init__()
         self._loaded: set[str] = set()
         self._registered: list[str] = []
@@ -62,7 +68,13 @@ class DuckDBEngine(Engine):
         if self.threads is not None:
             self._set("threads", int(self.threads))
         if self.memory_limit is not None:
-            self._set("memory_limit", str(self.memory_limit))
+            try:
+                self._set("memory_limit", str(self.memory_limit))
+            except duckdb.Error as error:
+                raise OptionError(
+                    f"memory_limit {self.memory_limit!r} is not a size DuckDB reads, such as "
+                    f"'4GB' or '500MB' ({one_line(error)})"
+                ) from None
         # Histograms group (node, bin or code) pairs whose ranges are small; DuckDB's array-based
         # aggregate takes them up to 2^20 groups (its default, 2^12, leaves out most levels):
         # 3.9 s instead of 7.0 s for 17 histograms of 10M rows and 512 nodes.

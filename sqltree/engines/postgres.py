@@ -15,8 +15,8 @@ from typing import Any, ClassVar
 
 from sqlglot import exp
 
-from ..errors import UnsupportedError
-from .base import Engine
+from ..errors import EngineConnectionError, UnsupportedError
+from .base import Engine, one_line
 
 try:  # psycopg is an optional dependency (the "postgres" extra)
     import psycopg
@@ -69,6 +69,7 @@ class PostgresEngine(Engine):
     """
 
     dialect: ClassVar[str] = "postgres"
+    NAME: ClassVar[str] = "PostgreSQL"
 
     def __init__(
         self, connection: Any, *, owns_connection: bool = False, close_on_cleanup: bool = False
@@ -90,8 +91,29 @@ class PostgresEngine(Engine):
         """
         if psycopg is None:  # pragma: no cover
             raise UnsupportedError(_NO_PSYCOPG)
-        conn = psycopg.connect(url, autocommit=True, **kwargs)
+        try:
+            conn = psycopg.connect(url, autocommit=True, **kwargs)
+        except psycopg.Error as error:
+            # psycopg's message spreads over lines (one per address tried, and a hint).
+            raise EngineConnectionError(
+                f"PostgreSQL: cannot connect to {_without_password(url)}: {one_line(error)}"
+            ) from error
         return cls(conn, owns_connection=True, close_on_cleanup=close_on_cleanup)
+
+    def explain(self, error: BaseException) -> str:
+        """The server's own message (without the ``LINE 1: ...`` excerpt of sqltree's query),
+        its hint, and the SQLSTATE, which says what kind of error it is."""
+        diag = getattr(error, "diag", None)
+        primary = getattr(diag, "message_primary", None)
+        if not primary:
+            return super().explain(error)
+        hint = getattr(diag, "message_hint", None)
+        sqlstate = getattr(error, "sqlstate", None)
+        return " ".join(part for part in (
+            primary if primary.endswith(".") else primary + ".",
+            hint or "",
+            f"(SQLSTATE {sqlstate})" if sqlstate else "",
+        ) if part)
 
     # -- settings and Ctrl-C ----------------------------------------------------------------------
     def _in_callers_transaction(self) -> bool:
@@ -347,6 +369,21 @@ class PostgresEngine(Engine):
 
 _JIT_OFF = "SET LOCAL jit = off"
 _SHOW_JIT = exp.select(exp.func("current_setting", exp.Literal.string("jit"))).sql("postgres")
+
+
+def _without_password(url: str) -> str:
+    """``postgresql://me:secret@db/x`` -> ``postgresql://me@db/x``: messages reach logs."""
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+    if "://" not in url:  # key=value form
+        return " ".join(p for p in url.split() if not p.lower().startswith("password="))
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        user, host = netloc.rsplit("@", 1)
+        netloc = f"{user.split(':', 1)[0]}@{host}"
+    query = urlencode([(k, v) for k, v in parse_qsl(parts.query) if k.lower() != "password"])
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
 def _parses(type_text: str) -> bool:

@@ -60,13 +60,21 @@ class SparkEngine(Engine):
 
     Engines of several threads on one session take turns a statement at a time (see
     ``sqltree.engines.base``; ``spark.newSession()`` per thread runs their statements side by
-    side). The only setting changed, ``spark.sql.codegen.wholeStage`` for a large statement,
-    is restored after that statement, as are the thread's job group and description. Stage
-    progress bars cannot be turned off at run time (``spark.ui.showConsoleProgress`` is read
-    when the SparkContext starts): build the session with it set to false.
+    side). ``spark.sql.codegen.wholeStage`` is turned off for a large statement and restored
+    after it, as are the thread's job group and description.
+
+    While the engine works (from its construction to ``cleanup``), Spark's console stays
+    quiet: the log level is at least ``ERROR`` (the caller's level comes back at ``cleanup``;
+    it is the JVM's, so other sessions' jobs of that time log less too), and the stage
+    progress bars of ``spark.ui.showConsoleProgress`` are stopped and a new bar is put back
+    at ``cleanup``. Spark reads that setting only when its context starts and offers no call
+    to pause the bar, so sqltree swaps the context's private ``_progressBar`` field; where
+    that fails (another Spark version, Spark Connect), bars show as before: build the session
+    with ``.config("spark.ui.showConsoleProgress", "false")`` to have none.
     """
 
     dialect: ClassVar[str] = "spark"
+    NAME: ClassVar[str] = "Spark"
     SMALL_TABLE_ROWS: ClassVar[int] = 1_000_000
     """Temp tables up to this many rows are coalesced to the default parallelism."""
 
@@ -90,6 +98,40 @@ class SparkEngine(Engine):
 
     def _claim_key(self) -> Any:
         return self.spark
+
+    # -- a quiet console -----------------------------------------------------------------------
+    QUIET_LOG_LEVEL: ClassVar[str] = "ERROR"
+    """The log level while sqltree works: Spark's warnings (a truncated plan string, a
+    checkpointed RDD) are about sqltree's own statements, which the user did not write."""
+
+    def _apply_settings(self) -> None:
+        if self._context is None:  # Spark Connect: the server's console is not the user's
+            return
+        level = _log_level(self._context)
+        if level is not None and _LOG_LEVELS.index(level) < _LOG_LEVELS.index(
+            self.QUIET_LOG_LEVEL
+        ):
+            self._remember("log_level", level)
+            self._context.setLogLevel(self.QUIET_LOG_LEVEL)
+        if _stop_progress_bar(self._context):
+            self._remember("progress_bar", True)
+
+    def _restore_settings(self, saved: dict[str, Any]) -> None:
+        assert self._context is not None
+        if "progress_bar" in saved:
+            _start_progress_bar(self._context)
+        if "log_level" in saved:
+            self._context.setLogLevel(saved["log_level"])
+
+    def explain(self, error: BaseException) -> str:
+        """Spark's message up to its query context (the plan it appends runs to pages), or a
+        Java exception's own message without its stack trace."""
+        java = getattr(error, "java_exception", None)
+        if java is not None:
+            with contextlib.suppress(Exception):
+                return str(java.toString())
+        first = super().explain(error).split("; line ", 1)[0]
+        return first.split(" SQLSTATE:", 1)[0].rstrip(" .;") + "."
 
     # -- the contract ------------------------------------------------------------------------
     @contextmanager
@@ -199,7 +241,8 @@ class SparkEngine(Engine):
         self.begin()
         reader = self.spark.read
         lower = path.lower()
-        with self._statement():
+        # Spark reads a file's schema here, before any statement: a missing file fails now.
+        with self.reading(f"file {path!r}"), self._statement():
             if lower.endswith((".csv", ".csv.gz", ".tsv", ".txt")):
                 options = {"header": "true"}
                 if lower.endswith(".tsv"):
@@ -235,6 +278,48 @@ class SparkEngine(Engine):
             with self._statement():
                 while self._views:
                     self.spark.catalog.dropTempView(self._views.pop())
+
+
+_LOG_LEVELS = ("ALL", "TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF")
+
+
+def _log_level(context: Any) -> str | None:
+    """The JVM's root log level (what ``SparkContext.setLogLevel`` sets), if it can be read."""
+    try:
+        level = str(context._jvm.org.apache.logging.log4j.LogManager.getRootLogger().getLevel())
+    except Exception:
+        return None
+    return level.upper() if level.upper() in _LOG_LEVELS else None
+
+
+def _progress_bar_field(context: Any) -> Any:
+    """The SparkContext's private ``_progressBar`` field (a ``scala.Option``), made writable."""
+    java_context = context._jsc.sc()
+    found = java_context.getClass().getDeclaredField("_progressBar")
+    found.setAccessible(True)
+    return found
+
+
+def _stop_progress_bar(context: Any) -> bool:
+    """Stop the stage progress bar, if the session has one; True when it was stopped."""
+    try:
+        found = _progress_bar_field(context)
+        bar = found.get(context._jsc.sc())
+        if bar.isEmpty():
+            return False
+        bar.get().stop()
+        found.set(context._jsc.sc(), context._jvm.scala.Option.empty())
+    except Exception:  # another Spark version: leave the bar alone (see SparkEngine)
+        return False
+    return True
+
+
+def _start_progress_bar(context: Any) -> None:
+    """Give the context a new stage progress bar, made as the context makes its own."""
+    with contextlib.suppress(Exception):
+        java_context = context._jsc.sc()
+        bar = context._jvm.org.apache.spark.ui.ConsoleProgressBar(java_context)
+        _progress_bar_field(context).set(java_context, context._jvm.scala.Option.apply(bar))
 
 
 def _table(name: str) -> exp.Table:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import progress as reporting
 from ..dataset import Dataset
 from ..tree import Node
 from .c45 import (
@@ -41,7 +42,29 @@ def prune(
     validation: Any = None,
 ) -> PruneStats:
     """Prune with ``method``: ``"c4.5"`` (J48's default), ``"pessimistic"``,
-    ``"reduced-error"`` (needs ``validation``), or None (J48 -U: only :func:`collapse`)."""
+    ``"reduced-error"`` (needs ``validation``), or None (J48 -U: only :func:`collapse`).
+
+    Reported to ``sqltree.progress`` as the phase ``"prune"`` (C4.5's rounds as its steps)."""
+    start = f"pruning {count_leaves(root):,} leaves ({method or 'collapse only'})"
+    with reporting.phase("prune", start) as phase:
+        stats = _prune(root, data, method, cf=cf, subtree_raising=subtree_raising,
+                       validation=validation)
+        phase.done(
+            f"pruned: {stats.leaves_before:,} -> {stats.leaves_after:,} leaves, "
+            f"{phase.seconds:.2f} s", **vars(stats),
+        )
+    return stats
+
+
+def _prune(
+    root: Node,
+    data: Dataset | None,
+    method: str | None,
+    *,
+    cf: float,
+    subtree_raising: bool,
+    validation: Any,
+) -> PruneStats:
     if method is None:
         stats = PruneStats("none", leaves_before=count_leaves(root))
         stats.collapsed = collapse(root)

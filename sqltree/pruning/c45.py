@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
@@ -21,6 +22,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from .. import progress as reporting
 from .. import queries as q
 from ..criteria import J48_SMALL
 from ..dataset import Dataset, resolve_relation
@@ -551,7 +553,9 @@ def _prune_c45_rounds(
             out.append((node, path))
         return False
 
+    rounds = 0
     while not ready(root, [], round_ := []):
+        started, before = time.perf_counter(), (stats.pruned, stats.raised)
         entries = [
             (path, node.children[_max_bag(node)])
             for node, path in round_
@@ -565,6 +569,20 @@ def _prune_c45_rounds(
                 own = {id(n): raised[id(n)] for n in branch.walk() if id(n) in raised}
             _decide(node, path, estimates, router, stats, own)
             done.add(id(node))
+        rounds += 1
+        _report_round(rounds, len(round_), stats, before, time.perf_counter() - started)
+
+
+def _report_round(
+    number: int, nodes: int, stats: PruneStats, before: tuple[int, int], seconds: float
+) -> None:
+    pruned, raised = stats.pruned - before[0], stats.raised - before[1]
+    reporting.step(
+        "prune",
+        f"pruning round {number}: {reporting.count(nodes, 'node')} decided, {pruned:,} pruned, "
+        f"{raised:,} raised, {seconds:.2f} s",
+        round=number, nodes=nodes, pruned=pruned, raised=raised, seconds=seconds,
+    )
 
 
 # -- pessimistic pruning (Quinlan 1987) --------------------------------------------------------
