@@ -157,6 +157,7 @@ def _fit(
             engine.cleanup()
     stats = {
         "engine": engine.dialect,
+        "source": data.relation.meta.get("sqltree_source"),
         "rows": data.n_rows,
         "rows_null_target": data.n_null_target,
         "training_weight": sum(data.class_weights),

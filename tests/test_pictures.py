@@ -175,7 +175,7 @@ def test_plot_needs_matplotlib(golf, monkeypatch):
 def test_summary(golf):
     lines = golf.summary().splitlines()
     assert lines[0] == "target         play (2 classes)"
-    assert lines[1] == "source         14 rows, 4 features (4 nominal)"
+    assert lines[1] == "source         the DataFrame: 14 rows, 4 features (4 nominal)"
     assert lines[2] == "class balance  no 5 (35.7%), yes 9 (64.3%)"
     assert lines[3] == ("algorithm      c4.5: min_cases=2.0, min_samples_split=0.0, "
                         "min_gain=0.0, missing=fractional, pruning=c4.5, cf=0.25, "
@@ -190,7 +190,10 @@ def test_summary_of_cart_with_weights_and_of_an_old_file(tmp_path):
     frame = read_csv(GOLF).assign(w=[1.0, 2.0] * 7, temperature=range(14))
     model = sqltree.train(frame, target="play", algorithm="cart", weight="w", max_depth=2)
     text = model.summary()
-    assert "14 rows, 4 features (1 continuous, 3 nominal); weight column 'w', total 21" in text
+    assert ("the DataFrame: 14 rows, 4 features (1 continuous, 3 nominal); weight column 'w', "
+            "total 21") in text
+    from_file = sqltree.train(str(GOLF), target="play").summary()
+    assert f"source         file {str(GOLF)!r}: 14 rows" in from_file
     assert "algorithm      cart: max_depth=2, min_samples_split=0.0, weight=w, criterion=gini" \
            in text
     document = model.to_dict()
