@@ -120,6 +120,20 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--quiet", "-q", action="store_true", help="print no progress")
     _add_deploy_flags(s)
 
+    _add_reading_parsers(sub)
+
+    add_connection(_add_evaluate_parser(sub))
+
+    sc = sub.add_parser("scores", help="score every candidate split at the root")
+    sc.add_argument("source")
+    sc.add_argument("--target", "-t", required=True)
+    add_connection(sc)
+    _add_debug(parser, sub)
+    return parser
+
+
+def _add_reading_parsers(sub: Any) -> None:
+    """``show``, ``rules`` and ``dot``: a saved tree as text, rules or a picture."""
     show = sub.add_parser("show", help="print a saved tree as text")
     show.add_argument("model")
     _add_max_depth(show)
@@ -140,15 +154,6 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--output", "-o", metavar="FILE",
                    help="write FILE: .dot text, or .svg/.png/.pdf drawn by Graphviz (needs "
                         "the graphviz Python package and Graphviz's dot program)")
-
-    add_connection(_add_evaluate_parser(sub))
-
-    sc = sub.add_parser("scores", help="score every candidate split at the root")
-    sc.add_argument("source")
-    sc.add_argument("--target", "-t", required=True)
-    add_connection(sc)
-    _add_debug(parser, sub)
-    return parser
 
 
 def _add_deploy_flags(s: argparse.ArgumentParser) -> None:
