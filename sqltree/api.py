@@ -12,14 +12,20 @@ import pandas as pd
 
 from . import progress as reporting
 from . import queries as q
-from .algorithms import grow
+from .algorithms import grow_and_prune
 from .algorithms.c45 import score_options
 from .algorithms.c45_scores import SCORE_COLUMNS, build_split_scores
 from .dataset import Dataset, describe, describe_source
 from .engines import get_engine
 from .grower import GrowOptions
 from .model import Model, features_info
-from .options import CART_OPTIONS, check_keywords, check_train_options, normalise_algorithm
+from .options import (
+    CART_OPTIONS,
+    check_keywords,
+    check_train_options,
+    is_regression_criterion,
+    normalise_algorithm,
+)
 from .progress import Callback
 from .pruning import prune
 from .version import __version__
@@ -31,7 +37,8 @@ def train(
     source: Any,
     target: str,
     *,
-    algorithm: str = "c4.5",
+    algorithm: str | None = None,
+    task: str | None = None,
     connection: Any = None,
     features: Sequence[str] | None = None,
     nominal: Sequence[str] = (),
@@ -50,15 +57,21 @@ def train(
     progress: bool | Callback = False,
     **cart_options: Any,
 ) -> Model:
-    """Train a classification tree where the data lives.
+    """Train a classification or regression tree where the data lives.
 
     Parameters
     ----------
     source : str, pandas.DataFrame or sqlglot expression
         A table or view name, a ``SELECT`` query, a Parquet/CSV path or glob, or a DataFrame.
     target : str
-        The class column. Rows with a NULL target are left out (and counted in ``stats``).
-    algorithm : {"c4.5", "id3", "cart"}, default="c4.5"
+        The class column, or a numeric column for a regression tree. Rows with a NULL target
+        are left out (and counted in ``stats``).
+    algorithm : {"c4.5", "id3", "cart"}, default: "c4.5" for classification, "cart" for
+        regression
+    task : {"classification", "regression"}, optional
+        Default: regression when ``criterion`` is a regression criterion (``"squared_error"``),
+        else classification. Regression trees are CART's, as scikit-learn's
+        ``DecisionTreeRegressor`` grows them: leaves predict the weighted mean target.
     connection : optional
         A DuckDB connection, a psycopg connection or ``postgresql://`` URL, or a SparkSession;
         default: a new in-memory DuckDB database.
@@ -94,12 +107,19 @@ def train(
     **cart_options
         ``algorithm="cart"`` only, with scikit-learn's names and meanings: ``criterion``,
         ``min_samples_leaf``, ``min_weight_fraction_leaf``, ``min_impurity_decrease``,
-        ``max_leaf_nodes``, ``class_weight``, ``ccp_alpha`` (see ``sqltree.algorithms.cart``).
+        ``max_leaf_nodes``, ``class_weight``, ``ccp_alpha`` (see ``sqltree.algorithms.cart``);
+        a regression tree takes all but ``class_weight``, with ``criterion="squared_error"``.
 
     Returns
     -------
     Model
     """
+    if task is None:
+        task = "regression" if is_regression_criterion(cart_options.get("criterion")) else (
+            "classification"
+        )
+    if algorithm is None:
+        algorithm = "cart" if task == "regression" else "c4.5"
     algorithm = normalise_algorithm(algorithm)
     check_keywords("train", cart_options, [*inspect.signature(train).parameters, *CART_OPTIONS])
     check_train_options(
@@ -107,9 +127,12 @@ def train(
         weight=weight, min_cases=min_cases, max_depth=max_depth,
         min_samples_split=min_samples_split, min_gain=min_gain, missing=missing,
         max_bins=max_bins, pruning=pruning, cf=cf, subtree_raising=subtree_raising,
-        validation=validation, cart_options=cart_options,
+        validation=validation, cart_options=cart_options, task=task,
     )
+    if task == "regression":
+        cart_options = {"criterion": "squared_error", **cart_options}
     options = GrowOptions(
+        task=task,
         algorithm=algorithm, max_depth=max_depth, min_samples_split=min_samples_split,
         min_gain=min_gain, missing=missing, max_bins=max_bins, **cart_options,
         min_cases=DEFAULT_MIN_CASES.get(algorithm, 2.0) if min_cases is None else min_cases,
@@ -146,8 +169,8 @@ def _fit(
         engine = get_engine(connection)
         started = time.perf_counter()
         try:
-            data = _read(source, engine, target, roles)
-            root, grow_stats = grow(data, options)
+            data = _read(source, engine, target, roles, options.task)
+            root, grow_stats = grow_and_prune(data, options)
             prune_stats = None
             if options.algorithm == "c4.5" or post.method is not None:
                 prune_stats = prune(root, data, post.method, cf=post.cf,
@@ -170,6 +193,7 @@ def _fit(
         root=root,
         classes=list(data.classes),
         target=target,
+        task=options.task,
         features=features_info(data.features),
         options=vars(options) | {"weight": roles["weight"], "pruning": post.method,
                                  "cf": post.cf, "subtree_raising": post.subtree_raising},
@@ -177,10 +201,12 @@ def _fit(
     )
 
 
-def _read(source: Any, engine: Any, target: str, roles: dict[str, Any]) -> Dataset:
+def _read(
+    source: Any, engine: Any, target: str, roles: dict[str, Any], task: str = "classification"
+) -> Dataset:
     """``describe`` the source, reported as the phase ``"read"``."""
     with reporting.phase("read", f"reading {describe_source(source)} on {engine.NAME}") as phase:
-        data = describe(source, engine, target, **roles)
+        data = describe(source, engine, target, **roles, task=task)
         phase.done(
             f"read {reporting.rows(data.n_rows)} rows, {len(data.features)} features, "
             f"{len(data.classes)} classes, {phase.seconds:.2f} s",

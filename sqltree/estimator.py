@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .algorithms import cart, grow
+from .algorithms import cart, grow_and_prune
 from .dataset import describe
 from .engines.duckdb import DuckDBEngine
 from .grower import GrowOptions
@@ -110,11 +110,13 @@ def to_arrays(
     root: Node,
     nodes: list[Node],
     feature_names: list[str],
-    info: dict[int, cart.NodeInfo],
-    criterion: str = "gini",
     domains: dict[str, list[Any]] | None = None,
 ) -> TreeArrays:
-    """Parallel arrays of a binary tree, in the numbering given by ``nodes``."""
+    """Parallel arrays of a binary tree, in the numbering given by ``nodes``.
+
+    Row counts, impurities and ties are those the nodes keep from growth (``Node``); a test
+    that sends every finite value left has scikit-learn's infinite threshold.
+    """
     index = {id(n): i for i, n in enumerate(nodes)}
     m = len(nodes)
     k = len(root.counts)
@@ -134,23 +136,20 @@ def to_arrays(
         w = sum(node.counts)
         weighted[i] = w
         value[i, 0, :] = node.proba
-        imp[i] = cart.impurity(node.counts, criterion)
-        node_info = info.get(node.node_id)
-        if node_info is not None:
-            n_samples[i] = node_info.n_samples
-        tied[i] = bool(node_info and node_info.order_tied)
+        imp[i] = node.impurity or 0.0
+        n_samples[i] = node.n_samples or 0
+        tied[i] = node.tied
         if node.split is None:
             continue
         if len(node.children) != 2:
             raise ValueError("to_arrays needs a binary tree (CART)")
-        tied[i] = tied[i] or bool(node_info and node_info.tied)
         left[i] = index[id(node.children[0])]
         right[i] = index[id(node.children[1])]
         feature[i] = names[node.split.feature]
         missing_left[i] = 1 if node.unknown_branch == 0 else 0
         if node.split.kind == CONTINUOUS:
             assert node.split.threshold is not None
-            infinite = node_info is not None and node_info.infinite_threshold
+            infinite = node.split.threshold >= cart.INFINITE_THRESHOLD
             threshold[i] = math.inf if infinite else node.split.threshold
         else:
             assert node.split.groups is not None
@@ -325,25 +324,16 @@ class DecisionTreeClassifier(_Mixin, _Base):  # type: ignore[misc,valid-type]
                 class_weight=class_weight,
                 ccp_alpha=self.ccp_alpha,
             )
-            strategy = cart.CARTStrategy(data, options)
-            root, stats = grow(data, options, strategy=strategy)
+            root, stats = grow_and_prune(data, options)
         finally:
             engine.cleanup()
             engine.connection.close()
         self.root_ = root
         self.grow_stats_ = stats
-        self._strategy_info = strategy.info
-        self._nodes = strategy.node_order(root)
-        self._criterion = strategy.criterion
+        self._nodes = cart.node_numbering(root, self.max_leaf_nodes, self.ccp_alpha)
+        self._criterion = cart.criterion_of(self.criterion)
         self._domains = {f.name: list(f.values) for f in data.features if f.values}
-        self.tree_ = to_arrays(
-            root,
-            self._nodes,
-            list(self._columns),
-            strategy.info,
-            strategy.criterion,
-            self._domains,
-        )
+        self.tree_ = to_arrays(root, self._nodes, list(self._columns), self._domains)
         return self
 
     def cost_complexity_pruning_path(
@@ -361,10 +351,7 @@ class DecisionTreeClassifier(_Mixin, _Base):  # type: ignore[misc,valid-type]
         self._check_fitted()
         if root is None:
             return list(self._nodes)
-        best_first = self.max_leaf_nodes is not None and self.ccp_alpha == 0
-        if best_first:
-            return cart.best_first_numbering(root, self._strategy_info)
-        return list(root.walk())
+        return cart.node_numbering(root, self.max_leaf_nodes, self.ccp_alpha)
 
     def _clone_params(self, **override: Any) -> DecisionTreeClassifier:
         params = self.get_params()

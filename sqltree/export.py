@@ -24,10 +24,30 @@ def resolve_tree(model_or_root: Any, classes: Sequence[Value] | None) -> tuple[N
     root = model_or_root if isinstance(model_or_root, Node) else model_or_root.root
     if classes is None:
         classes = getattr(model_or_root, "classes", None)
+    if classes is None and root.value is not None:
+        classes = []  # a regression tree: leaves show their values
     if classes is None:
         k = len(root.counts)
         classes = [str(i) for i in range(k)]
     return root, list(classes)
+
+
+def _is_regression(node: Node, classes: list[Value]) -> bool:
+    return not classes and node.value is not None
+
+
+def _number(x: float, decimals: int | None) -> str:
+    return weka_number(x, decimals) if decimals is not None else repr(float(x))
+
+
+def _value_label(node: Node, decimals: int | None, sd: bool) -> str:
+    """A regression leaf: ``value 96.31 (weight 171.0[, sd 55.2])``."""
+    assert node.value is not None
+    text = f"value {_number(node.value, decimals)} (weight {_java_double(_round2(node.weight))}"
+    if sd:
+        variance = node.impurity if node.impurity is not None else 0.0
+        text += f", sd {_number(math.sqrt(max(variance, 0.0)), decimals)}"
+    return text + ")"
 
 
 def weka_number(x: float, decimals: int = 6) -> str:
@@ -78,7 +98,11 @@ def condition(split: Split, branch: int, decimals: int | None = 6) -> str:
     return split.describe(branch, number, _value_text)
 
 
-def _label(node: Node, classes: list[Value]) -> str:
+def _label(
+    node: Node, classes: list[Value], decimals: int | None = 6, sd: bool = False
+) -> str:
+    if _is_regression(node, classes):
+        return _value_label(node, decimals, sd)
     weight = node.weight
     text = f"{_value_text(classes[node.label])} ({_java_double(_round2(weight))}"
     errors = node.errors
@@ -159,13 +183,14 @@ def text(
         child = node.children[branch]
         line = "|   " * depth + condition(node.split, branch, decimals)
         if shown_as_label(child, depth + 1, limit):
-            lines.append(f"{line}: {_label(child, labels)}{cut_mark(child, depth + 1, limit)}")
+            lines.append(f"{line}: {_label(child, labels, decimals, sd=True)}"
+                         f"{cut_mark(child, depth + 1, limit)}")
         else:
             lines.append(line)
             stack.append((child, depth + 1, 0))
 
     if shown_as_label(root, 0, limit):
-        body = f": {_label(root, labels)}{cut_mark(root, 0, limit)}"
+        body = f": {_label(root, labels, decimals, sd=True)}{cut_mark(root, 0, limit)}"
     else:
         body = "\n".join(lines)
     if not summary:
@@ -176,7 +201,8 @@ def text(
 
 @dataclass
 class Rule:
-    """One leaf as a rule: the tests on its path, its class, and how much it covers.
+    """One leaf as a rule: the tests on its path, its class (a regression tree's: its
+    value, with confidence None), and how much it covers.
 
     With ``max_depth``, a rule may end at a test whose subtree is cut: ``leaf`` is then that
     test's node and ``cut`` the number of leaves below it.
@@ -185,17 +211,22 @@ class Rule:
     conditions: list[str]
     label: Value
     coverage: float  # training weight that reached the leaf
-    confidence: float  # fraction of that weight in the predicted class
+    confidence: float | None  # fraction of that weight in the predicted class
     leaf: Node
     cut: int = 0
 
     def __str__(self) -> str:
         lhs = " AND ".join(self.conditions) if self.conditions else "TRUE"
+        cut = f" [cut: {self.cut} leaves]" if self.cut else ""
+        if self.confidence is None:
+            return (
+                f"IF {lhs} THEN value {_number(float(self.label), 6)}"
+                f"  (coverage {_java_double(_round2(self.coverage))}){cut}"
+            )
         return (
             f"IF {lhs} THEN {_value_text(self.label)}"
             f"  (coverage {_java_double(_round2(self.coverage))},"
-            f" confidence {self.confidence:.3f})"
-            + (f" [cut: {self.cut} leaves]" if self.cut else "")
+            f" confidence {self.confidence:.3f}){cut}"
         )
 
 
@@ -216,9 +247,13 @@ def rule_list(
     while stack:
         node, path = stack.pop()
         if shown_as_label(node, len(path), limit):
+            cut = sum(1 for _ in node.leaves()) if not node.is_leaf else 0
+            if _is_regression(node, labels):
+                assert node.value is not None
+                out.append(Rule(path, node.value, node.weight, None, node, cut))
+                continue
             weight = node.weight
             confidence = node.counts[node.label] / weight if weight > 0 else 0.0
-            cut = sum(1 for _ in node.leaves()) if not node.is_leaf else 0
             out.append(Rule(path, labels[node.label], weight, confidence, node, cut))
             continue
         assert node.split is not None
@@ -263,12 +298,12 @@ def distribution(node: Node, labels: Sequence[Value], per_line: int = 4) -> list
 
 
 def node_lines(node: Node, labels: Sequence[Value], depth: int = 0,
-               max_depth: int | None = None) -> list[str]:
+               max_depth: int | None = None, decimals: int | None = 6) -> list[str]:
     """What a picture of the tree writes in a node: the tested feature (tests), the class with
-    its weight and errors as J48 prints a leaf, the class distribution, and for a test that
-    ``max_depth`` cuts, how many leaves it hides."""
+    its weight and errors as J48 prints a leaf (a regression tree's value and weight), the
+    class distribution, and for a test that ``max_depth`` cuts, how many leaves it hides."""
     lines = [] if node.is_leaf else [node.split.feature if node.split else ""]
-    lines.append(_label(node, list(labels)))
+    lines.append(_label(node, list(labels), decimals))
     lines += distribution(node, labels)
     if is_cut(node, depth, max_depth):
         lines.append(f"[cut: {sum(1 for _ in node.leaves())} leaves]")
@@ -303,7 +338,7 @@ def graphviz(
 
     def open_node(node: Node, depth: int) -> int:
         me = next(counter)
-        label = _dot_quote("\n".join(node_lines(node, labels, depth, limit)))
+        label = _dot_quote("\n".join(node_lines(node, labels, depth, limit, decimals)))
         if node.is_leaf:
             out.append(f"  N{me} [label={label} shape=box];")
         elif is_cut(node, depth, limit):

@@ -18,7 +18,7 @@ from . import progress as reporting
 from .compiler.scoring import build_scoring_query
 from .criteria import predicted_class
 from .deploy import dbt_model, dbt_ref, unquote_identifiers
-from .errors import DataError, ModelFileError, OptionError
+from .errors import DataError, ModelFileError, OptionError, UnsupportedError
 from .model_file import FORMAT, FORMAT_VERSION, read_json, validate
 from .options import check_dialect
 from .tree import CONTINUOUS, Node, Value, check_unknown, format_value, scoring_tree
@@ -55,6 +55,9 @@ class Model:
         The training options.
     stats : dict
         Training statistics: rows, queries, full scans, seconds, per-level counts.
+    task : {"classification", "regression"}
+        A regression tree has no classes; every node's ``value`` is its weighted mean target,
+        which its leaves predict.
     """
 
     root: Node
@@ -63,6 +66,11 @@ class Model:
     features: list[FeatureInfo]
     options: dict[str, Any] = field(default_factory=dict)
     stats: dict[str, Any] = field(default_factory=dict)
+    task: str = "classification"
+
+    @property
+    def is_regression(self) -> bool:
+        return self.task == "regression"
 
     # -- structure ---------------------------------------------------------------------------
     @property
@@ -128,7 +136,8 @@ class Model:
     def __repr__(self) -> str:
         return (
             f"Model(target={self.target!r}, algorithm={self.options.get('algorithm')!r}, "
-            f"classes={self.classes!r}, n_leaves={self.n_leaves}, depth={self.depth})"
+            + (f"task={self.task!r}, " if self.is_regression else f"classes={self.classes!r}, ")
+            + f"n_leaves={self.n_leaves}, depth={self.depth})"
         )
 
     # -- prediction in Python ----------------------------------------------------------------
@@ -176,7 +185,10 @@ class Model:
                 stack.append((child, 0, [0.0] * k))
 
     def predict_row(self, row: dict[str, Any], *, unknown: str = "fractional") -> Value:
-        """The predicted class of one row, as the compiled SQL would give it."""
+        """The predicted class (or number) of one row, as the compiled SQL would give it."""
+        check_unknown(unknown)
+        if self.is_regression:
+            return self.leaf_of(row).value
         return self.classes[predicted_class(self.predict_proba_row(row, unknown=unknown))]
 
     def leaf_row(self, row: dict[str, Any], *, unknown: str = "fractional") -> int | None:
@@ -190,14 +202,29 @@ class Model:
         a copy whose fractional tests send unknown values down their heaviest branch."""
         return scoring_tree(self.root, unknown)
 
+    def leaf_of(self, row: dict[str, Any]) -> Node:
+        """The leaf a row reaches in a tree whose every test routes unknown values to one
+        branch (CART's)."""
+        node = self.root
+        while node.split is not None:
+            branch = node.split.branch_of(row.get(node.split.feature))
+            if branch is None:
+                branch = node.unknown_branch
+            if branch is None:
+                raise ValueError("a test that spreads unknown values has no single leaf")
+            node = node.children[branch]
+        return node
+
     # -- SQL ---------------------------------------------------------------------------------
     def to_expression(self, output: str = "label", table: str | None = None, *,
                       unknown: str = "fractional") -> exp.Expression:
-        """The scoring expression as a sqlglot tree (``output``: "label" or "leaf"; for
-        ``unknown`` see ``to_sql``)."""
+        """The scoring expression as a sqlglot tree (``output``: "label" or "leaf"; a
+        regression tree's label is its predicted number; for ``unknown`` see ``to_sql``)."""
         return self._expression(self.scoring_root(unknown), output, table)
 
     def _expression(self, root: Node, output: str, table: str | None = None) -> exp.Expression:
+        if output == "label" and self.is_regression:
+            return compiler.compile_value(root, table)
         if output == "label":
             return compiler.compile_label(root, self.classes, table)
         if output == "leaf":
@@ -315,6 +342,8 @@ class Model:
         ``YES``, would give one column twice, which DuckDB renames on its own (``proba_yes_1``).
         Such labels are refused with a ``DataError`` that names them.
         """
+        if self.is_regression:
+            raise UnsupportedError("a regression tree predicts a number, not probabilities")
         names = [f"proba_{format_value(c)}" for c in self.classes]
         seen: dict[str, int] = {}
         for i, name in enumerate(names):
@@ -348,7 +377,7 @@ class Model:
         ``ordered``). ``unknown`` is ``to_sql``'s.
         """
         root = self.scoring_root(unknown)
-        if source_columns is not None and output == "label":
+        if source_columns is not None and output == "label" and not self.is_regression:
             _refuse_duplicates([column, *(self.proba_columns() if proba else [])])
             return build_scoring_query(
                 root, self.classes, relation, source_columns, column,
@@ -463,6 +492,9 @@ class Model:
         """
         from .evaluation import evaluate
 
+        if self.is_regression:
+            raise UnsupportedError("evaluate() counts classes; a regression tree's evaluation "
+                                   "is not implemented yet")
         return evaluate(self, source, connection=connection, weight=weight, title=title,
                         unknown=unknown)
 
@@ -472,6 +504,7 @@ class Model:
             "format": FORMAT,
             "version": FORMAT_VERSION,
             "target": self.target,
+            **({"task": self.task} if self.is_regression else {}),
             "classes": self.classes,
             "features": [vars(f) for f in self.features],
             "options": self.options,
@@ -491,6 +524,7 @@ class Model:
             features=[FeatureInfo(**f) for f in data["features"]],
             options=dict(data.get("options", {})),
             stats=dict(data.get("stats", {})),
+            task=data.get("task", "classification"),
         )
 
     def save(self, path: str | os.PathLike[str]) -> None:

@@ -124,7 +124,7 @@ def plot(
     root, labels = resolve_tree(model_or_root, classes)
     limit = check_depth(max_depth)
     placed = _place(root, limit)
-    texts = ["\n".join(node_lines(p.node, labels, p.depth, limit)) for p in placed]
+    texts = ["\n".join(node_lines(p.node, labels, p.depth, limit, decimals)) for p in placed]
     slots = max(p.x for p in placed) + 1
     levels = max(p.depth for p in placed) + 1
     widest = max(len(line) for t in texts for line in t.splitlines())

@@ -7,6 +7,7 @@ the training's time and queries, and the sqltree version that trained it.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from .export import weka_number
@@ -59,6 +60,15 @@ def _source(model: Any) -> str:
     return text
 
 
+def _target_values(model: Any) -> str:
+    """A regression tree's training target: its weighted mean and standard deviation."""
+    root = model.root
+    text = f"mean {_number(root.value)}" if root.value is not None else "mean not recorded"
+    if root.impurity is not None:
+        text += f", sd {_number(math.sqrt(max(root.impurity, 0.0)))}"
+    return text
+
+
 def _balance(model: Any) -> str:
     counts = model.root.counts
     total = sum(counts) or 1.0
@@ -100,8 +110,9 @@ def _version(model: Any) -> str:
 
 
 def summary(model: Any) -> str:
-    """A few lines on a trained model: target and classes, source shape, class balance,
-    algorithm and options, tree size, training time and queries, sqltree version.
+    """A few lines on a trained model: target and classes, source shape, class balance (a
+    regression tree: the target's mean and standard deviation), algorithm and options, tree
+    size, training time and queries, sqltree version.
 
     >>> print(summary(model))                                      # doctest: +SKIP
     target         play (2 classes)
@@ -109,10 +120,13 @@ def summary(model: Any) -> str:
     class balance  no 5 (35.7%), yes 9 (64.3%)
     ...
     """
+    regression = not model.classes
     rows = [
-        ("target", f"{model.target} ({len(model.classes)} classes)"),
+        ("target", f"{model.target} (regression)" if regression
+         else f"{model.target} ({len(model.classes)} classes)"),
         ("source", _source(model)),
-        ("class balance", _balance(model)),
+        ("target values", _target_values(model)) if regression
+        else ("class balance", _balance(model)),
         ("algorithm", _options(model)),
         ("tree", _tree(model)),
         ("training", _training(model)),

@@ -377,3 +377,17 @@ def test_evaluate_the_sql_that_is_deployed(trained):
         evaluation = trained.evaluate(frame, unknown=unknown)
         expected = np.mean([a == b for a, b in zip(frame["label"], labels)])
         assert evaluation.accuracy == pytest.approx(expected)
+
+
+def test_a_regression_tree_deployed():
+    frame = with_nulls(mixed_table(800).assign(t=lambda d: d.c * 3.0).drop(columns=["label"]))
+    model = sqltree.train(frame, target="t", algorithm="cart", criterion="squared_error",
+                          max_depth=4)
+    rows = frame.assign(rid=range(len(frame)))
+    con = duckdb.connect()
+    con.register("t_rows", rows)
+    text = render_dbt(model.to_dbt("rows", quote_identifiers=False, unknown="majority"),
+                      {"rows": "t_rows"})
+    got = [r[-1] for r in by_rid(con.execute(text).fetchall(), len(rows.columns) - 1)]
+    assert got == [model.predict_row(r, unknown="majority") for r in python_rows(frame)]
+    assert model.to_sql(unknown="majority") == model.to_sql()

@@ -15,7 +15,7 @@ from sqltree.cli import main
 from sqltree.errors import OptionError, UnsupportedError
 from sqltree.tree import Node, Split
 from sqltree.version import __version__
-from tests.helpers import GOLF, read_csv
+from tests.helpers import GOLF, mixed_table, read_csv
 
 matplotlib.use("Agg")
 
@@ -246,3 +246,20 @@ def test_reading_flag_errors_are_one_line(capsys, golf_file, tmp_path, args, mes
 def test_a_saved_model_says_which_version_trained_it(golf_file):
     document = json.loads(golf_file.read_text())
     assert document["stats"]["sqltree_version"] == __version__
+
+
+def test_a_regression_tree_cut_drawn_and_summarised(tmp_path):
+    frame = mixed_table(500).drop(columns=["label"]).assign(t=lambda d: d.b * 2)
+    model = sqltree.train(frame, target="t", algorithm="cart", criterion="squared_error",
+                          max_depth=3)
+    first = model.text(max_depth=1).splitlines()[0]
+    assert first.startswith("b <= ") and ": value " in first and first.endswith(" leaves]")
+    rules = model.rules(max_depth=1, ids=True).splitlines()
+    assert len(rules) == 2 and all("THEN value " in r and "[cut: " in r for r in rules)
+    dot = model.graphviz(max_depth=1)
+    assert dot.count("style=dashed") == 2 and "value 100.128 (weight 500.0)" in dot
+    assert len(model.plot(max_depth=1).texts) == 3 + 2
+    lines = model.summary().splitlines()
+    assert lines[0] == "target         t (regression)"
+    mean, sd = frame["t"].mean(), frame["t"].std(ddof=0)
+    assert lines[2] == f"target values  mean {mean:.2f}, sd {sd:.2f}"
