@@ -49,7 +49,9 @@ def _source(model: Any) -> str:
     stats = model.stats
     kinds = [f.kind for f in model.features]
     parts = [f"{kinds.count(k)} {k}" for k in (CONTINUOUS, NOMINAL) if kinds.count(k)]
-    text = f"{stats.get('rows', '?')} rows, {len(kinds)} features ({', '.join(parts)})"
+    rows = stats.get("rows")
+    rows_text = f"{rows:,}" if isinstance(rows, int) else "?"
+    text = f"{rows_text} rows, {len(kinds)} features ({', '.join(parts)})"
     if stats.get("source"):
         text = f"{stats['source']}: {text}"
     if stats.get("rows_null_target"):

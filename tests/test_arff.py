@@ -201,3 +201,15 @@ def test_the_command_line_trains_on_an_arff_file(tmp_path, capsys):
     out, _ = capsys.readouterr()
     assert status == 0 and out.startswith("outlook = overcast: yes (4.0)")
     assert sqltree.load(out_file).features[0].sql_type == "ENUM('sunny', 'overcast', 'rainy')"
+
+
+def test_a_sparse_file(tmp_path):
+    """Weka's sparse rows list the values that are not 0 (a nominal's first value)."""
+    path = tmp_path / "sparse.arff"
+    path.write_text(
+        "@relation s\n@attribute x numeric\n@attribute c {off, on}\n@attribute y {a, b}\n"
+        "@data\n{0 2.5, 1 on}\n{2 b}\n{0 ?, 1 on, 2 b}\n"
+    )
+    frame = read_arff(path)
+    assert frame.astype(object).where(frame.notna(), None).values.tolist() == [
+        [2.5, "on", "a"], [0.0, "off", "b"], [None, "on", "b"]]
