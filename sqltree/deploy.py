@@ -70,8 +70,12 @@ def check_unquoted_name(name: str, dialect: str, what: str = "column") -> None:
 
 
 def _reads_as_column(name: str, dialect: str) -> bool:
-    # ``name`` matched _PLAIN: a bare word, so the probe below is one select of one column.
-    probe = f"SELECT {name} FROM t WHERE {name} = 1"
+    """Whether ``SELECT name FROM t WHERE name = 1``, written with ``name`` unquoted, reads
+    back as that column in both places (no dialect's generator quotes the name: it is a plain
+    word and reserved nowhere, which ``check_unquoted_name`` has checked first)."""
+    ref = exp.column(name)
+    probe = (exp.select(ref).from_("t").where(exp.EQ(this=ref.copy(), expression=exp.Literal
+                                                      .number(1))).sql(dialect))
     try:
         parsed = sqlglot.parse_one(probe, read=dialect)
     except sqlglot.errors.SqlglotError:
