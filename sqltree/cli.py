@@ -151,6 +151,8 @@ def _add_reading_parsers(sub: Any) -> None:
                        "to a .dot file or draw it as .svg, .png or .pdf through Graphviz.")
     d.add_argument("model")
     _add_max_depth(d)
+    d.add_argument("--filled", action="store_true",
+                   help="fill nodes with their class's colour, stronger the purer the node")
     d.add_argument("--output", "-o", metavar="FILE",
                    help="write FILE: .dot text, or .svg/.png/.pdf drawn by Graphviz (needs "
                         "the graphviz Python package and Graphviz's dot program)")
@@ -515,11 +517,11 @@ def _reading_command(args: argparse.Namespace) -> int:
     elif args.command == "rules":
         print(model.rules(max_depth=args.max_depth, ids=args.ids))
     elif args.output is None:
-        print(model.graphviz(max_depth=args.max_depth))
+        print(model.graphviz(max_depth=args.max_depth, filled=args.filled))
     else:
         from sqltree.pictures import render
 
-        render(model.graphviz(max_depth=args.max_depth), args.output)
+        render(model.graphviz(max_depth=args.max_depth, filled=args.filled), args.output)
         print(f"wrote {args.output}", file=sys.stderr)
     return 0
 

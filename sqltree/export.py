@@ -6,6 +6,7 @@ bare root ``Node`` with the class labels passed separately. They read only the s
 
 from __future__ import annotations
 
+import colorsys
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -15,8 +16,8 @@ from .errors import OptionError
 from .tree import Node, Split, Value
 
 __all__ = [
-    "Rule", "cut_mark", "distribution", "edge_label", "graphviz", "node_lines", "rule_list",
-    "rules", "text", "weka_number",
+    "Rule", "class_colors", "cut_mark", "distribution", "edge_label", "fill_color", "graphviz",
+    "node_lines", "rule_list", "rules", "text", "weka_number",
 ]
 
 
@@ -316,6 +317,29 @@ def edge_label(parent: Node, branch: int, decimals: int | None = 6) -> str:
     return condition(parent.split, branch, decimals)[len(parent.split.feature) + 1 :]
 
 
+def class_colors(n_classes: int) -> list[tuple[int, int, int]]:
+    """One colour per class: hues evenly spaced around the wheel from orange, equally
+    saturated and bright (the palette scikit-learn's exporters use, so trees look alike)."""
+    out = []
+    for i in range(n_classes):
+        r, g, b = colorsys.hsv_to_rgb((25 + 360 * i / n_classes) % 360 / 360, 0.75, 0.9)
+        out.append((int(r * 255), int(g * 255), int(b * 255)))
+    return out
+
+
+def fill_color(proba: Sequence[float], palette: Sequence[tuple[int, int, int]]) -> str:
+    """``#rrggbb`` of a node: its class's colour, faded towards white as the node is less
+    pure (opacity ``(p1 - p2) / (1 - p2)`` for the two largest class shares, as
+    scikit-learn's ``filled=True``): a pure node has the full colour, a tie is white."""
+    best = max(range(len(proba)), key=lambda i: (proba[i], -i))
+    ranked = sorted(proba, reverse=True)
+    alpha = 0.0 if len(ranked) < 2 or ranked[1] >= 1 else (
+        (ranked[0] - ranked[1]) / (1 - ranked[1])
+    )
+    rgb = [round(alpha * c + (1 - alpha) * 255) for c in palette[best]]
+    return "#" + "".join(f"{c:02x}" for c in rgb)
+
+
 def graphviz(
     model_or_root: Any,
     classes: Sequence[Value] | None = None,
@@ -323,28 +347,34 @@ def graphviz(
     decimals: int | None = 6,
     name: str = "Tree",
     max_depth: int | None = None,
+    filled: bool = False,
 ) -> str:
     """The tree as Graphviz DOT text: ellipses for tests, boxes for leaves, the conditions on
     the edges, and in every node its class, weight and class distribution (``node_lines``).
 
     With ``max_depth``, tests at that depth are drawn as dashed boxes that say how many leaves
-    their cut subtree holds.
+    their cut subtree holds. With ``filled``, every node is filled with the colour of its
+    predicted class, the stronger the purer the node (``fill_color``).
     """
     root, labels = resolve_tree(model_or_root, classes)
     limit = check_depth(max_depth)
     out = [f"digraph {_dot_quote(name)} {{", "  node [fontname=\"Helvetica\"];",
            "  edge [fontname=\"Helvetica\"];"]
     counter = iter(range(1 << 62))
+    palette = class_colors(len(root.counts)) if filled else []
 
     def open_node(node: Node, depth: int) -> int:
         me = next(counter)
         label = _dot_quote("\n".join(node_lines(node, labels, depth, limit, decimals)))
-        if node.is_leaf:
-            out.append(f"  N{me} [label={label} shape=box];")
-        elif is_cut(node, depth, limit):
-            out.append(f"  N{me} [label={label} shape=box style=dashed];")
-        else:
-            out.append(f"  N{me} [label={label}];")
+        cut = is_cut(node, depth, limit)
+        attributes = f"label={label}" + (" shape=box" if node.is_leaf or cut else "")
+        styles = [s for s, on in (("filled", filled), ("dashed", cut)) if on]
+        if styles:
+            style = styles[0] if len(styles) == 1 else f'"{",".join(styles)}"'
+            attributes += f" style={style}"
+        if filled:
+            attributes += f" fillcolor=\"{fill_color(node.proba, palette)}\""
+        out.append(f"  N{me} [{attributes}];")
         return me
 
     def edge(parent: Node, parent_id: int, branch: int, child_id: int) -> None:

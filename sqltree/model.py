@@ -111,19 +111,22 @@ class Model:
 
         return rules(self, decimals=decimals, max_depth=max_depth, ids=ids)
 
-    def graphviz(self, decimals: int | None = 6, *, max_depth: int | None = None) -> str:
-        """The tree as Graphviz DOT text (draw it with ``sqltree.pictures.render``)."""
+    def graphviz(self, decimals: int | None = 6, *, max_depth: int | None = None,
+                 filled: bool = False) -> str:
+        """The tree as Graphviz DOT text (``filled``: nodes coloured by class and purity; draw
+        it with ``sqltree.pictures.render``)."""
         from .export import graphviz
 
-        return graphviz(self, decimals=decimals, max_depth=max_depth)
+        return graphviz(self, decimals=decimals, max_depth=max_depth, filled=filled)
 
     def plot(self, *, ax: Any = None, max_depth: int | None = None, decimals: int | None = 6,
-             fontsize: float | None = None) -> Any:
-        """Draw the tree with matplotlib, as ``sklearn.tree.plot_tree`` does; returns the Axes
-        (see ``sqltree.pictures.plot``)."""
+             fontsize: float | None = None, filled: bool = False) -> Any:
+        """Draw the tree with matplotlib, as ``sklearn.tree.plot_tree`` does (``filled`` as
+        for ``graphviz``); returns the Axes (see ``sqltree.pictures.plot``)."""
         from .pictures import plot
 
-        return plot(self, ax=ax, max_depth=max_depth, decimals=decimals, fontsize=fontsize)
+        return plot(self, ax=ax, max_depth=max_depth, decimals=decimals, fontsize=fontsize,
+                    filled=filled)
 
     def summary(self) -> str:
         """A few lines on the model: target and classes, the source's shape, the class balance,

@@ -13,7 +13,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import OptionError, UnsupportedError
-from .export import check_depth, edge_label, is_cut, node_lines, resolve_tree, shown_as_label
+from .export import (
+    check_depth,
+    class_colors,
+    edge_label,
+    fill_color,
+    is_cut,
+    node_lines,
+    resolve_tree,
+    shown_as_label,
+)
 from .tree import Node, Value
 
 __all__ = ["PICTURE_FORMATS", "plot", "render"]
@@ -108,10 +117,12 @@ def plot(
     max_depth: int | None = None,
     decimals: int | None = 6,
     fontsize: float | None = None,
+    filled: bool = False,
 ) -> Any:
     """Draw the tree with matplotlib, as ``sklearn.tree.plot_tree`` does: a box per node with
     what ``export.node_lines`` writes (the tested feature, class, weight and errors, class
-    distribution), the conditions on the edges, subtrees below ``max_depth`` cut (dashed).
+    distribution), the conditions on the edges, subtrees below ``max_depth`` cut (dashed);
+    ``filled`` colours each box as ``export.graphviz(filled=True)`` does.
 
     Draws on ``ax`` (default: a new figure sized to the tree) and returns the Axes.
     """
@@ -142,6 +153,7 @@ def plot(
         inches = ax.get_window_extent().width / ax.figure.dpi
         size = fontsize if fontsize is not None else max(
             3.0, min(10.0, inches / (slots + 0.2) * 72 / (widest * 0.6 + 2)))
+    palette = class_colors(len(root.counts)) if filled else []
     ax.set_axis_off()
     ax.set_xlim(-0.6, slots - 0.4)
     ax.set_ylim(-(levels - 1) - 0.6, 0.6)
@@ -157,5 +169,6 @@ def plot(
         ax.text(p.x, -p.depth, texts[i],
                 ha="center", va="center", fontsize=size, zorder=3,
                 bbox={"boxstyle": "round,pad=0.4" if p.node.is_leaf or cut else "round4,pad=0.4",
-                      "fc": "white", "ec": "0.2", "ls": "--" if cut else "-"})
+                      "fc": fill_color(p.node.proba, palette) if filled else "white",
+                      "ec": "0.2", "ls": "--" if cut else "-"})
     return ax

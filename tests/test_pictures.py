@@ -263,3 +263,16 @@ def test_a_regression_tree_cut_drawn_and_summarised(tmp_path):
     assert lines[0] == "target         t (regression)"
     mean, sd = frame["t"].mean(), frame["t"].std(ddof=0)
     assert lines[2] == f"target values  mean {mean:.2f}, sd {sd:.2f}"
+
+
+def test_filled_pictures_cut_at_a_depth(golf, capsys, golf_file, tmp_path):
+    dot = golf.graphviz(max_depth=1, filled=True)
+    cut = [line for line in dot.splitlines() if "[cut: " in line]
+    assert len(cut) == 2 and all('shape=box style="filled,dashed" fillcolor="#' in c
+                                 for c in cut)
+    ax = golf.plot(filled=True)
+    faces = {t.get_bbox_patch().get_facecolor() for t in ax.texts if "(" in t.get_text()}
+    assert len(faces) > 2  # class colours of different strengths, not all white
+    status, _, _ = cli(capsys, "dot", golf_file, "--filled", "--max-depth", "1", "-o",
+                       tmp_path / "tree.png")
+    assert status == 0 and (tmp_path / "tree.png").read_bytes().startswith(b"\x89PNG")
