@@ -34,8 +34,7 @@ from .errors import (
 )
 from .model import Model, load
 from .tree import Node, Split
-
-__version__ = "0.1.0"
+from .version import __version__
 
 _ESTIMATORS = ("C45Classifier", "DecisionTreeClassifier")
 

@@ -27,6 +27,7 @@ from .options import (
 )
 from .progress import Callback
 from .pruning import prune
+from .version import __version__
 
 DEFAULT_MIN_CASES = {"c4.5": 2.0, "id3": 1.0}
 
@@ -172,12 +173,14 @@ def _fit(
             engine.cleanup()
     stats = {
         "engine": engine.dialect,
+        "source": data.relation.meta.get("sqltree_source"),
         "rows": data.n_rows,
         "rows_null_target": data.n_null_target,
         "training_weight": sum(data.class_weights),
         **grow_stats.to_dict(),
         "pruning": vars(prune_stats) if prune_stats is not None else None,
         "seconds": round(time.perf_counter() - started, 6),
+        "sqltree_version": __version__,
     }
     return Model(
         root=root,

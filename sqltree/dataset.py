@@ -15,11 +15,14 @@ from sqlglot import exp
 
 from .engines.base import Engine
 from .errors import DataError, OptionError, SqlTreeError, UnsupportedError
+from .readers import reader_for
 from .tree import CONTINUOUS, NOMINAL, Value
 
 NUMERIC_TYPES = exp.DataType.NUMERIC_TYPES
 FLOAT_TYPES = {exp.DataType.Type.FLOAT, exp.DataType.Type.DOUBLE}
-TEXT_TYPES = exp.DataType.TEXT_TYPES | {exp.DataType.Type.BOOLEAN}
+TEXT_TYPES = exp.DataType.TEXT_TYPES | {exp.DataType.Type.BOOLEAN, exp.DataType.Type.ENUM}
+"""Types of nominal columns: text, booleans, and DuckDB's ENUM (a pandas Categorical, an
+ARFF file's nominal attribute), whose values compare with text literals."""
 INTEGER_TYPES = exp.DataType.INTEGER_TYPES
 EXACT_INTEGER = 2**53
 """Every integer up to this magnitude is exactly a DOUBLE."""
@@ -214,6 +217,14 @@ def _resolve(source: Any, engine: Engine) -> exp.Expression:
 
 
 def _file(path: str, engine: Engine) -> exp.Expression:
+    """A file, folder or glob: read by sqltree where it has a reader (``readers``: ARFF), into
+    a DataFrame the engine loads, else by the engine."""
+    reader = reader_for(path)
+    if reader is not None:
+        if not os.path.isfile(path):
+            raise DataError(f"no file {path!r} (a {path.rsplit('.', 1)[-1]} source is one file, "
+                            "not a glob)")
+        return engine.relation_for_dataframe(reader(path))
     if "://" not in path and not glob.glob(path):
         raise DataError(f"no file matches {path!r}")
     return engine.relation_for_path(path)

@@ -20,7 +20,7 @@ from .algorithms.c45_scores import build_split_scores
 from .dataset import Dataset, describe
 from .engines.duckdb import DuckDBEngine
 from .grower import GrowOptions
-from .model import render
+from .model import Model, render
 from .tree import CONTINUOUS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,7 +84,27 @@ def reference_files() -> dict[str, str]:
             files[f"{name}/scoring.{dialect}.sql"] = (
                 HEADER.format(what=f"scoring CASE, {dialect}") + text + "\n"
             )
+        if name == "golf":
+            files.update(_deployed(model))
     return files
+
+
+def _deployed(model: Model) -> dict[str, str]:
+    """The golf tree as it is deployed: majority routing, unquoted names, a dbt model file."""
+    majority = model.to_sql("duckdb", pretty=True, unknown="majority")
+    unquoted = model.to_sql("snowflake", table="golf", pretty=True, unknown="majority",
+                            quote_identifiers=False)
+    return {
+        "golf/scoring_majority.duckdb.sql":
+            HEADER.format(what="scoring CASE, unknown values to the heaviest branch, duckdb")
+            + majority + "\n",
+        "golf/query_unquoted.snowflake.sql":
+            HEADER.format(what="scoring query, identifiers unquoted, snowflake")
+            + unquoted + ";\n",
+        "golf/dbt_model.snowflake.sql":
+            HEADER.format(what="dbt model file, snowflake")
+            + model.to_dbt("golf", "snowflake"),
+    }
 
 
 def _cart_files(numeric: Dataset, put: Callable[[str, str, exp.Expression], None]) -> None:

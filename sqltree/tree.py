@@ -11,12 +11,14 @@ lists. Unknown values follow the node's routing: every branch with weight ``shar
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .criteria import predicted_class
+from .errors import OptionError
 
 Value = Any  # a nominal value as the engine returns it: str, bool, int or float
 
@@ -150,6 +152,34 @@ class Node:
         """Training weight that this node, as a leaf, would misclassify."""
         return self.weight - self.counts[self.label] if self.weight > 0 else 0.0
 
+    @property
+    def heaviest_branch(self) -> int:
+        """The branch that took the largest share of the known training weight (the first on
+        ties): where ``unknown="majority"`` scoring sends an unknown value."""
+        return max(range(len(self.shares)), key=lambda i: (self.shares[i], -i), default=0)
+
+    def unknown_route(self) -> int | None:
+        """The branch an unknown value takes here under majority routing: the node's own
+        ``unknown_branch``, else its heaviest branch."""
+        return self.heaviest_branch if self.unknown_branch is None else self.unknown_branch
+
+    def routed_to_majority(self) -> Node:
+        """A copy of the subtree in which every test that spreads unknown values over its
+        branches (C4.5's fractional cases) sends them down its heaviest branch instead.
+
+        Counts, probabilities and tests are shared with this tree, not copied; the copy is
+        made without recursion, so trees of any depth can be copied.
+        """
+        copies: dict[int, Node] = {}
+        nodes = list(self.walk())
+        for n in nodes:
+            copies[id(n)] = dataclasses.replace(
+                n, children=[], unknown_branch=None if n.is_leaf else n.unknown_route()
+            )
+        for n in nodes:
+            copies[id(n)].children = [copies[id(c)] for c in n.children]
+        return copies[id(self)]
+
     def walk(self) -> Iterator[Node]:
         """All nodes of the subtree, depth first, parent before children (no recursion, so
         trees of any depth can be walked)."""
@@ -253,6 +283,24 @@ class Node:
         for node, item in zip(nodes, data):
             node.children = [nodes[i] for i in item.get("children", [])]
         return nodes[0]
+
+
+UNKNOWN_ROUTES = ("fractional", "majority")
+"""How scoring treats an unknown value at a test that spreads it over every branch (C4.5's
+fractional cases): exactly, as a weighted sum over the branches, or down the heaviest branch."""
+
+
+def check_unknown(unknown: str) -> str:
+    """``unknown`` if it is one of ``UNKNOWN_ROUTES``, else OptionError."""
+    if unknown not in UNKNOWN_ROUTES:
+        raise OptionError(f"unknown must be one of {list(UNKNOWN_ROUTES)}, not {unknown!r}")
+    return unknown
+
+
+def scoring_tree(root: Node, unknown: str) -> Node:
+    """The tree that scores as ``unknown`` says: ``root`` itself, or for "majority" its copy
+    whose fractional tests send unknown values down their heaviest branch."""
+    return root.routed_to_majority() if check_unknown(unknown) == "majority" else root
 
 
 GROWTH_FIELDS = ("n_samples", "impurity", "improvement", "value")

@@ -146,7 +146,8 @@ def test_model_graphviz_filled():
     assert all("style=filled fillcolor=\"#" in line for line in nodes)
     # a pure leaf has its class's full colour
     yes = "#{:02x}{:02x}{:02x}".format(*export.class_colors(2)[model.classes.index("yes")])
-    assert any(f'"yes (4.0)" shape=box style=filled fillcolor="{yes}"' in n for n in nodes)
+    assert any(f'"yes (4.0)\\nno 0 | yes 4" shape=box style=filled fillcolor="{yes}"' in n
+               for n in nodes)
 
 
 def test_cli_dot_filled(tmp_path, capsys):
