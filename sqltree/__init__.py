@@ -8,9 +8,15 @@ Examples
 >>> import sqltree
 >>> model = sqltree.train("examples/data/golf.csv", target="play")  # doctest: +SKIP
 >>> print(model.to_sql())                                             # doctest: +SKIP
+
+scikit-learn users switch with one import (needs scikit-learn; loaded on first use):
+
+>>> from sqltree import DecisionTreeClassifier, C45Classifier        # doctest: +SKIP
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from . import progress
 from .api import split_scores, train
@@ -28,12 +34,26 @@ from .errors import (
 )
 from .model import Model, load
 from .tree import Node, Split
+from .version import __version__
 
-__version__ = "0.1.0"
+_ESTIMATORS = ("C45Classifier", "DecisionTreeClassifier")
+
+
+def __getattr__(name: str) -> Any:
+    # The estimators import scikit-learn, an optional extra that takes a second to load:
+    # ``import sqltree`` (and every ``sqltree`` command) stays without it.
+    if name in _ESTIMATORS:
+        from . import estimator
+
+        return getattr(estimator, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
+    "C45Classifier",
     "CrossValidation",
     "DataError",
+    "DecisionTreeClassifier",
     "EngineConnectionError",
     "Model",
     "ModelFileError",

@@ -12,7 +12,7 @@ import pandas as pd
 
 from . import progress as reporting
 from . import queries as q
-from .algorithms import grow
+from .algorithms import grow_and_prune
 from .algorithms.c45 import score_options
 from .algorithms.c45_scores import SCORE_COLUMNS, build_split_scores
 from .dataset import Dataset, describe, describe_source
@@ -20,9 +20,15 @@ from .engines import get_engine
 from .engines.select_plan import check_plan
 from .grower import GrowOptions
 from .model import Model, features_info
-from .options import CART_OPTIONS, check_keywords, check_train_options, normalise_algorithm
+from .options import (
+    CART_OPTIONS,
+    check_keywords,
+    check_train_options,
+    resolve_task,
+)
 from .progress import Callback
 from .pruning import prune
+from .version import __version__
 
 DEFAULT_MIN_CASES = {"c4.5": 2.0, "id3": 1.0}
 
@@ -31,7 +37,8 @@ def train(
     source: Any,
     target: str,
     *,
-    algorithm: str = "c4.5",
+    algorithm: str | None = None,
+    task: str | None = None,
     connection: Any = None,
     features: Sequence[str] | None = None,
     nominal: Sequence[str] = (),
@@ -51,15 +58,21 @@ def train(
     plan: str = "auto",
     **cart_options: Any,
 ) -> Model:
-    """Train a classification tree where the data lives.
+    """Train a classification or regression tree where the data lives.
 
     Parameters
     ----------
     source : str, pandas.DataFrame or sqlglot expression
         A table or view name, a ``SELECT`` query, a Parquet/CSV path or glob, or a DataFrame.
     target : str
-        The class column. Rows with a NULL target are left out (and counted in ``stats``).
-    algorithm : {"c4.5", "id3", "cart"}, default="c4.5"
+        The class column, or a numeric column for a regression tree. Rows with a NULL target
+        are left out (and counted in ``stats``).
+    algorithm : {"c4.5", "id3", "cart"}, default: "c4.5" for classification, "cart" for
+        regression
+    task : {"classification", "regression"}, optional
+        Default: regression when ``criterion`` is a regression criterion (``"squared_error"``),
+        else classification. Regression trees are CART's, as scikit-learn's
+        ``DecisionTreeRegressor`` grows them: leaves predict the weighted mean target.
     connection : optional
         A DuckDB connection, a psycopg connection or ``postgresql://`` URL, or a SparkSession;
         default: a new in-memory DuckDB database.
@@ -101,13 +114,14 @@ def train(
     **cart_options
         ``algorithm="cart"`` only, with scikit-learn's names and meanings: ``criterion``,
         ``min_samples_leaf``, ``min_weight_fraction_leaf``, ``min_impurity_decrease``,
-        ``max_leaf_nodes``, ``class_weight``, ``ccp_alpha`` (see ``sqltree.algorithms.cart``).
+        ``max_leaf_nodes``, ``class_weight``, ``ccp_alpha`` (see ``sqltree.algorithms.cart``);
+        a regression tree takes all but ``class_weight``, with ``criterion="squared_error"``.
 
     Returns
     -------
     Model
     """
-    algorithm = normalise_algorithm(algorithm)
+    task, algorithm = resolve_task(task, algorithm, cart_options)
     check_keywords("train", cart_options, [*inspect.signature(train).parameters, *CART_OPTIONS])
     check_plan(plan)
     check_train_options(
@@ -115,9 +129,12 @@ def train(
         weight=weight, min_cases=min_cases, max_depth=max_depth,
         min_samples_split=min_samples_split, min_gain=min_gain, missing=missing,
         max_bins=max_bins, pruning=pruning, cf=cf, subtree_raising=subtree_raising,
-        validation=validation, cart_options=cart_options,
+        validation=validation, cart_options=cart_options, task=task,
     )
+    if task == "regression":
+        cart_options = {"criterion": "squared_error", **cart_options}
     options = GrowOptions(
+        task=task,
         algorithm=algorithm, max_depth=max_depth, min_samples_split=min_samples_split,
         min_gain=min_gain, missing=missing, max_bins=max_bins, **cart_options,
         min_cases=DEFAULT_MIN_CASES.get(algorithm, 2.0) if min_cases is None else min_cases,
@@ -157,8 +174,8 @@ def _fit(
         started = time.perf_counter()
         try:
             engine.use_plan(plan)
-            data = _read(source, engine, target, roles)
-            root, grow_stats = grow(data, options)
+            data = _read(source, engine, target, roles, options.task)
+            root, grow_stats = grow_and_prune(data, options)
             prune_stats = None
             if options.algorithm == "c4.5" or post.method is not None:
                 prune_stats = prune(root, data, post.method, cf=post.cf,
@@ -168,17 +185,20 @@ def _fit(
             engine.cleanup()
     stats = {
         "engine": engine.dialect,
+        "source": data.relation.meta.get("sqltree_source"),
         "rows": data.n_rows,
         "rows_null_target": data.n_null_target,
         "training_weight": sum(data.class_weights),
         **grow_stats.to_dict(),
         "pruning": vars(prune_stats) if prune_stats is not None else None,
         "seconds": round(time.perf_counter() - started, 6),
+        "sqltree_version": __version__,
     }
     return Model(
         root=root,
         classes=list(data.classes),
         target=target,
+        task=options.task,
         features=features_info(data.features),
         options=vars(options) | {"weight": roles["weight"], "pruning": post.method,
                                  "cf": post.cf, "subtree_raising": post.subtree_raising},
@@ -186,10 +206,12 @@ def _fit(
     )
 
 
-def _read(source: Any, engine: Any, target: str, roles: dict[str, Any]) -> Dataset:
+def _read(
+    source: Any, engine: Any, target: str, roles: dict[str, Any], task: str = "classification"
+) -> Dataset:
     """``describe`` the source, reported as the phase ``"read"``."""
     with reporting.phase("read", f"reading {describe_source(source)} on {engine.NAME}") as phase:
-        data = describe(source, engine, target, **roles)
+        data = describe(source, engine, target, **roles, task=task)
         phase.done(
             f"read {reporting.rows(data.n_rows)} rows, {len(data.features)} features, "
             f"{len(data.classes)} classes, {phase.seconds:.2f} s",

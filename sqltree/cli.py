@@ -118,15 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--proba", action="store_true", help="with --table: probability columns")
     s.add_argument("--pretty", action="store_true", help="indent the SQL")
     s.add_argument("--quiet", "-q", action="store_true", help="print no progress")
+    _add_deploy_flags(s)
 
-    show = sub.add_parser("show", help="print a saved tree as text")
-    show.add_argument("model")
-
-    r = sub.add_parser("rules", help="print one IF ... THEN rule per leaf")
-    r.add_argument("model")
-
-    d = sub.add_parser("dot", help="print the tree as Graphviz DOT")
-    d.add_argument("model")
+    _add_reading_parsers(sub)
 
     add_connection(_add_evaluate_parser(sub))
 
@@ -136,6 +130,67 @@ def build_parser() -> argparse.ArgumentParser:
     add_connection(sc)
     _add_debug(parser, sub)
     return parser
+
+
+def _add_reading_parsers(sub: Any) -> None:
+    """``show``, ``rules`` and ``dot``: a saved tree as text, rules or a picture."""
+    show = sub.add_parser("show", help="print a saved tree as text")
+    show.add_argument("model")
+    _add_max_depth(show)
+    show.add_argument("--summary", action="store_true",
+                      help="print what the model was trained on and how, not the tree")
+
+    r = sub.add_parser("rules", help="print one IF ... THEN rule per leaf")
+    r.add_argument("model")
+    _add_max_depth(r)
+    r.add_argument("--ids", action="store_true",
+                   help="start each rule with its leaf's id (what 'sqltree sql --leaf' gives)")
+
+    d = sub.add_parser("dot", help="print the tree as Graphviz DOT, or draw it",
+                       description="Print the tree as Graphviz DOT text, or with -o write it "
+                       "to a .dot file or draw it as .svg, .png or .pdf through Graphviz.")
+    d.add_argument("model")
+    _add_max_depth(d)
+    d.add_argument("--filled", action="store_true",
+                   help="fill nodes with their class's colour, stronger the purer the node")
+    d.add_argument("--output", "-o", metavar="FILE",
+                   help="write FILE: .dot text, or .svg/.png/.pdf drawn by Graphviz (needs "
+                        "the graphviz Python package and Graphviz's dot program)")
+
+
+def _add_deploy_flags(s: argparse.ArgumentParser) -> None:
+    """``sql``'s choices of what the SQL computes and where it goes."""
+    s.add_argument("--leaf", action="store_true",
+                   help="the id of the leaf each row reaches instead of its class (the ids "
+                        "'sqltree rules --ids' prints)")
+    s.add_argument("--unknown", choices=["fractional", "majority"], default="fractional",
+                   help="at a C4.5 test that meets an unknown value: C4.5's exact weighted "
+                        "sum over the branches (default), or the heaviest branch (a plain, "
+                        "much shorter CASE)")
+    s.add_argument("--no-quote", action="store_true",
+                   help="write identifiers unquoted, in the case the dialect folds them to "
+                        "(OUTLOOK on Snowflake), for tables created with unquoted names")
+    s.add_argument("--dbt", action="store_true",
+                   help="write a dbt model file scoring {{ ref(NAME) }} (with --source-ref)")
+    s.add_argument("--source-ref", metavar="NAME",
+                   help="with --dbt: the dbt model (or seed) whose rows are scored")
+    s.add_argument("--output", "-o", metavar="FILE", help="write the SQL to FILE")
+
+
+def _add_max_depth(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-depth", type=_depth, metavar="N",
+                   help="show tests down to depth N only; a cut subtree is marked with the "
+                        "number of leaves it holds")
+
+
+def _depth(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, not {text!r}")
+    return value
 
 
 def _add_debug(parser: argparse.ArgumentParser, sub: argparse._SubParsersAction) -> None:
@@ -390,23 +445,9 @@ def _dispatch(args: argparse.Namespace) -> int:
             scored.to_csv(sys.stdout, index=False)
         return 0
     if args.command == "sql":
-        for flag, given in (("--view", args.view), ("--proba", args.proba)):
-            if given and args.table is None:
-                raise OptionError(f"{flag} needs --table (the table the query reads)")
-        check_dialect(args.dialect)
-        model = sqltree.load(args.model)
-        print(model.to_sql(args.dialect, table=args.table, view=args.view, proba=args.proba,
-                           pretty=args.pretty))
-        return 0
-    if args.command == "show":
-        print(sqltree.load(args.model).text())
-        return 0
-    if args.command == "rules":
-        print(sqltree.load(args.model).rules())
-        return 0
-    if args.command == "dot":
-        print(sqltree.load(args.model).graphviz())
-        return 0
+        return _sql_command(args)
+    if args.command in ("show", "rules", "dot"):
+        return _reading_command(args)
     if args.command == "evaluate":
         return _evaluate_command(args)
     if args.command == "scores":
@@ -415,6 +456,74 @@ def _dispatch(args: argparse.Namespace) -> int:
         print(frame.to_string(index=False))
         return 0
     raise AssertionError(args.command)
+
+
+# -- sql, show, rules, dot -----------------------------------------------------------------------
+def _sql_command(args: argparse.Namespace) -> int:
+    import sqltree
+
+    if args.dbt:
+        if args.source_ref is None:
+            raise OptionError("--dbt needs --source-ref NAME (the dbt model whose rows it scores)")
+        for flag, given in (("--table", args.table), ("--view", args.view)):
+            if given:
+                raise OptionError(f"{flag} does not go with --dbt: the model reads "
+                                   "--source-ref, and dbt makes the view")
+    elif args.source_ref is not None:
+        raise OptionError("--source-ref names the ref of a dbt model file: add --dbt")
+    table_needed = [("--view", args.view), ("--proba", args.proba)] if not args.dbt else []
+    for flag, given in table_needed:
+        if given and args.table is None:
+            raise OptionError(f"{flag} needs --table (the table the query reads)")
+    check_dialect(args.dialect)
+    _check_output(args.output, (".sql",), "SQL and dbt model files")
+    model = sqltree.load(args.model)
+    options = dict(output="leaf" if args.leaf else "label", proba=args.proba,
+                   unknown=args.unknown, quote_identifiers=not args.no_quote)
+    if args.leaf:
+        options["column"] = "leaf"
+    if args.dbt:
+        text = model.to_dbt(args.source_ref, args.dialect, pretty=True, **options)
+    else:
+        text = model.to_sql(args.dialect, table=args.table, view=args.view,
+                            pretty=args.pretty, **options) + "\n"
+    if args.output is None:
+        sys.stdout.write(text)
+        return 0
+    with open(args.output, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    print(f"wrote {args.output}", file=sys.stderr)
+    return 0
+
+
+PICTURE_SUFFIXES = (".dot", ".gv", ".svg", ".png", ".pdf")
+"""What ``sqltree dot -o`` writes: DOT text, or a picture drawn by Graphviz."""
+
+
+def _reading_command(args: argparse.Namespace) -> int:
+    """``show``, ``rules`` and ``dot``: the saved tree, whole or down to ``--max-depth``."""
+    import sqltree
+
+    if args.command == "dot":
+        _check_output(args.output, PICTURE_SUFFIXES, "trees")
+    summary = args.command == "show" and args.summary
+    if summary and args.max_depth is not None:
+        raise OptionError("--summary prints no tree: it does not go with --max-depth")
+    model = sqltree.load(args.model)
+    if summary:
+        print(model.summary())
+    elif args.command == "show":
+        print(model.text(max_depth=args.max_depth))
+    elif args.command == "rules":
+        print(model.rules(max_depth=args.max_depth, ids=args.ids))
+    elif args.output is None:
+        print(model.graphviz(max_depth=args.max_depth, filled=args.filled))
+    else:
+        from sqltree.pictures import render
+
+        render(model.graphviz(max_depth=args.max_depth, filled=args.filled), args.output)
+        print(f"wrote {args.output}", file=sys.stderr)
+    return 0
 
 
 # -- evaluation ----------------------------------------------------------------------------------

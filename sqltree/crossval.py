@@ -55,7 +55,7 @@ from .engines import Engine, get_engine
 from .errors import DataError, OptionError, UnsupportedError, UnsupportedOptionError
 from .evaluation import Evaluation, combine, weka_number
 from .model import Model
-from .options import CART_OPTIONS, check_train_options, normalise_algorithm
+from .options import CART_OPTIONS, check_train_options, resolve_task
 from .tree import Value
 
 FLOAT_MULTIPLIER = 0.6180339887498949
@@ -137,12 +137,14 @@ def _check_train_options(target: str, options: dict[str, Any]) -> None:
         raise UnsupportedOptionError(f"unexpected training options {unknown}")
     values = {n: params[n].default for n in named} | options
     checked = set(inspect.signature(check_train_options).parameters)
+    task, algorithm = resolve_task(values["task"], values["algorithm"], options)
     check_train_options(
-        normalise_algorithm(values["algorithm"]),
+        algorithm,
         target=target,
+        task=task,
         cart_options={k: v for k, v in options.items() if k in CART_OPTIONS},
         **{k: v for k, v in values.items()
-           if k in checked and k not in {"algorithm", "target", "cart_options"}},
+           if k in checked and k not in {"algorithm", "target", "cart_options", "task"}},
     )
 
 

@@ -15,11 +15,14 @@ from sqlglot import exp
 
 from .engines.base import Engine
 from .errors import DataError, OptionError, SqlTreeError, UnsupportedError
+from .readers import reader_for
 from .tree import CONTINUOUS, NOMINAL, Value
 
 NUMERIC_TYPES = exp.DataType.NUMERIC_TYPES
 FLOAT_TYPES = {exp.DataType.Type.FLOAT, exp.DataType.Type.DOUBLE}
-TEXT_TYPES = exp.DataType.TEXT_TYPES | {exp.DataType.Type.BOOLEAN}
+TEXT_TYPES = exp.DataType.TEXT_TYPES | {exp.DataType.Type.BOOLEAN, exp.DataType.Type.ENUM}
+"""Types of nominal columns: text, booleans, and DuckDB's ENUM (a pandas Categorical, an
+ARFF file's nominal attribute), whose values compare with text literals."""
 INTEGER_TYPES = exp.DataType.INTEGER_TYPES
 EXACT_INTEGER = 2**53
 """Every integer up to this magnitude is exactly a DOUBLE."""
@@ -57,6 +60,9 @@ class Dataset:
     n_null_target: int
     infinite: list[str] = field(default_factory=list)
     """Continuous features holding +infinity (C4.5 takes it as a value; CART cannot)."""
+    target_mean: float | None = None
+    """A regression target's weighted mean (None for classes); ``classes`` is then empty and
+    ``class_weights`` holds the total weight."""
 
     def feature(self, name: str) -> Feature:
         for f in self.features:
@@ -211,6 +217,14 @@ def _resolve(source: Any, engine: Engine) -> exp.Expression:
 
 
 def _file(path: str, engine: Engine) -> exp.Expression:
+    """A file, folder or glob: read by sqltree where it has a reader (``readers``: ARFF), into
+    a DataFrame the engine loads, else by the engine."""
+    reader = reader_for(path)
+    if reader is not None:
+        if not os.path.isfile(path):
+            raise DataError(f"no file {path!r} (a {path.rsplit('.', 1)[-1]} source is one file, "
+                            "not a glob)")
+        return engine.relation_for_dataframe(reader(path))
     if "://" not in path and not glob.glob(path):
         raise DataError(f"no file matches {path!r}")
     return engine.relation_for_path(path)
@@ -305,8 +319,10 @@ def describe(
     nominal: Sequence[str] = (),
     continuous: Sequence[str] = (),
     weight: str | None = None,
+    task: str = "classification",
 ) -> Dataset:
-    """Read the schema, check the data, assign roles and read the class list."""
+    """Read the schema, check the data, assign roles and read the class list (for
+    ``task="regression"``, the numeric target's weighted mean instead)."""
     relation = resolve_relation(source, engine)
     schema = _read_schema(engine, relation)
     types = dict(schema)
@@ -321,6 +337,11 @@ def describe(
     target_type = types[target]
     # An all-NULL column may have no type at all; the scan below says so more plainly.
     untyped = target_type.is_type(exp.DataType.Type.NULL, exp.DataType.Type.UNKNOWN)
+    if task == "regression" and not (untyped or target_type.is_type(*NUMERIC_TYPES)):
+        raise DataError(
+            f"a regression target must be numeric; {target!r} has type "
+            f"{target_type.sql(engine.dialect)}"
+        )
     if not (untyped or target_type.is_type(*TEXT_TYPES, *NUMERIC_TYPES)):
         raise UnsupportedError(
             f"target {target!r} has type {target_type.sql(engine.dialect)}; "
@@ -336,7 +357,11 @@ def describe(
         raise UnsupportedError(
             f"target {target!r} has a type the engine does not name; cast it to text or integer"
         )
-    pairs = _read_classes(engine, relation, target, w)
+    if task == "regression":
+        mean, total_weight = _read_target_mean(engine, relation, target, w)
+        pairs = [(None, total_weight)]
+    else:
+        mean, pairs = None, _read_classes(engine, relation, target, w)
     n_null = n_rows - int(row["labelled"])
     if n_null:
         warnings.warn(
@@ -350,11 +375,12 @@ def describe(
         target_type=target_type.sql(engine.dialect),
         weight=weight,
         features=feats,
-        classes=[v for v, _ in pairs],
+        classes=[v for v, _ in pairs] if mean is None else [],
         class_weights=[s for _, s in pairs],
         n_rows=n_rows,
         n_null_target=n_null,
         infinite=infinite,
+        target_mean=mean,
     )
 
 
@@ -483,6 +509,26 @@ def _read_classes(
             "a classifier needs at least two"
         )
     return pairs
+
+
+def _read_target_mean(
+    engine: Engine, relation: exp.Expression, target: str, w: exp.Expression
+) -> tuple[float, float]:
+    """A numeric target's weighted mean and total weight, refusing NaN and infinities."""
+    y = exp.cast(_column(target), "DOUBLE")
+    known = _column(target).is_(exp.null()).not_()
+    query = exp.select(
+        exp.func("SUM", w.copy() * y.copy()),
+        exp.func("SUM", w.copy()),
+        _count_when(_is_special(y, ("NaN", "Infinity", "-Infinity"))),
+    ).from_(relation).where(known)
+    ((weighted, total_weight, special),) = engine.execute(query)
+    if int(special or 0):
+        raise DataError(
+            f"the target {target!r} holds NaN or infinite values in {int(special)} rows; "
+            "a missing target is NULL (NULLIF(y, 'NaN'))"
+        )
+    return float(weighted) / float(total_weight), float(total_weight)
 
 
 def _read_domains(engine: Engine, relation: exp.Expression, feats: list[Feature]) -> None:

@@ -30,7 +30,7 @@ from .compiler.scoring import Names, build_scoring_query
 from .dataset import resolve_relation, sort_key
 from .engines import get_engine
 from .errors import DataError, OptionError
-from .tree import Node, Value, format_value
+from .tree import Node, Value, format_value, scoring_tree
 
 EPS = sys.float_info.epsilon
 """Probabilities are clipped to ``[EPS, 1 - EPS]`` before the logarithm (scikit-learn's
@@ -356,8 +356,10 @@ def evaluate(
     connection: Any = None,
     weight: str | bool = True,
     title: str = "Evaluation",
+    unknown: str = "fractional",
 ) -> Evaluation:
     """Evaluate ``model`` on ``source`` in the engine (see ``Model.evaluate``)."""
+    root = scoring_tree(model.root, unknown)
     if not isinstance(title, str):
         raise OptionError(f"title must be text, not {title!r}")
     weight_column = model_weight(model, weight)
@@ -375,7 +377,7 @@ def evaluate(
         if missing:
             raise DataError(f"columns the tree tests are not in the source: {missing}")
         query = build_evaluation_query(
-            model.root, model.classes, relation, model.target, weight_column,
+            root, model.classes, relation, model.target, weight_column,
             expand=engine.VECTORIZED,
         )
         with compiler.collector_paused():

@@ -62,6 +62,12 @@ class GrowOptions:
     max_leaf_nodes: int | None = None
     class_weight: Any = None
     ccp_alpha: float = 0.0
+    task: str = "classification"
+
+    @property
+    def strategy_name(self) -> str:
+        """The registry's name of the strategy (``sqltree.algorithms.STRATEGIES``)."""
+        return "cart-regression" if self.task == "regression" else self.algorithm
 
 
 @dataclass

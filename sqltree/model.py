@@ -17,10 +17,11 @@ from . import compiler
 from . import progress as reporting
 from .compiler.scoring import build_scoring_query
 from .criteria import predicted_class
-from .errors import DataError, ModelFileError, OptionError
+from .deploy import dbt_model, dbt_ref, unquote_identifiers
+from .errors import DataError, ModelFileError, OptionError, UnsupportedError
 from .model_file import FORMAT, FORMAT_VERSION, read_json, validate
 from .options import check_dialect
-from .tree import CONTINUOUS, Node, Value, format_value
+from .tree import CONTINUOUS, Node, Value, check_unknown, format_value, scoring_tree
 
 if TYPE_CHECKING:
     from .evaluation import Evaluation
@@ -54,6 +55,9 @@ class Model:
         The training options.
     stats : dict
         Training statistics: rows, queries, full scans, seconds, per-level counts.
+    task : {"classification", "regression"}
+        A regression tree has no classes; every node's ``value`` is its weighted mean target,
+        which its leaves predict.
     """
 
     root: Node
@@ -62,6 +66,11 @@ class Model:
     features: list[FeatureInfo]
     options: dict[str, Any] = field(default_factory=dict)
     stats: dict[str, Any] = field(default_factory=dict)
+    task: str = "classification"
+
+    @property
+    def is_regression(self) -> bool:
+        return self.task == "regression"
 
     # -- structure ---------------------------------------------------------------------------
     @property
@@ -87,48 +96,67 @@ class Model:
         return [f.name for f in self.features]
 
     # -- text --------------------------------------------------------------------------------
-    def text(self, decimals: int | None = 6) -> str:
-        """The tree as J48 prints it: one test per line, leaves with ``(weight/errors)``."""
+    def text(self, decimals: int | None = 6, *, max_depth: int | None = None) -> str:
+        """The tree as J48 prints it: one test per line, leaves with ``(weight/errors)``;
+        ``max_depth`` cuts deeper subtrees, marked ``[cut: N leaves]``."""
         from .export import text
 
-        return text(self, decimals=decimals)
+        return text(self, decimals=decimals, max_depth=max_depth)
 
-    def rules(self, decimals: int | None = 6) -> str:
-        """One ``IF ... THEN class`` line per leaf, with coverage and confidence."""
+    def rules(self, decimals: int | None = 6, *, max_depth: int | None = None,
+              ids: bool = False) -> str:
+        """One ``IF ... THEN class`` line per leaf, with coverage and confidence (``ids``: the
+        leaf ids ``to_sql(output="leaf")`` gives)."""
         from .export import rules
 
-        return rules(self, decimals=decimals)
+        return rules(self, decimals=decimals, max_depth=max_depth, ids=ids)
 
-    def graphviz(self, decimals: int | None = 6) -> str:
-        """The tree as Graphviz DOT text."""
+    def graphviz(self, decimals: int | None = 6, *, max_depth: int | None = None,
+                 filled: bool = False) -> str:
+        """The tree as Graphviz DOT text (``filled``: nodes coloured by class and purity; draw
+        it with ``sqltree.pictures.render``)."""
         from .export import graphviz
 
-        return graphviz(self, decimals=decimals)
+        return graphviz(self, decimals=decimals, max_depth=max_depth, filled=filled)
+
+    def plot(self, *, ax: Any = None, max_depth: int | None = None, decimals: int | None = 6,
+             fontsize: float | None = None, filled: bool = False) -> Any:
+        """Draw the tree with matplotlib, as ``sklearn.tree.plot_tree`` does (``filled`` as
+        for ``graphviz``); returns the Axes (see ``sqltree.pictures.plot``)."""
+        from .pictures import plot
+
+        return plot(self, ax=ax, max_depth=max_depth, decimals=decimals, fontsize=fontsize,
+                    filled=filled)
+
+    def summary(self) -> str:
+        """A few lines on the model: target and classes, the source's shape, the class balance,
+        the algorithm and its options, the tree's size, training time and queries, and the
+        sqltree version that trained it (``sqltree show --summary``)."""
+        from .summary import summary
+
+        return summary(self)
 
     def __repr__(self) -> str:
         return (
             f"Model(target={self.target!r}, algorithm={self.options.get('algorithm')!r}, "
-            f"classes={self.classes!r}, n_leaves={self.n_leaves}, depth={self.depth})"
+            + (f"task={self.task!r}, " if self.is_regression else f"classes={self.classes!r}, ")
+            + f"n_leaves={self.n_leaves}, depth={self.depth})"
         )
 
     # -- prediction in Python ----------------------------------------------------------------
-    def predict_proba_row(self, row: dict[str, Any]) -> list[float]:
+    def predict_proba_row(self, row: dict[str, Any], *, unknown: str = "fractional"
+                          ) -> list[float]:
         """Class probabilities for one row (a mapping of column name to value).
 
         The same sums, in the same order, as ``Node.predict_proba``, without its recursion:
         a row with an unknown value at each of a thousand fractional tests in a chain goes a
-        thousand tests deep.
+        thousand tests deep. With ``unknown="majority"`` an unknown value at such a test goes
+        down the test's heaviest branch instead, as ``to_sql(unknown="majority")`` scores it.
         """
+        majority = check_unknown(unknown) == "majority"
 
-        def follow(node: Node) -> Node:  # to a leaf, or to the test where the value is unknown
-            while node.split is not None:
-                branch = node.split.branch_of(row.get(node.split.feature))
-                if branch is None:
-                    branch = node.unknown_branch
-                if branch is None:
-                    return node
-                node = node.children[branch]
-            return node
+        def follow(node: Node) -> Node:
+            return _follow(node, row, majority)
 
         start = follow(self.root)
         if start.split is None:
@@ -159,17 +187,51 @@ class Model:
             else:
                 stack.append((child, 0, [0.0] * k))
 
-    def predict_row(self, row: dict[str, Any]) -> Value:
-        """The predicted class of one row, as the compiled SQL would give it."""
-        return self.classes[predicted_class(self.predict_proba_row(row))]
+    def predict_row(self, row: dict[str, Any], *, unknown: str = "fractional") -> Value:
+        """The predicted class (or number) of one row, as the compiled SQL would give it."""
+        check_unknown(unknown)
+        if self.is_regression:
+            return self.leaf_of(row).value
+        return self.classes[predicted_class(self.predict_proba_row(row, unknown=unknown))]
+
+    def leaf_row(self, row: dict[str, Any], *, unknown: str = "fractional") -> int | None:
+        """The id of the leaf one row reaches, as ``to_sql(output="leaf")`` gives it: None
+        where a fractional test meets an unknown value (unless ``unknown="majority"``)."""
+        node = _follow(self.root, row, check_unknown(unknown) == "majority")
+        return node.node_id if node.is_leaf else None
+
+    def scoring_root(self, unknown: str = "fractional") -> Node:
+        """The tree the scoring SQL compiles: the model's own, or with ``unknown="majority"``
+        a copy whose fractional tests send unknown values down their heaviest branch."""
+        return scoring_tree(self.root, unknown)
+
+    def leaf_of(self, row: dict[str, Any]) -> Node:
+        """The leaf a row reaches in a tree whose every test routes unknown values to one
+        branch (CART's)."""
+        node = self.root
+        while node.split is not None:
+            branch = node.split.branch_of(row.get(node.split.feature))
+            if branch is None:
+                branch = node.unknown_branch
+            if branch is None:
+                raise ValueError("a test that spreads unknown values has no single leaf")
+            node = node.children[branch]
+        return node
 
     # -- SQL ---------------------------------------------------------------------------------
-    def to_expression(self, output: str = "label", table: str | None = None) -> exp.Expression:
-        """The scoring expression as a sqlglot tree (``output``: "label" or "leaf")."""
+    def to_expression(self, output: str = "label", table: str | None = None, *,
+                      unknown: str = "fractional") -> exp.Expression:
+        """The scoring expression as a sqlglot tree (``output``: "label" or "leaf"; a
+        regression tree's label is its predicted number; for ``unknown`` see ``to_sql``)."""
+        return self._expression(self.scoring_root(unknown), output, table)
+
+    def _expression(self, root: Node, output: str, table: str | None = None) -> exp.Expression:
+        if output == "label" and self.is_regression:
+            return compiler.compile_value(root, table)
         if output == "label":
-            return compiler.compile_label(self.root, self.classes, table)
+            return compiler.compile_label(root, self.classes, table)
         if output == "leaf":
-            return compiler.compile_leaf(self.root, table)
+            return compiler.compile_leaf(root, table)
         raise OptionError(f"output must be 'label' or 'leaf', not {output!r}")
 
     def to_sql(
@@ -182,12 +244,32 @@ class Model:
         proba: bool = False,
         view: str | None = None,
         pretty: bool = False,
+        unknown: str = "fractional",
+        quote_identifiers: bool = True,
     ) -> str:
         """Scoring SQL for any sqlglot dialect.
 
         With neither ``table`` nor ``view``: one expression (``CASE WHEN ... END``). With
         ``table``: ``SELECT *, <prediction> AS prediction FROM table``; with ``view`` as well,
         ``CREATE VIEW view AS`` that query. ``proba`` adds one probability column per class.
+
+        Parameters
+        ----------
+        output : {"label", "leaf"}, default="label"
+            The predicted class, or the id of the leaf a row reaches (the ``id`` of the node
+            in the model file, as ``rules(ids=True)`` prints it).
+        unknown : {"fractional", "majority"}, default="fractional"
+            Where a C4.5 test meets an unknown value (NULL, or a nominal value no branch
+            lists): "fractional" scores as C4.5 does, with each class's probability summed
+            over every branch weighted by its share of the training weight (exact, and long:
+            that arithmetic is most of the SQL); "majority" sends the value down the test's
+            heaviest branch, a plain ``CASE`` (``predict_row(..., unknown="majority")`` is the
+            same in Python). Trees without such tests give the same SQL either way.
+        quote_identifiers : bool, default=True
+            False writes every identifier unquoted, in the case the dialect folds unquoted
+            names to (``OUTLOOK`` for Snowflake, ``outlook`` for PostgreSQL), for tables whose
+            columns were created unquoted; a name that cannot be written unquoted (``it's``,
+            ``select``) raises OptionError.
         """
         check_dialect(dialect)
         if output not in ("label", "leaf"):
@@ -197,23 +279,63 @@ class Model:
                 raise OptionError("a view needs the table it reads: pass table=...")
             if proba:
                 raise OptionError("probabilities are columns: pass table=... to get a query")
+        check_unknown(unknown)
         start = f"compiling {self.n_leaves:,} leaves to {dialect} SQL"
         with reporting.phase("compile", start) as phase:
             if table is None:
-                sql = render(self.to_expression(output), dialect, pretty)
+                expression = self.to_expression(output, unknown=unknown)
             else:
-                query: exp.Expression = self.scoring_query(
-                    exp.to_table(table, dialect=dialect), output=output, column=column,
-                    proba=proba,
-                )
-                if view is not None:
-                    query = exp.Create(
-                        this=exp.to_table(view, dialect=dialect), kind="VIEW", expression=query
-                    )
-                sql = render(query, dialect, pretty)
+                expression = self._select(exp.to_table(table, dialect=dialect), output, column,
+                                          proba, unknown, view=view, dialect=dialect)
+            if not quote_identifiers:
+                unquote_identifiers(expression, dialect)
+            sql = render(expression, dialect, pretty)
             phase.done(f"compiled {self.n_leaves:,} leaves into {len(sql):,} characters of "
                        f"{dialect} SQL, {phase.seconds:.2f} s", characters=len(sql))
         return sql
+
+    def to_dbt(
+        self,
+        ref: str,
+        dialect: str = "duckdb",
+        *,
+        output: str = "label",
+        column: str = "prediction",
+        proba: bool = False,
+        pretty: bool = True,
+        unknown: str = "fractional",
+        quote_identifiers: bool = True,
+    ) -> str:
+        """A dbt model file that scores the dbt model ``ref``: ``SELECT *, <prediction> AS
+        prediction FROM {{ ref('sales') }}``, Jinja left as it is, for the warehouse's
+        ``dialect``. Save it under the project's ``models/``; the options are ``to_sql``'s.
+        """
+        check_dialect(dialect)
+        relation = dbt_ref(ref)
+        header = (f"{self.target} predicted by a sqltree {self.options.get('algorithm')} tree "
+                  f"({self.n_leaves} leaves), compiled for {dialect}")
+        start = f"compiling {self.n_leaves:,} leaves to a {dialect} dbt model"
+        with reporting.phase("compile", start) as phase:
+            query = self._select(relation, output, column, proba, unknown)
+            if not quote_identifiers:
+                unquote_identifiers(query, dialect)
+            text = dbt_model(render(query, dialect, pretty), relation, header)
+            phase.done(f"compiled {self.n_leaves:,} leaves into a dbt model of {len(text):,} "
+                       f"characters, {phase.seconds:.2f} s", characters=len(text))
+        return text
+
+    def _select(self, relation: exp.Expression, output: str, column: str, proba: bool,
+                unknown: str, *, view: str | None = None, dialect: str = "duckdb"
+                ) -> exp.Expression:
+        """``to_sql``'s query over ``relation``: a SELECT, or with ``view`` the view of it."""
+        query: exp.Expression = self.scoring_query(
+            relation, output=output, column=column, proba=proba, unknown=unknown
+        )
+        if view is not None:
+            query = exp.Create(
+                this=exp.to_table(view, dialect=dialect), kind="VIEW", expression=query
+            )
+        return query
 
     def proba_columns(self) -> list[str]:
         """The probability columns' names: ``proba_<label>``, one per class, in class order.
@@ -223,6 +345,8 @@ class Model:
         ``YES``, would give one column twice, which DuckDB renames on its own (``proba_yes_1``).
         Such labels are refused with a ``DataError`` that names them.
         """
+        if self.is_regression:
+            raise UnsupportedError("a regression tree predicts a number, not probabilities")
         names = [f"proba_{format_value(c)}" for c in self.classes]
         seen: dict[str, int] = {}
         for i, name in enumerate(names):
@@ -245,6 +369,7 @@ class Model:
         source_columns: Sequence[str] | None = None,
         expand: bool = False,
         ordered: bool = True,
+        unknown: str = "fractional",
     ) -> exp.Select:
         """``SELECT *, <prediction> FROM relation`` as a sqlglot query.
 
@@ -252,19 +377,20 @@ class Model:
         their class probabilities in a step of their own, once per row: in closed form, or,
         with ``expand``, by copies of the row that walk on from every branch (see
         ``compiler.scoring.build_expansion_query``; that keeps the source's row order only when
-        ``ordered``).
+        ``ordered``). ``unknown`` is ``to_sql``'s.
         """
-        if source_columns is not None and output == "label":
+        root = self.scoring_root(unknown)
+        if source_columns is not None and output == "label" and not self.is_regression:
             _refuse_duplicates([column, *(self.proba_columns() if proba else [])])
             return build_scoring_query(
-                self.root, self.classes, relation, source_columns, column,
+                root, self.classes, relation, source_columns, column,
                 self.proba_columns() if proba else None, expand=expand, ordered=ordered,
             )
         names = [column, *(self.proba_columns() if proba else [])]
         _refuse_duplicates(names)
-        outputs: list[exp.Expression] = [self.to_expression(output)]
+        outputs = [self._expression(root, output)]
         if proba:
-            outputs += compiler.compile_proba(self.root, len(self.classes))
+            outputs += compiler.compile_proba(root, len(self.classes))
         # Built without copies: sqlglot's builders would copy the whole tree's expressions.
         select = exp.Select(expressions=[exp.Star()] + [
             exp.Alias(this=e, alias=exp.to_identifier(name, quoted=True))
@@ -280,17 +406,20 @@ class Model:
         proba: bool = False,
         column: str = "prediction",
         into: str | None = None,
+        unknown: str = "fractional",
     ) -> pd.DataFrame | None:
         """Score ``source`` in the engine with the compiled SQL.
 
         Returns the source's columns plus ``prediction`` (and ``proba_<class>`` columns with
         ``proba=True``) as a pandas DataFrame in the source's row order, or, with ``into``,
         writes them to that table and returns None (the table's rows are in no particular
-        order: restoring it would sort the whole table).
+        order: restoring it would sort the whole table). ``unknown="majority"`` scores as
+        ``to_sql(unknown="majority")`` does.
         """
         from .dataset import resolve_relation
         from .engines import get_engine
 
+        check_unknown(unknown)
         engine = get_engine(connection)
         try:
             relation = resolve_relation(source, engine)
@@ -306,7 +435,7 @@ class Model:
                 )
             query = self.scoring_query(
                 relation, column=column, proba=proba, source_columns=names,
-                expand=engine.VECTORIZED, ordered=into is None,
+                expand=engine.VECTORIZED, ordered=into is None, unknown=unknown,
             )
             # The engine copies the query before rendering it; see compiler.collector_paused.
             start = f"scoring {relation.meta['sqltree_source']} with {self.n_leaves:,} leaves"
@@ -348,6 +477,7 @@ class Model:
         connection: Any = None,
         weight: str | bool = True,
         title: str = "Evaluation",
+        unknown: str = "fractional",
     ) -> Evaluation:
         """Evaluate the tree on ``source`` with one ``GROUP BY actual, predicted`` query.
 
@@ -361,10 +491,15 @@ class Model:
 
         ``weight``: True counts each row with the model's training weight column (when it
         was trained with one), False counts rows, a column name weighs by that column.
+        ``unknown="majority"`` evaluates the SQL ``to_sql(unknown="majority")`` deploys.
         """
         from .evaluation import evaluate
 
-        return evaluate(self, source, connection=connection, weight=weight, title=title)
+        if self.is_regression:
+            raise UnsupportedError("evaluate() counts classes; a regression tree's evaluation "
+                                   "is not implemented yet")
+        return evaluate(self, source, connection=connection, weight=weight, title=title,
+                        unknown=unknown)
 
     # -- files -------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -372,6 +507,7 @@ class Model:
             "format": FORMAT,
             "version": FORMAT_VERSION,
             "target": self.target,
+            **({"task": self.task} if self.is_regression else {}),
             "classes": self.classes,
             "features": [vars(f) for f in self.features],
             "options": self.options,
@@ -391,6 +527,7 @@ class Model:
             features=[FeatureInfo(**f) for f in data["features"]],
             options=dict(data.get("options", {})),
             stats=dict(data.get("stats", {})),
+            task=data.get("task", "classification"),
         )
 
     def save(self, path: str | os.PathLike[str]) -> None:
@@ -407,6 +544,19 @@ def load(path: str | os.PathLike[str]) -> Model:
         return Model.from_dict(data)
     except ModelFileError as e:
         raise ModelFileError(f"{os.fspath(path)}: {e}") from None
+
+
+def _follow(node: Node, row: dict[str, Any], majority: bool) -> Node:
+    """Down from ``node`` by the row's values to a leaf, or to the test where the value is
+    unknown and spread over every branch (with ``majority``, it takes the heaviest)."""
+    while node.split is not None:
+        branch = node.split.branch_of(row.get(node.split.feature))
+        if branch is None:
+            branch = node.unknown_route() if majority else node.unknown_branch
+        if branch is None:
+            return node
+        node = node.children[branch]
+    return node
 
 
 def render(expression: exp.Expression, dialect: str, pretty: bool = False) -> str:

@@ -27,7 +27,14 @@ FORMAT_VERSION = 1
 
 REQUIRED = ("target", "classes", "features", "tree")
 FEATURE_FIELDS = {"name", "kind", "sql_type", "values"}
-NODE_FIELDS = {"id", "counts", "proba", "split", "shares", "unknown_branch", "children"}
+NODE_FIELDS = {
+    "id", "counts", "proba", "split", "shares", "unknown_branch", "children",
+    # optional, from growth (CART): older files have none of them
+    "n_samples", "impurity", "improvement", "tied",
+    # regression trees: every node's weighted mean target
+    "value",
+}
+TASKS = ("classification", "regression")
 TEST_FIELDS = ("split", "shares", "unknown_branch", "children")
 SPLIT_FIELDS = {
     CONTINUOUS: {"feature", "kind", "threshold"},
@@ -85,6 +92,8 @@ def validate(data: Any) -> None:
     ``MAX_WEIGHT``) and probabilities (between 0 and 1), one per class; every split on a
     feature of the model, of that feature's kind, with a finite threshold or branch values of
     the feature's type, and one child and one share (a fraction) per branch.
+    A regression model (``task`` "regression") has no classes, one count per node (its
+    weight) and a finite ``value`` on every node.
     Fields outside the tree that this version does not know are ignored.
     """
     if not isinstance(data, dict):
@@ -107,9 +116,18 @@ def validate(data: Any) -> None:
     for name in ("options", "stats"):
         if name in data and not isinstance(data[name], dict):
             _fail(name, f"is {_type(data[name])}; expected an object")
-    n_classes = _check_classes(data["classes"])
+    task = data.get("task", "classification")
+    if task not in TASKS:
+        _fail("task", f"is {_show(task)}; expected one of {', '.join(map(repr, TASKS))}")
+    regression = task == "regression"
+    if regression:
+        if data["classes"] != []:
+            _fail("classes", "of a regression model must be an empty list")
+        n_classes = 1  # a node's counts: its weight
+    else:
+        n_classes = _check_classes(data["classes"])
     features = _check_features(data["features"])
-    _check_tree(data["tree"], n_classes, features)
+    _check_tree(data["tree"], n_classes, features, regression)
 
 
 # -- classes and features --------------------------------------------------------------------------
@@ -180,7 +198,9 @@ def _check_values(where: str, values: list[Any]) -> str | None:
 
 
 # -- the tree --------------------------------------------------------------------------------------
-def _check_tree(tree: Any, n_classes: int, features: dict[str, _Feature]) -> None:
+def _check_tree(
+    tree: Any, n_classes: int, features: dict[str, _Feature], regression: bool = False
+) -> None:
     if not isinstance(tree, list):
         _fail("tree", f"is {_type(tree)}; expected a list of nodes")
     if not tree:
@@ -199,6 +219,10 @@ def _check_tree(tree: Any, n_classes: int, features: dict[str, _Feature]) -> Non
             if key not in item:
                 _fail(where, f"missing field {key!r}")
             _check_distribution(where, key, item[key], n_classes)
+        _check_growth_fields(where, item)
+        if regression and not _is_number(item.get("value")):
+            _fail(where, f"value is {_show(item.get('value'))}; a regression tree's node "
+                         "needs a finite number")
         if "split" not in item:
             # a leaf: the fields of a test, if present at all, must be empty
             for key in TEST_FIELDS[1:]:
@@ -234,6 +258,22 @@ def _check_distribution(where: str, key: str, values: Any, n_classes: int) -> No
     if key == "counts" and sum(values) > MAX_WEIGHT:
         _fail(where, f"counts add up to {sum(values):g}, more than a weight can be "
                      f"({MAX_WEIGHT:g})")
+
+
+def _check_growth_fields(where: str, item: dict[str, Any]) -> None:
+    """The optional numbers a node keeps from growth: a row count, an impurity, an
+    improvement, and whether a tie was broken there."""
+    n = item.get("n_samples")
+    if n is not None and (not _is_int(n) or n < 0):
+        _fail(where, f"n_samples is {_show(n)}; expected a whole number >= 0")
+    impurity = item.get("impurity")
+    if impurity is not None and (not _is_number(impurity) or impurity < 0):
+        _fail(where, f"impurity is {_show(impurity)}; expected a finite number >= 0")
+    improvement = item.get("improvement")
+    if improvement is not None and not _is_number(improvement):
+        _fail(where, f"improvement is {_show(improvement)}; expected a finite number")
+    if not isinstance(item.get("tied", False), bool):
+        _fail(where, f"tied is {_show(item['tied'])}; expected true or false")
 
 
 def _check_test(where: str, item: dict[str, Any], features: dict[str, _Feature]) -> list[Any]:

@@ -20,6 +20,8 @@ ALGORITHMS = ("c4.5", "id3", "cart")
 MISSING = ("fractional", "majority", "drop")
 PRUNING = ("c4.5", "pessimistic", "reduced-error")
 CART_CRITERIA = ("gini", "entropy", "log_loss")
+REGRESSION_CRITERIA = ("squared_error",)
+TASKS = ("classification", "regression")
 CART_OPTIONS = (
     "criterion", "min_samples_leaf", "min_weight_fraction_leaf", "min_impurity_decrease",
     "max_leaf_nodes", "class_weight", "ccp_alpha",
@@ -85,10 +87,18 @@ def check_train_options(
     subtree_raising: Any,
     validation: Any,
     cart_options: Mapping[str, Any],
+    task: str = "classification",
 ) -> None:
     """Raise ``OptionError`` for an option that is invalid, ``UnsupportedOptionError`` for one
     the algorithm does not use."""
     _check_columns(target, features, nominal, continuous, weight)
+    if task not in TASKS:
+        raise OptionError(f"task must be one of {TASKS}, not {task!r}")
+    if task == "regression" and algorithm != "cart":
+        raise UnsupportedOptionError(
+            f"regression trees are CART's (algorithm='cart'); {algorithm!r} grows "
+            "classification trees only"
+        )
     if min_cases is not None:
         _number("min_cases", min_cases, low=0.0)
     if max_depth is not None:
@@ -109,7 +119,10 @@ def check_train_options(
 
     if algorithm == "cart":
         _refuse_for_cart(min_cases, min_gain, missing, pruning, cf, subtree_raising)
-        _check_cart(cart_options)
+        if task == "regression":
+            _check_regression(cart_options)
+        else:
+            _check_cart(cart_options)
         return
     if cart_options:
         raise UnsupportedOptionError(
@@ -166,10 +179,64 @@ def _refuse_for_cart(
         )
 
 
+def is_regression_criterion(criterion: Any) -> bool:
+    """Whether ``criterion`` names a regression criterion (absolute_error and poisson too,
+    so that a numeric target given them is read as a regression task and refused clearly)."""
+    return criterion in (*REGRESSION_CRITERIA, "friedman_mse", "absolute_error", "poisson")
+
+
+def resolve_task(task: str | None, algorithm: Any, cart_options: Mapping[str, Any]
+                 ) -> tuple[str, str]:
+    """``train``'s defaults: regression when ``criterion`` is a regression criterion, else
+    classification; CART for regression and C4.5 for classification."""
+    if task is None:
+        regression = is_regression_criterion(cart_options.get("criterion"))
+        task = "regression" if regression else "classification"
+    if algorithm is None:
+        algorithm = "cart" if task == "regression" else "c4.5"
+    return task, normalise_algorithm(algorithm)
+
+
+def _check_regression(options: Mapping[str, Any]) -> None:
+    criterion = options.get("criterion", "squared_error")
+    if criterion == "absolute_error":
+        raise UnsupportedOptionError(
+            "criterion='absolute_error' is not supported: its leaves and split scores need the "
+            "median of every candidate side, a sort of the target per node and cut, which the "
+            "histogram's running sums cannot give; use 'squared_error' or 'friedman_mse'"
+        )
+    if criterion in ("poisson", "friedman_mse"):
+        raise UnsupportedOptionError(
+            f"criterion={criterion!r} is not supported yet; use 'squared_error'"
+        )
+    if criterion not in REGRESSION_CRITERIA:
+        raise OptionError(
+            f"a regression tree's criterion must be one of {REGRESSION_CRITERIA}, "
+            f"not {criterion!r}"
+        )
+    if options.get("class_weight") is not None:
+        raise UnsupportedOptionError("class_weight applies to classification trees; a regression "
+                               "tree weighs rows with weight=")
+    _check_leaf_options(options)
+
+
 def _check_cart(options: Mapping[str, Any]) -> None:
     criterion = options.get("criterion", "gini")
     if criterion not in CART_CRITERIA:
         raise OptionError(f"criterion must be one of {CART_CRITERIA}, not {criterion!r}")
+    _check_leaf_options(options)
+    class_weight = options.get("class_weight")
+    if class_weight is None or class_weight == "balanced":
+        return
+    if not isinstance(class_weight, Mapping):
+        raise OptionError(
+            f"class_weight must be None, 'balanced' or a dict, not {class_weight!r}"
+        )
+    for label, w in class_weight.items():
+        _number(f"class_weight[{label!r}]", w, low=0.0)
+
+
+def _check_leaf_options(options: Mapping[str, Any]) -> None:
     leaf = options.get("min_samples_leaf", 1)
     if isinstance(leaf, float) and not isinstance(leaf, bool):
         _number("min_samples_leaf", leaf, low=0.0, high=1.0, open_low=True, open_high=True)
@@ -181,15 +248,6 @@ def _check_cart(options: Mapping[str, Any]) -> None:
     if options.get("max_leaf_nodes") is not None:
         _integer("max_leaf_nodes", options["max_leaf_nodes"], low=2)
     _number("ccp_alpha", options.get("ccp_alpha", 0.0), low=0.0)
-    class_weight = options.get("class_weight")
-    if class_weight is None or class_weight == "balanced":
-        return
-    if not isinstance(class_weight, Mapping):
-        raise OptionError(
-            f"class_weight must be None, 'balanced' or a dict, not {class_weight!r}"
-        )
-    for label, w in class_weight.items():
-        _number(f"class_weight[{label!r}]", w, low=0.0)
 
 
 def _number(

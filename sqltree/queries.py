@@ -45,7 +45,12 @@ LN2 = math.log(2.0)
 
 # -- level 0 -----------------------------------------------------------------------------------
 def build_level0(
-    data: Dataset, bins: dict[int, list[float]] | None = None, *, lookup: bool = False
+    data: Dataset,
+    bins: dict[int, list[float]] | None = None,
+    *,
+    lookup: bool = False,
+    class_weight: Sequence[float] | None = None,
+    centre: float | None = None,
 ) -> exp.Select:
     """Rows of the source as the root level: node 0, weight, class index, encoded features.
 
@@ -53,17 +58,32 @@ def build_level0(
     continuous value becomes the index of the smallest edge at or above it, so histograms
     have one row per bin and every threshold is an edge: a value of the training data.
     ``lookup``: bin by list lookups (``bin_by_lookup``; DuckDB) where the edges allow it.
+    ``class_weight`` (one factor per class, CART's): each row's weight is multiplied by its
+    class's factor, so every count after level 0 is a class-weighted count.
+    ``centre`` (a regression target's mean): ``y`` is the DOUBLE target less it, so that sums
+    of ``w*y*y`` do not lose the spread to the size of the values (``MOMENTS``).
     """
     target = exp.column(data.target, quoted=True)
     w = as_double(exp.column(data.weight, quoted=True)) if data.weight else num(1.0)
-    y = case(
-        *[(exp.EQ(this=target, expression=literal(c)), num(i)) for i, c in enumerate(data.classes)],
-        default=exp.null(),
-    )
+    if class_weight is not None:
+        factor = case(
+            *[(exp.EQ(this=target, expression=literal(c)), as_double(num(float(cw))))
+              for c, cw in zip(data.classes, class_weight, strict=True)],
+            default=num(1.0),
+        )
+        w = paren(w * factor) if data.weight else factor
+    if centre is None:
+        y = exp.cast(case(
+            *[(exp.EQ(this=target, expression=literal(c)), num(i))
+              for i, c in enumerate(data.classes)],
+            default=exp.null(),
+        ), "SMALLINT")
+    else:
+        y = paren(as_double(target.copy()) - num(float(centre)))
     columns: list[exp.Expression] = [
         alias(exp.cast(num(0), "INT"), "node"),
         alias(w, "w"),
-        alias(exp.cast(y, "SMALLINT"), "y"),
+        alias(y, "y"),
     ]
     for f in data.features:
         encoded = encode_feature(f)
@@ -248,6 +268,17 @@ def build_bin_edges(
 
 
 # -- histogram ---------------------------------------------------------------------------------
+MOMENTS = 3
+"""A regression histogram's sums in the class columns' place: ``c0`` = SUM(w),
+``c1`` = SUM(w*y), ``c2`` = SUM(w*y*y) of the centred target ``y`` (``build_level0``)."""
+
+
+def moment_terms() -> list[exp.Expression]:
+    """A level row's terms of the regression histogram's sums (``MOMENTS``)."""
+    w, y = col("w"), col("y")
+    return [w, paren(w.copy() * y), paren(w.copy() * y.copy() * y.copy())]
+
+
 def class_weights(n_classes: int, bits: int | None = None) -> list[exp.Expression]:
     """A level row's weight in each class column: ``w`` in its own class's, 0 elsewhere;
     with ``bits``, in fixed point (``to_fixed``)."""
@@ -283,6 +314,9 @@ def build_histogram(
     by_class: Collection[int] = (),
     rowwise: Collection[int] = (),
     bits: int | None = None,
+    *,
+    counts: bool = False,
+    moments: bool = False,
 ) -> exp.Expression:
     """Weighted class counts per (node, feature, value); ``attr = -1`` rows hold node totals.
 
@@ -301,66 +335,75 @@ def build_histogram(
     With ``bits`` the class columns are BIGINT counts of ``2**-bits`` (``to_fixed``): sums of
     them are exact in any order, so counts do not change from run to run or engine to engine
     where weights are fractional. Readers take ``bits`` too.
+
+    ``counts`` adds ``n``, the number of level rows per group (a BIGINT after ``v``), for
+    rules that count rows rather than weight (CART's ``min_samples_*``, as scikit-learn's).
+
+    ``moments``: a regression histogram, whose ``n_classes`` (``MOMENTS``) columns are the sums
+    of ``moment_terms`` (DOUBLE; ``by_class`` and ``bits`` do not apply).
     """
-    classes = class_columns(n_classes)
-    sums = [
-        alias(fixed_sum(weight, bits), name)
-        for name, weight in zip(classes, class_weights(n_classes, bits), strict=True)
-    ]
-    parts: list[exp.Select] = [
-        exp.select(
-            col("node"),
-            alias(exp.cast(num(-1), "INT"), "attr"),
-            alias(exp.cast(exp.null(), "DOUBLE"), "v"),
-            *sums,
-        )
-        .from_(level.copy())
-        .group_by(col("node"))
-    ]
+    parts = [_histogram_part(level, None, n_classes, bits, counts, moments=moments)]
     for f in features:
         if f.index in rowwise and f.kind == CONTINUOUS:
-            weights = [
-                alias(weight, name)
-                for name, weight in zip(classes, class_weights(n_classes, bits), strict=True)
-            ]
-            parts.append(
-                exp.select(
-                    col("node"),
-                    alias(exp.cast(num(f.index), "INT"), "attr"),
-                    alias(col(f.column), "v"),
-                    *weights,
-                ).from_(level.copy())
-            )
-            continue
-        source: exp.Expression = level.copy()
-        part_sums = [s.copy() for s in sums]
-        if f.index in by_class:
-            summed = col("w") if bits is None else to_fixed(col("w"), bits)
-            source = (
-                exp.select(col("node"), col(f.column), col("y"),
-                           alias(fixed_sum(summed, bits), "w"))
-                .from_(level.copy())
-                .group_by(col("node"), col(f.column), col("y"))
-                .subquery("by_class")
-            )
-            if bits is not None:  # the groups' sums are fixed point already
-                part_sums = [
-                    alias(fixed_sum(weight, bits), name)
-                    for name, weight in zip(
-                        classes, per_class(n_classes, col("w"), num(0)), strict=True
-                    )
-                ]
-        parts.append(
-            exp.select(
-                col("node"),
-                alias(exp.cast(num(f.index), "INT"), "attr"),
-                alias(col(f.column), "v"),
-                *part_sums,
-            )
-            .from_(source)
-            .group_by(col("node"), col(f.column))
-        )
+            how = "rows"
+        else:
+            how = "by_class" if f.index in by_class and not moments else "grouped"
+        parts.append(_histogram_part(level, f, n_classes, bits, counts, how, moments))
     return parts[0] if len(parts) == 1 else exp.union(*parts, distinct=False, copy=False)
+
+
+def _histogram_part(
+    level: exp.Table,
+    f: Feature | None,
+    n_classes: int,
+    bits: int | None,
+    counts: bool,
+    how: str = "grouped",
+    moments: bool = False,
+) -> exp.Select:
+    """The histogram rows of feature ``f`` (None: the node totals, ``attr = -1``), grouped by
+    (node, value), summed per class first (``by_class``), or a row per level row (``rows``)."""
+    classes = class_columns(n_classes)
+    key = [col("node")] if f is None else [col("node"), col(f.column)]
+    head = [
+        col("node"),
+        alias(exp.cast(num(-1 if f is None else f.index), "INT"), "attr"),
+        alias(exp.cast(exp.null(), "DOUBLE") if f is None else col(f.column), "v"),
+    ]
+    weights = moment_terms() if moments else class_weights(n_classes, bits)
+    if how == "rows":
+        return exp.select(
+            *head,
+            *([alias(exp.cast(num(1), "BIGINT"), "n")] if counts else []),
+            *[alias(w, c) for c, w in zip(classes, weights, strict=True)],
+        ).from_(level.copy())
+    source: exp.Expression = level.copy()
+    rows = _count_rows()
+    if how == "by_class":
+        summed = col("w") if bits is None else to_fixed(col("w"), bits)
+        source = (
+            exp.select(
+                *[k.copy() for k in key],
+                col("y"),
+                alias(fixed_sum(summed, bits), "w"),
+                *([alias(exp.func("COUNT", exp.Star()), "n")] if counts else []),
+            )
+            .from_(level.copy())
+            .group_by(*[k.copy() for k in key], col("y"))
+            .subquery("by_class")
+        )
+        rows = _count_rows(col("n"))
+        if bits is not None:  # the groups' sums are fixed point already
+            weights = per_class(n_classes, col("w"), num(0))
+    return (
+        exp.select(
+            *head,
+            *([alias(rows, "n")] if counts else []),
+            *[alias(fixed_sum(w, bits), c) for c, w in zip(classes, weights, strict=True)],
+        )
+        .from_(source)
+        .group_by(*key)
+    )
 
 
 def of_features(features: Sequence[Feature]) -> exp.Expression:
@@ -375,12 +418,22 @@ def attr_in(indices: Sequence[int], table: str | None = None) -> exp.Expression:
     return exp.In(this=col("attr", table), expressions=[num(i) for i in indices])
 
 
-def build_node_counts(hist: exp.Table, n_classes: int, bits: int | None = None) -> exp.Select:
-    """Class counts of every node in the histogram's level (``bits`` as in the histogram)."""
+def _count_rows(groups: exp.Expression | None = None) -> exp.Expression:
+    """A group's row count as a BIGINT: ``COUNT(*)``, or the sum of ``groups``' counts."""
+    counted = exp.func("COUNT", exp.Star()) if groups is None else exp.func("SUM", groups)
+    return exp.cast(counted, "BIGINT")
+
+
+def build_node_counts(
+    hist: exp.Table, n_classes: int, bits: int | None = None, *, counts: bool = False
+) -> exp.Select:
+    """Class counts of every node in the histogram's level (``bits`` as in the histogram);
+    with ``counts`` (a histogram built with them), each node's row count ``n`` first."""
     classes = class_columns(n_classes)
     return (
         exp.select(
             col("node"),
+            *([col("n")] if counts else []),
             *[col(c) if bits is None else alias(from_fixed(col(c), bits), c) for c in classes],
         )
         .from_(hist.copy())

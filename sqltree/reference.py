@@ -8,17 +8,19 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from sqlglot import exp
 
 from . import queries as q
+from .algorithms import cart
 from .algorithms.c45 import score_options
 from .algorithms.c45_scores import build_split_scores
-from .dataset import describe
+from .dataset import Dataset, describe
 from .engines.duckdb import DuckDBEngine
 from .grower import GrowOptions
-from .model import render
+from .model import Model, render
 from .tree import CONTINUOUS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,6 +72,7 @@ def reference_files() -> dict[str, str]:
                           [(0, 0, 1, 1.0), (0, 1, 2, 1.0), (0, 2, 3, 1.0),
                            (0, -1, 1, 0.25), (0, -1, 2, 0.5), (0, -1, 3, 0.25),
                            (3, 0, 4, 1.0), (3, 1, 5, 1.0), (3, -1, 4, 0.4), (3, -1, 5, 0.6)]))
+    _cart_files(numeric_table, put)
     for name, path, kwargs in [
         ("golf", "golf.csv", {}),
         ("golf_numeric", "golf_numeric_humidity.csv",
@@ -81,7 +84,50 @@ def reference_files() -> dict[str, str]:
             files[f"{name}/scoring.{dialect}.sql"] = (
                 HEADER.format(what=f"scoring CASE, {dialect}") + text + "\n"
             )
+        if name == "golf":
+            files.update(_deployed(model))
     return files
+
+
+def _deployed(model: Model) -> dict[str, str]:
+    """The golf tree as it is deployed: majority routing, unquoted names, a dbt model file."""
+    majority = model.to_sql("duckdb", pretty=True, unknown="majority")
+    unquoted = model.to_sql("snowflake", table="golf", pretty=True, unknown="majority",
+                            quote_identifiers=False)
+    return {
+        "golf/scoring_majority.duckdb.sql":
+            HEADER.format(what="scoring CASE, unknown values to the heaviest branch, duckdb")
+            + majority + "\n",
+        "golf/query_unquoted.snowflake.sql":
+            HEADER.format(what="scoring query, identifiers unquoted, snowflake")
+            + unquoted + ";\n",
+        "golf/dbt_model.snowflake.sql":
+            HEADER.format(what="dbt model file, snowflake")
+            + model.to_dbt("golf", "snowflake"),
+    }
+
+
+def _cart_files(numeric: Dataset, put: Callable[[str, str, exp.Expression], None]) -> None:
+    """CART's own SQL on the golf data with a continuous humidity: the root level with class
+    weights, the histogram with row counts, the scoring query (windowed and ordered scan) and
+    the partition of a binary split."""
+    level = exp.Table(this=exp.to_identifier("level"))
+    hist = exp.Table(this=exp.to_identifier("hist"))
+    k = len(numeric.classes)
+    put("cart/level0_class_weight.sql", "CART root level table, class_weight={No: 2, Yes: 1}",
+        q.build_level0(numeric, class_weight=[2.0, 1.0]))
+    nominal = [f.index for f in numeric.features if f.kind != CONTINUOUS]
+    put("cart/histogram.sql",
+        "CART class histogram with row counts, nominal features summed per class first",
+        q.build_histogram(level, numeric.features, k, nominal, counts=True))
+    put("cart/scores.sql", "CART scores of every binary split, windowed scan",
+        cart.build_cart_scores(hist, numeric.features, k))
+    put("cart/scores_ordered.sql", "CART scores, ordered streaming scan (DuckDB), fixed point",
+        cart.build_cart_scores(hist, numeric.features, k, ordered_scan=True, bits=41))
+    put("cart/partition.sql", "CART partition of two binary splits",
+        q.build_partition(level, numeric.features, [(0, 0, None), (2, 2, 75.0)],
+                          [(0, 0, 1, 1.0), (0, 1, 2, 1.0), (0, 2, 1, 1.0), (0, -1, 2, 1.0),
+                           (2, 0, 3, 1.0), (2, 1, 4, 1.0), (2, -1, 3, 1.0)]))
 
 
 def main() -> int:

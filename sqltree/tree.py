@@ -11,12 +11,14 @@ lists. Unknown values follow the node's routing: every branch with weight ``shar
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .criteria import predicted_class
+from .errors import OptionError
 
 Value = Any  # a nominal value as the engine returns it: str, bool, int or float
 
@@ -99,6 +101,23 @@ class Node:
         Fraction of the known training weight that went down each branch.
     unknown_branch : int, optional
         Branch that unknown values take; None means all branches, weighted by ``shares``.
+    node_id : int
+        The node's number in the order growth made it.
+    n_samples : int, optional
+        Training rows (not weight) that reached the node (CART: scikit-learn's
+        ``n_node_samples``; its ``weighted_n_node_samples`` is ``weight``).
+    impurity : float, optional
+        Impurity of ``counts`` by the criterion the tree was grown with (CART).
+    improvement : float, optional
+        A split node's impurity decrease, weighted by its share of the root's weight (CART:
+        the priority of best-first growth).
+    value : float, optional
+        A regression tree's prediction: the weighted mean target of the node's training rows
+        (``impurity`` is then their weighted variance).
+    tied : bool
+        The split chosen here, or the node's turn in best-first growth, tied with another
+        within the tie tolerance: sqltree chose deterministically where scikit-learn, for one,
+        breaks ties at random.
     """
 
     counts: list[float]
@@ -108,6 +127,11 @@ class Node:
     shares: list[float] = field(default_factory=list)
     unknown_branch: int | None = None
     node_id: int = 0
+    n_samples: int | None = None
+    impurity: float | None = None
+    improvement: float | None = None
+    tied: bool = False
+    value: float | None = None
 
     @property
     def is_leaf(self) -> bool:
@@ -128,6 +152,34 @@ class Node:
         """Training weight that this node, as a leaf, would misclassify."""
         return self.weight - self.counts[self.label] if self.weight > 0 else 0.0
 
+    @property
+    def heaviest_branch(self) -> int:
+        """The branch that took the largest share of the known training weight (the first on
+        ties): where ``unknown="majority"`` scoring sends an unknown value."""
+        return max(range(len(self.shares)), key=lambda i: (self.shares[i], -i), default=0)
+
+    def unknown_route(self) -> int | None:
+        """The branch an unknown value takes here under majority routing: the node's own
+        ``unknown_branch``, else its heaviest branch."""
+        return self.heaviest_branch if self.unknown_branch is None else self.unknown_branch
+
+    def routed_to_majority(self) -> Node:
+        """A copy of the subtree in which every test that spreads unknown values over its
+        branches (C4.5's fractional cases) sends them down its heaviest branch instead.
+
+        Counts, probabilities and tests are shared with this tree, not copied; the copy is
+        made without recursion, so trees of any depth can be copied.
+        """
+        copies: dict[int, Node] = {}
+        nodes = list(self.walk())
+        for n in nodes:
+            copies[id(n)] = dataclasses.replace(
+                n, children=[], unknown_branch=None if n.is_leaf else n.unknown_route()
+            )
+        for n in nodes:
+            copies[id(n)].children = [copies[id(c)] for c in n.children]
+        return copies[id(self)]
+
     def walk(self) -> Iterator[Node]:
         """All nodes of the subtree, depth first, parent before children (no recursion, so
         trees of any depth can be walked)."""
@@ -141,10 +193,13 @@ class Node:
         return (n for n in self.walk() if n.is_leaf)
 
     def make_leaf(self) -> None:
+        """Drop the node's test, children and what described its split."""
         self.split = None
         self.children = []
         self.shares = []
         self.unknown_branch = None
+        self.improvement = None
+        self.tied = False
 
     def predict_proba(self, row: Mapping[str, Value]) -> list[float]:
         """Class probabilities for one row, routing unknown values as C4.5 does."""
@@ -179,6 +234,11 @@ class Node:
         out = []
         for n in nodes:
             item: dict[str, Any] = {"id": n.node_id, "counts": n.counts, "proba": n.proba}
+            for key in GROWTH_FIELDS:  # optional: only trees grown by CART have them
+                if getattr(n, key) is not None:
+                    item[key] = getattr(n, key)
+            if n.tied:
+                item["tied"] = True
             if n.split is not None:
                 split: dict[str, Any] = {"feature": n.split.feature, "kind": n.split.kind}
                 if n.split.kind == CONTINUOUS:
@@ -213,11 +273,42 @@ class Node:
                     shares=[float(x) for x in item.get("shares", [])],
                     unknown_branch=item.get("unknown_branch"),
                     node_id=int(item.get("id", 0)),
+                    n_samples=_optional(int, item.get("n_samples")),
+                    impurity=_optional(float, item.get("impurity")),
+                    improvement=_optional(float, item.get("improvement")),
+                    value=_optional(float, item.get("value")),
+                    tied=bool(item.get("tied", False)),
                 )
             )
         for node, item in zip(nodes, data):
             node.children = [nodes[i] for i in item.get("children", [])]
         return nodes[0]
+
+
+UNKNOWN_ROUTES = ("fractional", "majority")
+"""How scoring treats an unknown value at a test that spreads it over every branch (C4.5's
+fractional cases): exactly, as a weighted sum over the branches, or down the heaviest branch."""
+
+
+def check_unknown(unknown: str) -> str:
+    """``unknown`` if it is one of ``UNKNOWN_ROUTES``, else OptionError."""
+    if unknown not in UNKNOWN_ROUTES:
+        raise OptionError(f"unknown must be one of {list(UNKNOWN_ROUTES)}, not {unknown!r}")
+    return unknown
+
+
+def scoring_tree(root: Node, unknown: str) -> Node:
+    """The tree that scores as ``unknown`` says: ``root`` itself, or for "majority" its copy
+    whose fractional tests send unknown values down their heaviest branch."""
+    return root.routed_to_majority() if check_unknown(unknown) == "majority" else root
+
+
+GROWTH_FIELDS = ("n_samples", "impurity", "improvement", "value")
+"""Optional numbers a node keeps from growth (``Node``)."""
+
+
+def _optional(convert: Callable[[Any], Any], value: Any) -> Any:
+    return None if value is None else convert(value)
 
 
 def argmax(values: list[float]) -> int:

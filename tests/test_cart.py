@@ -16,10 +16,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import sqltree
+from sqltree import queries as q
 from sqltree.algorithms import cart, grow
 from sqltree.dataset import describe
 from sqltree.engines.duckdb import DuckDBEngine
 from sqltree.grower import GrowOptions
+from sqltree.pruning import best_first_numbering, cut_back, prune
+from sqltree.tree import Node, Split
 from tests.helpers import BUYS, DATA, WITHOUT_SPARK, read_csv
 from tests.report import record
 
@@ -321,6 +325,70 @@ def test_pruning_path_on_grown_tree_object():
     assert path["impurities"][-1] == pytest.approx(cart.impurity(root.counts))
 
 
+@pytest.mark.parametrize(
+    "params", [{"max_leaf_nodes": 6}, {"ccp_alpha": 0.01}, {"max_leaf_nodes": 9, "ccp_alpha": 0.01}]
+)
+def test_pruning_comes_after_growth(params):
+    # Growth alone keeps every split; sqltree.pruning then cuts the tree back and prunes it to
+    # the tree train() returns, as scikit-learn's fit builds and then calls _prune_tree.
+    frame = _engine_frame()
+    data = describe(frame, DuckDBEngine(), "label")
+    grown, _ = grow(data, GrowOptions(algorithm="cart", max_depth=6, **params))
+    leaves = sum(1 for _ in grown.leaves())
+    stats = prune(grown, data, "cost-complexity", **params)
+    trained = sqltree.train(frame, target="label", algorithm="cart", max_depth=6, **params)
+    assert grown.to_dict() == trained.root.to_dict()
+    assert stats.leaves_before == leaves > stats.leaves_after == trained.n_leaves
+    assert stats.pruned >= 1
+    if "max_leaf_nodes" in params:
+        assert trained.n_leaves <= params["max_leaf_nodes"]
+
+
+def test_nodes_keep_row_counts_impurity_and_improvement():
+    # What scikit-learn's tree arrays hold is on the tree's nodes, and in its model file.
+    frame = _engine_frame()
+    model = sqltree.train(frame, target="label", algorithm="cart", max_depth=4)
+    root = model.root
+    assert root.n_samples == len(frame)
+    for node in root.walk():
+        assert node.impurity == pytest.approx(cart.impurity(node.counts), abs=1e-12)
+        if node.is_leaf:
+            assert node.improvement is None
+            continue
+        # unknown values go down one branch: the children hold the parent's rows
+        assert sum(c.n_samples for c in node.children) == node.n_samples
+        children = sum(c.weight * c.impurity for c in node.children)
+        expected = (node.weight * node.impurity - children) / root.weight
+        assert node.improvement == pytest.approx(expected, abs=1e-12)
+    loaded = sqltree.Model.from_dict(model.to_dict())
+    assert loaded.root.to_dict() == root.to_dict()
+
+
+def _hand_tree(improvements):
+    """A root whose two children split into leaves, numbered as growth numbers them (level by
+    level); the improvements of root, left and right child."""
+
+    def node(node_id, improvement=None, children=()):
+        split = Split("x", "continuous", threshold=float(node_id)) if children else None
+        return Node([1.0, 1.0], [0.5, 0.5], split=split, children=list(children),
+                    improvement=improvement, node_id=node_id)
+
+    a = node(1, improvements[1], [node(3), node(4)])
+    b = node(2, improvements[2], [node(5), node(6)])
+    return node(0, improvements[0], [a, b]), a, b
+
+
+def test_cut_back_keeps_the_best_first_splits_and_marks_tied_turns():
+    root, a, b = _hand_tree([0.3, 0.1, 0.2])
+    assert cut_back(root, 3) == 1  # root and b (the higher improvement) stay split
+    assert a.is_leaf and not b.is_leaf and not (root.tied or a.tied or b.tied)
+    root, a, b = _hand_tree([0.3, 0.1, 0.1])
+    assert cut_back(root, 3) == 1
+    # equal improvements across the budget's edge: scikit-learn's heap may take either
+    assert not a.is_leaf and b.is_leaf and a.tied and b.tied and not root.tied
+    assert [n.node_id for n in best_first_numbering(root)] == [0, 1, 2, 3, 4]
+
+
 # -- options ----------------------------------------------------------------------------------
 def test_sample_weight_as_sklearn():
     X, y = bundled("iris")
@@ -416,6 +484,56 @@ def _shape(node):
     s = node.split
     test = round(s.threshold, 9) if s.threshold is not None else s.groups
     return (s.feature, test, node.unknown_branch, [_shape(c) for c in node.children])
+
+
+def test_histogram_rows_summed_by_class_first_are_the_same(engine_factory):
+    # CART reads the shared histogram with row counts, class weights in fixed point: summed
+    # per (node, value, class) first, it holds the same rows, exactly.
+    engine, source = engine_factory(_engine_frame())
+    data = describe(source, engine, "label")
+    k = len(data.classes)
+    level = engine.materialize("level", q.build_level0(data, class_weight=[0.5, 1.25, 3.0]))
+    bits = q.fixed_point_bits(4.0 * len(_engine_frame()))
+    every = [f.index for f in data.features]
+
+    def rows(by_class):
+        query = q.build_histogram(level, data.features, k, by_class, bits=bits, counts=True)
+        return sorted(
+            tuple(-1e300 if v is None else float(v) for v in r) for r in engine.execute(query)
+        )
+
+    plain = rows(())
+    assert plain == rows(every)
+    assert {r[1] for r in plain} == {-1, *every}
+    totals = [r for r in plain if r[1] == -1]
+    assert sum(r[3] for r in totals) == len(_engine_frame())  # n, the row count
+
+
+@pytest.mark.parametrize("options", [{}, {"class_weight": "balanced"}, {"max_bins": 8}])
+def test_tree_grown_from_histograms_summed_by_class_is_the_same(monkeypatch, options):
+    # On DuckDB a feature with a known domain (nominal, or binned) is summed per class first
+    # where its (node, value, class) groups are few against the rows; forcing it for every
+    # such feature, and for none, grows the same tree.
+    from sqltree import grower
+
+    seen: list[list[int]] = []
+    summed_by_class = grower.Strategy.summed_by_class
+
+    def spy(self, features, nodes):
+        seen.append(summed_by_class(self, features, nodes))
+        return seen[-1]
+
+    monkeypatch.setattr(grower.Strategy, "summed_by_class", spy)
+    trees = []
+    for rows_per_group in (10**12, 0):
+        monkeypatch.setattr(grower, "ROWS_PER_CLASS_GROUP", rows_per_group)
+        seen.clear()
+        model = sqltree.train(
+            _engine_frame(), target="label", algorithm="cart", max_depth=5, **options
+        )
+        trees.append(model.root.to_dict())
+    assert 1 in set().union(*seen)  # "color", summed per class on the second run
+    assert trees[0] == trees[1]
 
 
 @pytest.mark.parametrize("criterion", ["gini", "entropy"])

@@ -98,7 +98,10 @@ def test_graphviz(golf: sqltree.Model) -> None:
     dot = export.graphviz(golf)
     assert dot.startswith('digraph "Tree" {')
     assert dot.count("->") == 7 and dot.count("shape=box") == 5
-    assert 'label="= overcast"' in dot and 'label="yes (4.0)"' in dot
+    assert 'label="= overcast"' in dot
+    # every node: its test, the class with weight/errors, the class distribution
+    assert 'N0 [label="outlook\\nyes (14.0/5.0)\\nno 5 | yes 9"];' in dot
+    assert 'label="yes (4.0)\\nno 0 | yes 4" shape=box' in dot
     svg = render_svg(dot)
     assert "<svg" in svg and svg.count('class="node"') == 8
 
@@ -107,7 +110,7 @@ def test_graphviz_escapes_quotes() -> None:
     root = Node([1.0, 1.0], [0.5, 0.5], Split('say "hi"', "nominal", groups=[["a\\b"], ["c"]]),
                 [Node([1.0, 0.0], [1.0, 0.0]), Node([0.0, 1.0], [0.0, 1.0])])
     dot = export.graphviz(root, ['x"y', "z"])
-    assert 'label="say \\"hi\\""' in dot and 'label="= a\\\\b"' in dot
+    assert 'label="say \\"hi\\"\\n' in dot and 'label="= a\\\\b"' in dot
     svg = render_svg(dot)
     # Graphviz reads the escaped label back as the original text.
     assert "say &quot;hi&quot;" in svg and "= a\\b" in svg and "x&quot;y (1.0)" in svg

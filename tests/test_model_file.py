@@ -92,6 +92,24 @@ def test_the_trained_models_cover_the_format(documents):
     assert {type(c) for d in documents.values() for c in d["classes"]} == {str, int}
 
 
+def test_cart_nodes_keep_what_growth_measured_and_older_files_load(documents):
+    # CART's nodes keep their row count and impurity (and splits their improvement); a file
+    # written before they were kept has none of them and loads as it did.
+    document = copy.deepcopy(documents["cart-nulls-weights"])
+    nodes = document["tree"]
+    assert all(isinstance(n["n_samples"], int) and n["impurity"] >= 0 for n in nodes)
+    assert all("improvement" in n for n in nodes if "split" in n)
+    assert not any("n_samples" in n for n in documents["c45-nominal"]["tree"])
+    model = Model.from_dict(copy.deepcopy(document))
+    for n in nodes:
+        for key in ("n_samples", "impurity", "improvement", "tied"):
+            n.pop(key, None)
+    older = Model.from_dict(document)
+    assert older.root.n_samples is None and older.root.improvement is None
+    assert older.to_sql("duckdb") == model.to_sql("duckdb")
+    assert older.text() == model.text()
+
+
 def chain(depth: int) -> dict[str, Any]:
     """A model whose tree is a chain of ``depth`` tests, each with a leaf on its other side."""
     tree: list[dict[str, Any]] = []
@@ -254,6 +272,13 @@ RULES = [
     (_set(("tree", 2, "children"), [5, 4]), r"node 2: child 5 is already a child of node 0"),
     (lambda d: d["tree"].append({"counts": [1.0, 0.0], "proba": [1.0, 0.0]}),
      r"node 8 is not reachable from the root \(no node's child\)"),
+    (_set(("tree", 1, "n_samples"), -1), r"node 1: n_samples is -1; expected a whole number"),
+    (_set(("tree", 1, "n_samples"), 2.5), r"node 1: n_samples is 2.5"),
+    (_set(("tree", 1, "impurity"), "x"), r'node 1: impurity is "x"; expected a finite number'),
+    (_set(("tree", 1, "impurity"), -0.5), r"node 1: impurity is -0.5"),
+    (_set(("tree", 0, "improvement"), True), r"node 0: improvement is true"),
+    (_set(("tree", 0, "improvement"), 1e400), r"node 0: improvement is inf"),
+    (_set(("tree", 0, "tied"), "yes"), r'node 0: tied is "yes"; expected true or false'),
 ]
 
 

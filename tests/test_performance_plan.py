@@ -337,9 +337,9 @@ def test_ungrouped_histograms_grow_the_grouped_tree(frame, monkeypatch, options)
 
 @pytest.mark.parametrize("options", [{}, {"class_weight": "balanced"}])
 def test_ungrouped_cart_histograms_grow_the_grouped_tree(frame, monkeypatch, options):
-    from sqltree.algorithms import cart
+    from sqltree.algorithms.cart import strategy
 
-    trees, seen = _grouped_and_ungrouped(frame, monkeypatch, cart, algorithm="cart", **options)
+    trees, seen = _grouped_and_ungrouped(frame, monkeypatch, strategy, algorithm="cart", **options)
     assert {0, 1, 2} <= set().union(*seen)  # every continuous feature, below the root
     assert trees[0] == trees[1]
 

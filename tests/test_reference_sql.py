@@ -34,6 +34,9 @@ def test_reference_file_parses(rel):
     body = "\n".join(
         line for line in FILES[rel].splitlines() if not line.startswith("-- Generated")
     ).rstrip().rstrip(";")
+    if "dbt" in rel:  # a dbt model file: its comments, and the relation dbt puts for ref()
+        body = "\n".join(line for line in body.splitlines() if not line.startswith("--"))
+        body = body.replace("{{ ref('golf') }}", "golf")
     if "scoring" in rel:
         body = f"SELECT {body} AS prediction FROM t"
     parsed = sqlglot.parse_one(body, read=dialect)

@@ -166,10 +166,9 @@ def test_predict_on_a_missing_table_is_refused(source):
         model.predict(source)
 
 
-@pytest.mark.xfail(strict=True, reason="unassigned: when the caller's disabled_optimizers "
-                   "already holds build_side_probe_side, the DuckDB engine leaves the result of "
-                   "reading the setting unfinished and registering a DataFrame then fails")
 def test_a_dataframe_trains_on_a_connection_that_already_disables_the_swap():
+    # The engine reads a setting with fetchall: fetchone left the result unfinished, and
+    # registering the DataFrame (no SET in between) failed.
     con = duckdb.connect()
     con.execute("SET disabled_optimizers = 'build_side_probe_side'")
     model = sqltree.train(SMALL, target="y", connection=con, min_cases=1)

@@ -4,30 +4,37 @@ A plug-in is a ``Strategy``: it decides which nodes may split, builds the criter
 shared histogram, chooses one split per node from the scored rows and plans its branches. The
 histogram, running sums, partition and level table are the grower's, ``queries``'s and
 ``running_sums``'s, the same for every algorithm; an algorithm's own SQL sits next to it
-(``c45_criteria``, ``c45_cuts``, ``c45_scores`` for C4.5 and ID3). The registry is explicit
-(no discovery): adding an algorithm is one module and one entry here.
+(``c45_criteria``, ``c45_cuts``, ``c45_scores`` for C4.5 and ID3; the package ``cart``). The
+registry is explicit (no discovery): adding an algorithm is one module and one entry here.
+Post-pruning is ``sqltree.pruning``'s, after growth: ``grow_and_prune`` runs what the grow
+options ask for.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..dataset import Dataset
 from ..grower import GrowOptions, GrowStats, Progress, Strategy, grow_with
+from ..pruning import PruneStats, prune
 from ..tree import Node
 from .c45 import C45Strategy
 from .cart import CARTStrategy
+from .cart.regression import RegressionStrategy
 
 STRATEGIES: dict[str, type[Strategy]] = {
     "c4.5": C45Strategy,
     "id3": C45Strategy,
     "cart": CARTStrategy,
+    "cart-regression": RegressionStrategy,
 }
-"""Algorithm name -> the strategy that grows it."""
+"""Algorithm name (``GrowOptions.strategy_name``) -> the strategy that grows it."""
 
 
 def make_strategy(data: Dataset, options: GrowOptions) -> Strategy:
     """The strategy of ``options.algorithm`` for ``data``."""
     try:
-        strategy = STRATEGIES[options.algorithm]
+        strategy = STRATEGIES[options.strategy_name]
     except KeyError:
         raise ValueError(
             f"algorithm must be one of {tuple(STRATEGIES)}, not {options.algorithm!r}"
@@ -45,4 +52,45 @@ def grow(
     return grow_with(strategy or make_strategy(data, options), progress)
 
 
-__all__ = ["STRATEGIES", "C45Strategy", "CARTStrategy", "grow", "make_strategy"]
+def _cart_pruning(root: Node, data: Dataset, options: GrowOptions) -> PruneStats:
+    return prune(
+        root,
+        data,
+        "cost-complexity",
+        criterion=options.criterion,
+        ccp_alpha=options.ccp_alpha,
+        max_leaf_nodes=options.max_leaf_nodes,
+    )
+
+
+POST_PRUNING: dict[str, Callable[[Node, Dataset, GrowOptions], PruneStats]] = {
+    "cart": _cart_pruning,
+    "cart-regression": _cart_pruning,
+}
+"""Algorithm name -> the pruning its grow options ask for (C4.5's has options of its own,
+given to ``sqltree.pruning.prune``)."""
+
+
+def grow_and_prune(
+    data: Dataset, options: GrowOptions, progress: Progress | None = None
+) -> tuple[Node, GrowStats]:
+    """Grow a tree with ``options.algorithm``, then prune it as its grow options say (as
+    scikit-learn's ``fit`` builds, then ``_prune_tree``): for CART, the ``max_leaf_nodes``
+    cut-back and cost-complexity pruning at ``ccp_alpha``."""
+    root, stats = grow(data, options, progress)
+    post_pruning = POST_PRUNING.get(options.strategy_name)
+    if post_pruning is not None:
+        post_pruning(root, data, options)
+    return root, stats
+
+
+__all__ = [
+    "POST_PRUNING",
+    "STRATEGIES",
+    "C45Strategy",
+    "CARTStrategy",
+    "RegressionStrategy",
+    "grow",
+    "grow_and_prune",
+    "make_strategy",
+]

@@ -109,6 +109,21 @@ def compile_proba(root: Node, n_classes: int, table: str | None = None) -> list[
 
 
 @builds_large
+def compile_value(root: Node, table: str | None = None) -> exp.Expression:
+    """A regression tree's prediction, each leaf's ``value``, as one numeric CASE (every test
+    of such a tree routes unknown values to one branch, so the fast path is the whole walk)."""
+    if has_fractional(root):
+        raise ValueError("a regression tree routes unknown values to one branch at every test")
+    return build_case(root, lambda n: dnum(_value(n)), table)
+
+
+def _value(node: Node) -> float:
+    if node.value is None:
+        raise ValueError(f"leaf {node.node_id} has no value: not a regression tree's")
+    return node.value
+
+
+@builds_large
 def compile_leaf(root: Node, table: str | None = None) -> exp.Expression:
     """The id of the leaf a row reaches (NULL where a fractional test meets an unknown value)."""
     return build_case(root, lambda n: inum(n.node_id), table)

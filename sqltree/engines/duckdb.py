@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 import duckdb
 from sqlglot import exp
+from sqlglot.errors import ErrorLevel
 
 from ..errors import OptionError
 from .base import Engine, arrow_rows, one_line
@@ -65,6 +66,21 @@ class DuckDBEngine(Engine):
         # Begun at once, so that the engine's settings are in force as soon as it exists.
         self.begin()
 
+    @classmethod
+    def private_connection(cls) -> duckdb.DuckDBPyConnection:
+        """A new in-memory database with sqltree's settings in force for good.
+
+        For a connection that only sqltree uses (the estimators keep one per thread and reuse
+        it across fits, which saves opening a database, about 12 ms, per fit): engines on it
+        find the settings already made, so they change nothing and give nothing back.
+        """
+        connection = duckdb.connect()
+        engine = cls(connection)
+        assert engine._shared is not None
+        engine._shared.saved.clear()  # no caller's values to give back
+        engine.cleanup()
+        return connection
+
     def _apply_settings(self) -> None:
         if self.threads is not None:
             self._set("threads", int(self.threads))
@@ -91,9 +107,11 @@ class DuckDBEngine(Engine):
             self._set("disabled_optimizers", ",".join([*disabled, _PROBE_SIDE_OPTIMIZER]))
 
     def _setting(self, name: str) -> Any:
-        (value,) = self.connection.execute(
+        # fetchall, not fetchone: a result left unfinished blocks the connection's next
+        # ``register`` (DuckDB's "unfinished result" error) when no statement follows.
+        ((value,),) = self.connection.execute(
             self._sending(_CURRENT_SETTING), [name]
-        ).fetchone()
+        ).fetchall()
         return value
 
     def _set(self, name: str, value: Any) -> None:
@@ -132,6 +150,12 @@ class DuckDBEngine(Engine):
         return (
             type(error) is RuntimeError and str(error) == "Query interrupted"
         ) or super()._interrupted(error)
+
+    def render(self, query: exp.Expression) -> str:
+        # Without sqlglot's defensive copy: the generator's DuckDB preprocessing leaves
+        # sqltree's queries as they were (checked over the DuckDB test suite), and copying
+        # took a third of a small fit's rendering, about 18 ms of an iris fit.
+        return query.sql(dialect=self.dialect, unsupported_level=ErrorLevel.RAISE, copy=False)
 
     def _run(self, sql: str) -> list[tuple[Any, ...]]:
         return self.connection.execute(self._sending(sql)).fetchall()

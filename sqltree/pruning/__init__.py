@@ -4,7 +4,8 @@
 - ``c45``: J48's error-based pruning with subtree raising (which recounts rows through the
   grower's own partition stage), Quinlan's pessimistic pruning, reduced-error pruning against
   a validation source, and J48 ``-U``'s collapse;
-- ``cost_complexity``: CART's minimal cost-complexity pruning (``ccp_alpha``) and its path.
+- ``cost_complexity``: CART's, as scikit-learn finishes a tree: the ``max_leaf_nodes`` cut-back
+  of a tree grown best-first, minimal cost-complexity pruning (``ccp_alpha``) and its path.
 """
 
 from __future__ import annotations
@@ -29,7 +30,14 @@ from .c45 import (
     recount_raised,
     route_counts,
 )
-from .cost_complexity import cost_complexity_pruning_path, prune_ccp
+from .cost_complexity import (
+    best_first_numbering,
+    cost_complexity_pruning_path,
+    cut_back,
+    node_numbering,
+    prune_ccp,
+    prune_cost_complexity,
+)
 
 
 def prune(
@@ -40,15 +48,23 @@ def prune(
     cf: float = 0.25,
     subtree_raising: bool = True,
     validation: Any = None,
+    criterion: str = "gini",
+    ccp_alpha: float = 0.0,
+    max_leaf_nodes: int | None = None,
 ) -> PruneStats:
     """Prune with ``method``: ``"c4.5"`` (J48's default), ``"pessimistic"``,
-    ``"reduced-error"`` (needs ``validation``), or None (J48 -U: only :func:`collapse`).
+    ``"reduced-error"`` (needs ``validation``), or None (J48 -U: only :func:`collapse`);
+    ``"cost-complexity"`` for CART (``criterion``, ``ccp_alpha`` and ``max_leaf_nodes`` as
+    the tree was grown with: :func:`prune_cost_complexity`).
 
     Reported to ``sqltree.progress`` as the phase ``"prune"`` (C4.5's rounds as its steps)."""
     start = f"pruning {count_leaves(root):,} leaves ({method or 'collapse only'})"
     with reporting.phase("prune", start) as phase:
-        stats = _prune(root, data, method, cf=cf, subtree_raising=subtree_raising,
-                       validation=validation)
+        if method == "cost-complexity":
+            stats = prune_cost_complexity(root, criterion, ccp_alpha, max_leaf_nodes)
+        else:
+            stats = _prune(root, data, method, cf=cf, subtree_raising=subtree_raising,
+                           validation=validation)
         phase.done(
             f"pruned: {stats.leaves_before:,} -> {stats.leaves_after:,} leaves, "
             f"{phase.seconds:.2f} s", **vars(stats),
@@ -78,7 +94,9 @@ def _prune(
         if data is None or validation is None:
             raise ValueError("reduced-error pruning needs the dataset and a validation source")
         return prune_reduced_error(root, data, validation)
-    raise ValueError(f"pruning must be one of {METHODS} or None, not {method!r}")
+    raise ValueError(
+        f"pruning must be one of {(*METHODS, 'cost-complexity')} or None, not {method!r}"
+    )
 
 
 __all__ = [
@@ -86,13 +104,17 @@ __all__ = [
     "PruneStats",
     "_Router",
     "add_errs",
+    "best_first_numbering",
     "collapse",
     "cost_complexity_pruning_path",
+    "cut_back",
     "estimated_errors",
+    "node_numbering",
     "pessimistic_decision",
     "prune",
     "prune_c45",
     "prune_ccp",
+    "prune_cost_complexity",
     "prune_pessimistic",
     "prune_reduced_error",
     "recount_raised",

@@ -1,0 +1,290 @@
+"""The estimators: CART with scikit-learn's parameters, C4.5 with J48's."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, ClassVar
+
+import numpy as np
+from sklearn.utils import Bunch
+from sklearn.utils.validation import check_is_fitted
+
+from ..api import train
+from ..errors import OptionError
+from ..model import Model
+from ..pruning.cost_complexity import cost_complexity_pruning_path, node_numbering
+from ..tree import Node
+from ._base import SQLTreeClassifier, TrainingData, fit_engine
+
+
+class DecisionTreeClassifier(SQLTreeClassifier):
+    """CART with scikit-learn's parameters and meanings, trained by SQL in DuckDB.
+
+    The tree is the one ``sklearn.tree.DecisionTreeClassifier`` grows on the same data (ties
+    broken deterministically, see ``sqltree.algorithms.cart``), and the fitted estimator is a
+    ``Model`` underneath: ``model_``, ``to_sql()``, ``save()``.
+
+    Parameters
+    ----------
+    criterion : {"gini", "entropy", "log_loss"}, default="gini"
+    splitter : {"best"}, default="best"
+        Only the exhaustive splitter exists.
+    max_depth, min_samples_split, min_samples_leaf, min_weight_fraction_leaf, max_leaf_nodes,
+    min_impurity_decrease, class_weight, ccp_alpha
+        As in ``sklearn.tree.DecisionTreeClassifier``.
+    max_features : None, default=None
+        Every feature is considered at every node.
+    random_state : ignored
+        sqltree breaks ties deterministically.
+    nominal : list of str, optional
+        Columns to treat as nominal (binary subset splits); text, boolean, categorical and
+        object columns are nominal anyway.
+    max_bins : int, optional
+        Cut continuous features into at most this many quantile bins (large data).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> X = np.array([[0.0], [1.0], [2.0], [3.0]])
+    >>> clf = DecisionTreeClassifier().fit(X, ["a", "a", "b", "b"])
+    >>> clf.predict([[0.5], [2.5]]).tolist()
+    ['a', 'b']
+    >>> print(clf.to_sql())
+    CASE WHEN "x0" > 1.5 OR "x0" IS NULL THEN 'b' ELSE 'a' END
+    """
+
+    _impurity: ClassVar[str] = "gini"
+
+    def __init__(
+        self,
+        *,
+        criterion: str = "gini",
+        splitter: str = "best",
+        max_depth: int | None = None,
+        min_samples_split: int | float = 2,
+        min_samples_leaf: int | float = 1,
+        min_weight_fraction_leaf: float = 0.0,
+        max_features: Any = None,
+        random_state: Any = None,
+        max_leaf_nodes: int | None = None,
+        min_impurity_decrease: float = 0.0,
+        class_weight: Any = None,
+        ccp_alpha: float = 0.0,
+        nominal: list[str] | None = None,
+        max_bins: int | None = None,
+    ) -> None:
+        self.criterion = criterion
+        self.splitter = splitter
+        self.max_depth = max_depth
+        self.min_samples_split = min_samples_split
+        self.min_samples_leaf = min_samples_leaf
+        self.min_weight_fraction_leaf = min_weight_fraction_leaf
+        self.max_features = max_features
+        self.random_state = random_state
+        self.max_leaf_nodes = max_leaf_nodes
+        self.min_impurity_decrease = min_impurity_decrease
+        self.class_weight = class_weight
+        self.ccp_alpha = ccp_alpha
+        self.nominal = nominal
+        self.max_bins = max_bins
+
+    def _check_params(self) -> None:
+        if self.splitter != "best":
+            raise ValueError(f"only splitter='best' is supported, not {self.splitter!r}")
+        if self.max_features is not None:
+            raise ValueError(f"only max_features=None is supported, not {self.max_features!r}")
+
+    def _criterion_name(self) -> str:
+        return "gini" if self.criterion == "gini" else "entropy"
+
+    def _cart_options(self) -> dict[str, Any]:
+        return {
+            "criterion": self.criterion,
+            "min_samples_leaf": self.min_samples_leaf,
+            "min_weight_fraction_leaf": self.min_weight_fraction_leaf,
+            "min_impurity_decrease": self.min_impurity_decrease,
+            "max_leaf_nodes": self.max_leaf_nodes,
+            "class_weight": self.class_weight,
+            "ccp_alpha": self.ccp_alpha,
+        }
+
+    def _train(self, data: TrainingData) -> tuple[Model, list[Node], dict[str, Any]]:
+        model = train(
+            data.frame,
+            data.target,
+            algorithm="cart",
+            task="classification",
+            connection=fit_engine(),
+            features=data.features,
+            nominal=data.nominal,
+            continuous=data.continuous,
+            weight=data.weight,
+            max_depth=self.max_depth,
+            min_samples_split=self.min_samples_split,
+            max_bins=self.max_bins,
+            **self._cart_options(),
+        )
+        # scikit-learn's numbering (best-first trees in creation order), and what CART's
+        # nodes keep from growth: row counts and ties.
+        order = node_numbering(model.root, self.max_leaf_nodes, self.ccp_alpha)
+        facts = {
+            "n_samples": np.asarray([n.n_samples or 0 for n in order]),
+            "tied": np.asarray([bool(n.tied) for n in order]),
+        }
+        return model, order, facts
+
+    # -- what test_cart and scikit-learn users read ---------------------------------------------
+    @property
+    def root_(self) -> Node:
+        """The fitted tree's root node (``model_.root``)."""
+        check_is_fitted(self)
+        return self.model_.root
+
+    def strategy_nodes(self, root: Node | None = None) -> list[Node]:
+        """The fitted tree's nodes (or ``root``'s, grown by this fit) in scikit-learn's
+        numbering, as ``cost_complexity_pruning_path`` and ``prune_ccp`` take them."""
+        check_is_fitted(self)
+        if root is None:
+            return list(self._order)
+        return node_numbering(root, self.max_leaf_nodes, self.ccp_alpha)
+
+    def cost_complexity_pruning_path(
+        self, X: Any, y: Any, sample_weight: Any = None
+    ) -> Bunch:
+        """Effective alphas and total leaf impurities, as scikit-learn's method returns them."""
+        params = self.get_params() | {"ccp_alpha": 0.0}
+        est = type(self)(**params).fit(X, y, sample_weight=sample_weight)
+        path = cost_complexity_pruning_path(
+            est.root_, est._criterion_name(), est.strategy_nodes()
+        )
+        return Bunch(**{k: np.asarray(v) for k, v in path.items()})
+
+
+class C45Classifier(SQLTreeClassifier):
+    """C4.5 as Weka's J48 builds it, with J48's options, trained by SQL in DuckDB.
+
+    The tree is the one ``sqltree.train(..., algorithm="c4.5")`` grows (J48's tree on Weka's
+    data sets), and the fitted estimator is that ``Model`` underneath: ``model_.text()``
+    prints J48's text, ``to_sql()`` compiles it (unknown values spread over the branches in
+    the SQL too).
+
+    Parameters
+    ----------
+    confidence_factor : float, default=0.25
+        J48 ``-C``: confidence of the error-based pruning, in (0, 0.5].
+    min_objects : float, default=2
+        J48 ``-M``: least weight in at least two branches of a split.
+    unpruned : bool, default=False
+        J48 ``-U``: no pruning (subtrees that fix no training error still collapse).
+    subtree_raising : bool, default=True
+        J48 without ``-S``: a node may be replaced by its largest branch while pruning.
+    pruning : {"c4.5", "pessimistic"}, default="c4.5"
+        J48's error-based pruning, or Quinlan's pessimistic pruning (unless ``unpruned``).
+    missing : {"fractional", "majority", "drop"}, default="fractional"
+        Unknown values in training: C4.5's fractional cases, the heaviest branch, or ignored.
+    max_depth : int, optional
+        Deepest test level (J48 has none).
+    min_gain : float, default=0.0
+        Least information gain of a split.
+    nominal : list of str, optional
+        Columns to treat as nominal (a branch per value); text, boolean, categorical and
+        object columns are nominal anyway.
+    max_bins : int, optional
+        Cut continuous features into at most this many quantile bins (large data).
+
+    Notes
+    -----
+    ``criterion`` is ``"entropy"``: the impurity the nodes report (C4.5 chooses by gain
+    ratio). ``tree_`` exists when every test has two branches (continuous features, nominal
+    features of two values).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> X = np.array([[1.0], [2.0], [3.0], [4.0], [5.0], [6.0]])
+    >>> clf = C45Classifier(min_objects=1).fit(X, ["no", "no", "no", "yes", "yes", "yes"])
+    >>> print(clf.model_.text().splitlines()[0])
+    x0 <= 3: no (3.0)
+    """
+
+    criterion: ClassVar[str] = "entropy"
+
+    def __init__(
+        self,
+        *,
+        confidence_factor: float = 0.25,
+        min_objects: float = 2,
+        unpruned: bool = False,
+        subtree_raising: bool = True,
+        pruning: str = "c4.5",
+        missing: str = "fractional",
+        max_depth: int | None = None,
+        min_gain: float = 0.0,
+        nominal: list[str] | None = None,
+        max_bins: int | None = None,
+    ) -> None:
+        self.confidence_factor = confidence_factor
+        self.min_objects = min_objects
+        self.unpruned = unpruned
+        self.subtree_raising = subtree_raising
+        self.pruning = pruning
+        self.missing = missing
+        self.max_depth = max_depth
+        self.min_gain = min_gain
+        self.nominal = nominal
+        self.max_bins = max_bins
+
+    def _check_params(self) -> None:
+        if self.pruning not in ("c4.5", "pessimistic"):
+            raise ValueError(f"pruning must be 'c4.5' or 'pessimistic', not {self.pruning!r}")
+        if not isinstance(self.unpruned, (bool, np.bool_)):
+            raise ValueError(f"unpruned must be True or False, not {self.unpruned!r}")
+
+    def _train(self, data: TrainingData) -> tuple[Model, list[Node], dict[str, Any]]:
+        pruning = None if self.unpruned else self.pruning
+        error_based = pruning == "c4.5"
+        with _as_parameters(J48_NAMES):
+            model = self._train_c45(data, pruning, error_based)
+        return model, list(model.root.walk()), {}
+
+    def _train_c45(self, data: TrainingData, pruning: str | None, error_based: bool) -> Model:
+        return train(
+            data.frame,
+            data.target,
+            algorithm="c4.5",
+            task="classification",
+            connection=fit_engine(),
+            features=data.features,
+            nominal=data.nominal,
+            continuous=data.continuous,
+            weight=data.weight,
+            min_cases=self.min_objects,
+            max_depth=self.max_depth,
+            min_gain=self.min_gain,
+            missing=self.missing,
+            max_bins=self.max_bins,
+            pruning=pruning,
+            cf=self.confidence_factor if error_based else 0.25,
+            subtree_raising=bool(self.subtree_raising) if error_based else True,
+        )
+
+
+J48_NAMES = {"cf": "confidence_factor", "min_cases": "min_objects"}
+"""``train``'s option names -> C45Classifier's parameters of the same meaning."""
+
+
+@contextmanager
+def _as_parameters(names: dict[str, str]) -> Iterator[None]:
+    """Re-raise an option error in the estimator's parameter names (``cf`` ->
+    ``confidence_factor``), so the message names what the caller set."""
+    try:
+        yield
+    except OptionError as error:
+        text = str(error)
+        for option, parameter in names.items():
+            text = re.sub(rf"\b{option}\b", parameter, text)
+        if text == str(error):
+            raise
+        raise type(error)(text) from error

@@ -1,0 +1,353 @@
+"""Regression trees: CART with squared error, grown in SQL, against scikit-learn's
+``DecisionTreeRegressor``; scoring, export and model files of a numeric prediction."""
+
+from __future__ import annotations
+
+import itertools
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pytest
+
+import sqltree
+from sqltree.errors import DataError, ModelFileError, UnsupportedError
+from sqltree.model import Model
+
+pytest.importorskip("sklearn")
+from sklearn.datasets import load_diabetes, make_friedman1
+from sklearn.tree import DecisionTreeRegressor
+
+ATOL = 1e-9
+
+
+def _float32(frame: pd.DataFrame) -> pd.DataFrame:
+    """scikit-learn grows on float32 features: give both the values float32 holds."""
+    return frame.astype(np.float32).astype(np.float64)
+
+
+def diabetes() -> tuple[pd.DataFrame, np.ndarray]:
+    X, y = load_diabetes(return_X_y=True, as_frame=True)
+    return _float32(X), y.to_numpy()
+
+
+def friedman() -> tuple[pd.DataFrame, np.ndarray]:
+    X, y = make_friedman1(n_samples=600, n_features=6, noise=1.0, random_state=3)
+    return _float32(pd.DataFrame(X, columns=[f"x{i}" for i in range(6)])), y
+
+
+def with_nulls() -> tuple[pd.DataFrame, np.ndarray]:
+    X, y = friedman()
+    rng = np.random.default_rng(5)
+    return X.mask(rng.random(X.shape) < 0.15), y
+
+
+DATA = {"diabetes": diabetes, "friedman1": friedman, "nulls": with_nulls}
+
+
+def same_tree(sk: DecisionTreeRegressor, model: Model, columns: list[str]) -> str | None:
+    """The first difference between scikit-learn's tree and ours, or None."""
+    t = sk.tree_
+    index = {c: i for i, c in enumerate(columns)}
+    stack = [(0, model.root)]
+    seen = 0
+    skipped = False
+    while stack:
+        i, node = stack.pop()
+        seen += 1
+        if t.n_node_samples[i] != node.n_samples:
+            return f"node {i}: {t.n_node_samples[i]} rows, ours {node.n_samples}"
+        if not np.isclose(t.weighted_n_node_samples[i], node.weight, rtol=1e-12):
+            return f"node {i}: weight"
+        if abs(t.value[i][0][0] - node.value) > ATOL * max(1.0, abs(node.value)):
+            return f"node {i}: value {t.value[i][0][0]!r}, ours {node.value!r}"
+        if not np.isclose(t.impurity[i], node.impurity, rtol=1e-7, atol=1e-9):
+            return f"node {i}: impurity {t.impurity[i]!r}, ours {node.impurity!r}"
+        sk_leaf = t.children_left[i] == -1
+        if sk_leaf != node.is_leaf:
+            return f"node {i}: leaf in {'sklearn' if sk_leaf else 'sqltree'} only"
+        if sk_leaf:
+            continue
+        split = node.split
+        differs = t.feature[i] != index[split.feature] or (
+            np.isinf(t.threshold[i]) != (split.threshold >= 1.7e308)
+            or (not np.isinf(t.threshold[i]) and abs(t.threshold[i] - split.threshold) > ATOL)
+        )
+        if differs and node.tied and np.isclose(
+            _decrease(t, i), _our_decrease(node), rtol=1e-9, atol=1e-9
+        ):
+            skipped = True  # a tie scikit-learn broke at random: either subtree is right
+            continue
+        if differs:
+            return (f"node {i}: sklearn {columns[t.feature[i]]} <= {t.threshold[i]!r}, "
+                    f"ours {split.feature} <= {split.threshold!r}")
+        if bool(t.missing_go_to_left[i]) != (node.unknown_branch == 0):
+            return f"node {i}: unknown values' side"
+        stack += [(t.children_right[i], node.children[1]), (t.children_left[i], node.children[0])]
+    if seen != t.node_count and not skipped:
+        return f"{t.node_count} nodes, ours {seen}"
+    return None
+
+
+def _decrease(t, i: int) -> float:
+    w = t.weighted_n_node_samples
+    return float(t.impurity[i] - sum(
+        w[c] / w[i] * t.impurity[c] for c in (t.children_left[i], t.children_right[i])
+    ))
+
+
+def _our_decrease(node) -> float:
+    return node.impurity - sum(c.weight / node.weight * c.impurity for c in node.children)
+
+
+def fit_both(X: pd.DataFrame, y: np.ndarray, connection=None, source=None, **params):
+    """Our tree and scikit-learn's; where our tree records a tie, scikit-learn's with the
+    first ``random_state`` whose random tie-breaking grows the same tree, if any."""
+    weight = params.pop("sample_weight", None)
+    frame = X.assign(target=y)
+    if weight is not None:
+        frame = frame.assign(w=weight)
+    ours = sqltree.train(
+        frame if source is None else source, "target", task="regression",
+        connection=connection, weight="w" if weight is not None else None, **params,
+    )
+    columns = list(X.columns)
+    first = None
+    for seed in range(20 if any(n.tied for n in ours.root.walk()) else 1):
+        theirs = DecisionTreeRegressor(random_state=seed, **params).fit(
+            X, y, sample_weight=weight
+        )
+        first = first or theirs
+        if exact_tree(theirs, ours, columns):
+            return ours, theirs
+    return ours, first
+
+
+def exact_tree(sk: DecisionTreeRegressor, model: Model, columns: list[str]) -> bool:
+    """Whether the trees are the same without allowing for ties."""
+    tied = [n for n in model.root.walk() if n.tied]
+    for n in tied:
+        n.tied = False
+    try:
+        return same_tree(sk, model, columns) is None
+    finally:
+        for n in tied:
+            n.tied = True
+
+
+def predictions(model: Model, X: pd.DataFrame) -> np.ndarray:
+    return model.predict(X)["prediction"].to_numpy(dtype=float)
+
+
+CASES = [
+    ("diabetes", {"max_depth": 4}),
+    ("diabetes", {"min_samples_leaf": 5}),
+    ("diabetes", {"min_samples_split": 30, "max_depth": 6}),
+    ("diabetes", {"max_leaf_nodes": 12}),
+    ("diabetes", {"ccp_alpha": 40.0, "min_samples_leaf": 3}),
+    ("diabetes", {"min_impurity_decrease": 5.0}),
+    ("diabetes", {"min_weight_fraction_leaf": 0.02, "min_samples_leaf": 0.01}),
+    ("friedman1", {}),
+    ("friedman1", {"max_leaf_nodes": 20, "min_samples_leaf": 4}),
+    ("friedman1", {"max_depth": 5, "ccp_alpha": 0.2}),
+    ("nulls", {"max_depth": 5}),
+    ("nulls", {"min_samples_leaf": 10}),
+    ("nulls", {"max_leaf_nodes": 15}),
+]
+
+
+@pytest.mark.parametrize(("name", "params"), CASES, ids=[f"{n}-{p}" for n, p in CASES])
+def test_same_tree_as_sklearn(name, params):
+    X, y = DATA[name]()
+    ours, theirs = fit_both(X, y, **params)
+    assert same_tree(theirs, ours, list(X.columns)) is None
+    if exact_tree(theirs, ours, list(X.columns)):
+        np.testing.assert_allclose(
+            predictions(ours, X), theirs.predict(X), rtol=1e-12, atol=1e-9
+        )
+
+
+def test_sample_weight_as_sklearn():
+    X, y = diabetes()
+    weight = np.random.default_rng(2).integers(0, 4, len(y)).astype(float)
+    ours, theirs = fit_both(X, y, max_depth=5, min_samples_leaf=3, sample_weight=weight)
+    assert same_tree(theirs, ours, list(X.columns)) is None
+
+
+def test_pruning_path_as_sklearn():
+    X, y = diabetes()
+    ours, theirs = fit_both(X, y, min_samples_leaf=5)
+    path = theirs.cost_complexity_pruning_path(X, y)
+    from sqltree.pruning import cost_complexity_pruning_path
+
+    mine = cost_complexity_pruning_path(ours.root, "squared_error")
+    np.testing.assert_allclose(mine["ccp_alphas"], path.ccp_alphas, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(mine["impurities"], path.impurities, rtol=1e-9)
+
+
+def test_target_offset_by_1e9_grows_the_same_tree():
+    X, y = diabetes()
+    near, _ = fit_both(X, y, max_depth=6)
+    far = sqltree.train(X.assign(target=y + 1e9), "target", task="regression", max_depth=6)
+    a, b = list(near.root.walk()), list(far.root.walk())
+    assert [n.split for n in a] == [n.split for n in b]
+    assert [n.n_samples for n in a] == [n.n_samples for n in b]
+    for m, n in zip(a, b, strict=True):
+        assert abs((n.value - 1e9) - m.value) < 1e-5
+        assert n.impurity == pytest.approx(m.impurity, rel=1e-6, abs=1e-6)
+
+
+def test_nominal_values_ordered_by_mean_target():
+    """Breiman: the best two-way partition of a nominal feature under squared error is a cut
+    of its values in order of mean target; every partition is checked by brute force."""
+    rng = np.random.default_rng(11)
+    cats = np.array(list("abcdef"))
+    c = rng.choice(cats, 400)
+    effect = dict(zip(cats, [3.0, -1.0, 0.5, 2.0, -2.5, 0.0], strict=True))
+    y = np.array([effect[v] for v in c]) + rng.normal(0, 1.0, 400)
+    frame = pd.DataFrame({"c": c, "target": y})
+    model = sqltree.train(frame, "target", task="regression", max_depth=1)
+    left = set(model.root.split.groups[0])
+
+    def sse(mask: np.ndarray) -> float:
+        return float(((y[mask] - y[mask].mean()) ** 2).sum())
+
+    best = min(
+        sse(np.isin(c, list(s))) + sse(~np.isin(c, list(s)))
+        for r in range(1, 6)
+        for s in itertools.combinations(cats, r)
+    )
+    mask = np.isin(c, list(left))
+    assert sse(mask) + sse(~mask) == pytest.approx(best, rel=1e-12)
+
+
+def test_compiled_sql_equals_predict_on_every_row():
+    X, y = with_nulls()
+    model, _ = fit_both(X, y, max_depth=6)
+    frame = X.assign(target=y)
+    conn = duckdb.connect()
+    conn.register("t", frame)
+    sql = model.to_sql("duckdb", table="t")
+    compiled = conn.execute(sql).fetchdf()["prediction"].to_numpy()
+    rows = frame.astype(object).where(frame.notna(), None).to_dict("records")
+    walked = np.array([model.predict_row(r) for r in rows])
+    np.testing.assert_array_equal(compiled, walked)
+    np.testing.assert_array_equal(predictions(model, X), walked)
+    for dialect in ("postgres", "spark", "sqlite", "bigquery", "tsql"):
+        assert "CASE" in model.to_sql(dialect)
+
+
+def test_text_rules_and_dot_show_value_weight_and_sd():
+    X, y = diabetes()
+    model, _ = fit_both(X, y, max_depth=2)
+    leaf = next(model.root.leaves())
+    text = model.text()
+    assert f"weight {leaf.weight:.1f}" in text and ", sd " in text
+    assert "value " in model.rules() and "coverage" in model.rules()
+    assert "value " in model.graphviz()
+    assert "task='regression'" in repr(model)
+
+
+def test_model_file_round_trip(tmp_path):
+    X, y = with_nulls()
+    model, _ = fit_both(X, y, max_depth=4)
+    path = tmp_path / "m.json"
+    model.save(path)
+    loaded = sqltree.load(path)
+    assert loaded.task == "regression"
+    assert loaded.to_sql() == model.to_sql()
+    data = model.to_dict()
+    del data["tree"][1]["value"]
+    with pytest.raises(ModelFileError, match="value"):
+        Model.from_dict(data)
+    data = model.to_dict()
+    data["classes"] = [1, 2]
+    with pytest.raises(ModelFileError, match="classes"):
+        Model.from_dict(data)
+
+
+def test_criterion_alone_means_regression():
+    X, y = diabetes()
+    model = sqltree.train(X.assign(target=y), "target", algorithm="cart",
+                          criterion="squared_error", max_depth=2)
+    assert model.task == "regression" and model.root.value == pytest.approx(y.mean())
+
+
+class _NoQueries:
+    """A connection that fails on any use: options must be refused before a query."""
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"criterion": "absolute_error"}, UnsupportedError, "median"),
+        ({"criterion": "poisson"}, UnsupportedError, "poisson"),
+        ({"criterion": "gini"}, ValueError, "criterion"),
+        ({"class_weight": "balanced"}, UnsupportedError, "class_weight"),
+        ({"algorithm": "c4.5"}, UnsupportedError, "CART"),
+        ({"min_cases": 3}, UnsupportedError, "min_cases"),
+        ({"task": "clustering"}, ValueError, "task"),
+        ({"max_leaf_nodes": 1}, ValueError, "max_leaf_nodes"),
+    ],
+)
+def test_options_refused_before_any_query(kwargs, error, match):
+    kwargs = {"task": "regression", **kwargs}
+    with pytest.raises(error, match=match):
+        sqltree.train("no_such_table", "y", connection=_NoQueries(), **kwargs)
+
+
+def test_text_target_refused():
+    frame = pd.DataFrame({"x": [1.0, 2.0, 3.0], "target": ["a", "b", "c"]})
+    with pytest.raises(DataError, match="numeric"):
+        sqltree.train(frame, "target", task="regression")
+
+
+def test_nan_target_refused():
+    conn = duckdb.connect()
+    conn.execute("CREATE TABLE t AS SELECT x, CASE WHEN x = 2 THEN 'NaN'::DOUBLE "
+                 "ELSE x END AS target FROM (VALUES (1.0), (2.0), (3.0)) v(x)")
+    with pytest.raises(DataError, match="NaN"):
+        sqltree.train("t", "target", task="regression", connection=conn)
+
+
+def test_probabilities_and_evaluation_refused():
+    X, y = diabetes()
+    model, _ = fit_both(X, y, max_depth=1)
+    with pytest.raises(UnsupportedError):
+        model.predict(X.head(), proba=True)
+    with pytest.raises(UnsupportedError):
+        model.evaluate(X.assign(target=y))
+
+
+# -- engines -----------------------------------------------------------------------------------
+def _small() -> tuple[pd.DataFrame, np.ndarray]:
+    X, y = with_nulls()
+    return X.head(200).reset_index(drop=True), y[:200]
+
+
+def test_same_tree_on_every_engine(engine_factory):
+    X, y = _small()
+    frame = X.assign(target=y)
+    engine, source = engine_factory(frame, "reg")
+    ours, theirs = fit_both(X, y, connection=engine, source=source, max_depth=4,
+                            min_samples_leaf=3)
+    assert same_tree(theirs, ours, list(X.columns)) is None
+    scored = ours.predict(source, connection=engine)
+    by_row = scored.sort_values(list(X.columns)).reset_index(drop=True)
+    expected = frame.assign(prediction=theirs.predict(X)).sort_values(list(X.columns))
+    np.testing.assert_allclose(
+        by_row["prediction"].to_numpy(dtype=float),
+        expected["prediction"].to_numpy(), rtol=1e-12,
+    )
+
+
+def test_nominal_tree_on_every_engine(engine_factory):
+    rng = np.random.default_rng(4)
+    c = rng.choice(list("pqrst"), 150)
+    y = np.array([{"p": 1.0, "q": 4.0, "r": 2.0, "s": 4.5, "t": 0.0}[v] for v in c])
+    frame = pd.DataFrame({"c": c, "x": rng.normal(size=150).round(2),
+                          "target": y + rng.normal(0, 0.5, 150)})
+    engine, source = engine_factory(frame, "nominal_reg")
+    model = sqltree.train(source, "target", task="regression", connection=engine, max_depth=3)
+    reference = sqltree.train(frame, "target", task="regression", max_depth=3)
+    assert model.text() == reference.text()
