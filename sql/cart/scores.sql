@@ -266,12 +266,6 @@ FROM (
                     ot.o,
                     COALESCE(
                       CASE
-                        WHEN ot.o = -1
-                        THEN CASE WHEN rv.c0 > 0 THEN (
-                          rv.c1
-                        ) / (
-                          rv.c0
-                        ) ELSE NULL END
                         WHEN ot.o = 0
                         THEN CASE WHEN rv.wv > 0 THEN (
                           rv.c0

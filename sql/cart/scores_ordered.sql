@@ -304,12 +304,6 @@ WITH running AS MATERIALIZED (
                 ot.o,
                 COALESCE(
                   CASE
-                    WHEN ot.o = -1
-                    THEN CASE WHEN rv.c0 > 0 THEN (
-                      rv.c1
-                    ) / (
-                      rv.c0
-                    ) ELSE NULL END
                     WHEN ot.o = 0
                     THEN CASE
                       WHEN (
