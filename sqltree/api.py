@@ -70,9 +70,8 @@ def train(
     algorithm : {"c4.5", "id3", "cart"}, default: "c4.5" for classification, "cart" for
         regression
     task : {"classification", "regression"}, optional
-        Default: regression when ``criterion`` is a regression criterion (``"squared_error"``),
-        else classification. Regression trees are CART's, as scikit-learn's
-        ``DecisionTreeRegressor`` grows them: leaves predict the weighted mean target.
+        Default: regression when ``criterion`` is a regression criterion, else classification.
+        Regression trees are CART's, as scikit-learn's: leaves predict the weighted mean.
     connection : optional
         A DuckDB connection, a psycopg connection or ``postgresql://`` URL, or a SparkSession;
         default: a new in-memory DuckDB database.
@@ -89,37 +88,27 @@ def train(
     missing : {"fractional", "majority", "drop"}, default="fractional"
         Unknown values: C4.5's fractional cases, the branch with most weight, or ignored.
     max_bins : int, optional
-        Approximate mode for large data: each continuous feature is cut into at most this
-        many quantile bins, computed once in the engine, and thresholds are bin edges (values
-        of the data, so scoring stays exact). Default: exact, every observed value.
+        Approximate mode: each continuous feature is cut into at most this many quantile bins
+        (their edges are values of the data, so scoring stays exact). Default: exact.
     pruning : {"c4.5", "pessimistic", "reduced-error"} or None, default: "c4.5" for C4.5
         and None for ID3
-        Post-pruning: J48's error-based pruning (confidence ``cf``, with subtree raising
-        unless ``subtree_raising=False``), Quinlan's pessimistic pruning, or reduced-error
-        pruning against the ``validation`` source. None only collapses subtrees that do not
-        reduce training error (J48 ``-U``) for C4.5, and nothing for ID3.
+        J48's error-based pruning (``cf``, ``subtree_raising``), Quinlan's pessimistic pruning,
+        or reduced-error pruning on ``validation``. None: C4.5 only collapses subtrees that do
+        not reduce training error (J48 ``-U``); ID3 keeps the grown tree.
     progress : bool or callable, default=False
-        True shows the command line's display on standard error (live on a terminal, a line
-        per step otherwise); a callable receives every ``sqltree.progress.Event``: the start,
-        steps and end of reading the source, of growth (a step per level: nodes, rows,
-        queries, seconds; its start and end name the training plan) and of pruning (a step
-        per round). Whatever it is, the events also go to the ``logging`` logger ``"sqltree"``
-        and to any listener of an enclosing ``sqltree.progress.listening`` block. An
-        exception the callable raises stops training.
+        True shows the command line's display on standard error; a callable receives every
+        ``sqltree.progress.Event`` (reading, growth per level with its plan, pruning per round),
+        which also go to the ``logging`` logger ``"sqltree"``. What the callable raises stops
+        training.
     plan : {"auto", "tables", "select"}, default="auto"
-        Where the rows of each level live: in temporary tables (``"tables"``), or nowhere, as
-        single SELECT statements over the source (``"select"``, for a connection that may
-        not create tables; every statement then reads the source). ``"auto"`` asks the
-        connection once whether it may create temporary tables. The same tree either way.
+        Each level's rows in temporary tables, or only SELECT statements over the source
+        (for a connection that may not create tables); ``"auto"`` asks the connection once.
+        The same tree either way.
     **cart_options
         ``algorithm="cart"`` only, with scikit-learn's names and meanings: ``criterion``,
         ``min_samples_leaf``, ``min_weight_fraction_leaf``, ``min_impurity_decrease``,
         ``max_leaf_nodes``, ``class_weight``, ``ccp_alpha`` (see ``sqltree.algorithms.cart``);
         a regression tree takes all but ``class_weight``, with ``criterion="squared_error"``.
-
-    Returns
-    -------
-    Model
     """
     task, algorithm = resolve_task(task, algorithm, cart_options)
     check_keywords("train", cart_options, [*inspect.signature(train).parameters, *CART_OPTIONS])
@@ -134,8 +123,7 @@ def train(
     if task == "regression":
         cart_options = {"criterion": "squared_error", **cart_options}
     options = GrowOptions(
-        task=task,
-        algorithm=algorithm, max_depth=max_depth, min_samples_split=min_samples_split,
+        task=task, algorithm=algorithm, max_depth=max_depth, min_samples_split=min_samples_split,
         min_gain=min_gain, missing=missing, max_bins=max_bins, **cart_options,
         min_cases=DEFAULT_MIN_CASES.get(algorithm, 2.0) if min_cases is None else min_cases,
     )
