@@ -268,36 +268,49 @@ def build_observed_thresholds(
 
     ``chosen`` is a table of (key, attr, low, midpoint) (``CHOSEN_COLUMNS``); ``values`` is
     the table of distinct (attr, v) pairs of the training data (``build_distinct_values``).
-    With ``asof`` (engines with ``ASOF JOIN``) the value is found by one sort-merge instead of
-    a range join, whose output grows with the number of training values between ``low`` and
-    the midpoint (millions on deep levels of large data); ``low`` is itself a training value,
-    so both forms agree.
+    ``low`` is itself a training value not above the midpoint, so the largest value not above
+    the midpoint is the one wanted. With ``asof`` (engines with ``ASOF JOIN``) it is found by
+    one sort-merge; elsewhere by one window over the values and the midpoints sorted together
+    (``_running_maximum``). A range join (``v BETWEEN low AND mid``) compares every cut with
+    every value of its feature: 1,230 s for the 1M-row benchmark's cuts on PostgreSQL.
     """
     table = alias(chosen.copy(), "q")
-    if asof:
-        join = exp.Join(
-            this=alias(values.copy(), "d"),
-            method="ASOF",
-            on=exp.and_(
-                exp.EQ(this=col("attr", "q"), expression=col("attr", "d")),
-                exp.GTE(this=col("mid", "q"), expression=col("v", "d")),
-            ),
-        )
-        select = exp.select(col("key", "q"), alias(col("v", "d"), "threshold"))
-        return select.from_(table).join(join)
-    return (
-        exp.select(col("key", "q"), alias(exp.func("MAX", col("v", "d")), "threshold"))
-        .from_(table)
-        .join(
-            alias(values.copy(), "d"),
-            on=exp.and_(
-                exp.EQ(this=col("attr", "d"), expression=col("attr", "q")),
-                exp.GTE(this=col("v", "d"), expression=col("low", "q")),
-                exp.LTE(this=col("v", "d"), expression=col("mid", "q")),
-            ),
-        )
-        .group_by(col("key", "q"))
+    if not asof:
+        return _running_maximum(values, chosen)
+    join = exp.Join(
+        this=alias(values.copy(), "d"),
+        method="ASOF",
+        on=exp.and_(
+            exp.EQ(this=col("attr", "q"), expression=col("attr", "d")),
+            exp.GTE(this=col("mid", "q"), expression=col("v", "d")),
+        ),
     )
+    select = exp.select(col("key", "q"), alias(col("v", "d"), "threshold"))
+    return select.from_(table).join(join)
+
+
+def _running_maximum(values: exp.Table, chosen: exp.Expression) -> exp.Select:
+    """Per cut, the running maximum of the values up to its midpoint, per feature, in the
+    order of (position, values before midpoints), so that a value equal to a midpoint counts."""
+    points = exp.union(
+        exp.select(
+            col("attr"), alias(col("v"), "pos"), alias(num(0), "kind"), col("v"),
+            alias(exp.cast(exp.null(), "BIGINT"), "key"),
+        ).from_(values.copy()),
+        exp.select(
+            col("attr"), alias(col("mid"), "pos"), alias(num(1), "kind"),
+            alias(exp.cast(exp.null(), "DOUBLE"), "v"), col("key"),
+        ).from_(chosen.copy()),
+        distinct=False,
+    )
+    running = window(exp.func("MAX", col("v")), [col("attr")], [col("pos"), col("kind")],
+                     running=True)
+    scanned = exp.select(col("key"), alias(running, "threshold")).from_(
+        alias(exp.Subquery(this=points), "p"), copy=False
+    )
+    return exp.select("key", "threshold").from_(
+        alias(exp.Subquery(this=scanned), "r"), copy=False
+    ).where(col("key").is_(exp.null()).not_(), copy=False)
 
 
 def build_distinct_values(hist: exp.Table, features: Sequence[Feature]) -> exp.Select:

@@ -42,8 +42,9 @@ class EngineStats:
     queries: int = 0
     seconds: float = 0.0
     max_statement_chars: int = 0
-    """Length of the longest SQL text sent: training statements grow with the number of
-    features and classes, never with the size of the tree."""
+    """Length of the longest SQL text sent: on the tables plan, training statements grow with
+    the number of features and classes, never with the size of the tree (the select plan's
+    carry the tree grown so far)."""
     sql: list[str] = field(default_factory=list)
     scans: int = 0
     """Statements that read the source through the select plan's definitions (on the tables
