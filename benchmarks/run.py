@@ -141,6 +141,8 @@ def sqltree_worker(args: argparse.Namespace) -> dict[str, Any]:
     options: dict[str, Any] = {"algorithm": args.algorithm, "max_depth": args.max_depth}
     if args.max_bins:
         options["max_bins"] = args.max_bins
+    if args.threshold_search != "full":
+        options["threshold_search"] = args.threshold_search
     if args.pruning != "default":
         options["pruning"] = None if args.pruning == "none" else args.pruning
     if args.algorithm == "c4.5":
@@ -249,6 +251,8 @@ def run_side(side: str, args: argparse.Namespace, train: str, test: str) -> dict
     ]
     if args.max_bins:
         cmd += ["--max-bins", str(args.max_bins)]
+    if side == "sqltree":
+        cmd += ["--threshold-search", args.threshold_search]
     if args.memory_limit:
         cmd += ["--memory-limit", args.memory_limit]
     cmd += ["--plan", args.plan]
@@ -351,6 +355,11 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--memory-limit", default=None, help="DuckDB memory_limit, e.g. 4GB")
     p.add_argument(
+        "--threshold-search", default="full",
+        help="sqltree's exact threshold search: full, bounded, or both comma-separated (each "
+        "its own sqltree run) (default: %(default)s)",
+    )
+    p.add_argument(
         "--plan", default="auto", choices=["auto", "tables", "select"],
         help="sqltree's training plan: temporary tables, or single SELECTs over the source "
         "(default: %(default)s, tables where the connection can create them)",
@@ -392,9 +401,13 @@ def main(argv: list[str] | None = None) -> None:
 
     train, test = ensure_data(args.rows, args.data_dir)
     results = []
-    for side in args.sides:
+    searches = args.threshold_search.split(",")
+    runs = [(side, search) for side in args.sides
+            for search in (searches if side == "sqltree" else [""])]
+    for side, search in runs:
+        args.threshold_search = search or "full"
         result = run_side(side, args, train, test)
-        mode = f"binned {args.max_bins}" if args.max_bins else "exact"
+        mode = f"binned {args.max_bins}" if args.max_bins else f"exact ({args.threshold_search})"
         where = (" on PostgreSQL" if args.postgres else "") + (
             f", {args.plan} plan" if args.plan != "auto" else ""
         )

@@ -62,6 +62,9 @@ class GrowOptions:
     max_leaf_nodes: int | None = None
     class_weight: Any = None
     ccp_alpha: float = 0.0
+    # exact thresholds: "bounded" scans only the quantile bins whose gain bound can win
+    # (``sqltree.bounded_search``), "full" every value
+    threshold_search: str = "full"
     task: str = "classification"
 
     @property

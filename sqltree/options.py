@@ -24,8 +24,9 @@ REGRESSION_CRITERIA = ("squared_error",)
 TASKS = ("classification", "regression")
 CART_OPTIONS = (
     "criterion", "min_samples_leaf", "min_weight_fraction_leaf", "min_impurity_decrease",
-    "max_leaf_nodes", "class_weight", "ccp_alpha",
+    "max_leaf_nodes", "class_weight", "ccp_alpha", "threshold_search",
 )
+THRESHOLD_SEARCH = ("bounded", "full")
 DEFAULT_MISSING = "fractional"
 DEFAULT_CF = 0.25
 
@@ -225,6 +226,9 @@ def _check_cart(options: Mapping[str, Any]) -> None:
     if criterion not in CART_CRITERIA:
         raise OptionError(f"criterion must be one of {CART_CRITERIA}, not {criterion!r}")
     _check_leaf_options(options)
+    search = options.get("threshold_search", "full")
+    if search not in THRESHOLD_SEARCH:
+        raise OptionError(f"threshold_search must be one of {THRESHOLD_SEARCH}, not {search!r}")
     class_weight = options.get("class_weight")
     if class_weight is None or class_weight == "balanced":
         return

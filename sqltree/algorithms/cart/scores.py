@@ -17,12 +17,14 @@ built in stages, each a subquery of the next:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from sqlglot import exp
 
 from ... import queries as q
+from ...bounded_search import MAX_BOUND_CLASSES
 from ...criteria import TIE_TOLERANCE
 from ...dataset import Feature
 from ...running_sums import ordered_running_sums
@@ -39,6 +41,7 @@ from ...sqlexpr import (
     with_materialized,
 )
 from ...tree import CONTINUOUS, NOMINAL
+from .bounded import bounded_continuous
 from .subsets import (
     EXACT_SUBSETS_MAX,
     MEAN_ORDER,
@@ -133,6 +136,8 @@ def build_cart_scores(
     fractional: bool = True,
     bits: int | None = None,
     tie_tolerance: float = TIE_TOLERANCE,
+    search_edges: Mapping[int, Sequence[float]] | None = None,
+    lookup: bool = False,
 ) -> exp.Select:
     """Score every binary split of every node and feature of the histogram's level.
 
@@ -153,6 +158,11 @@ def build_cart_scores(
     3): the moments take the class weights' place in every stage, nominal values are ordered
     by their mean target (every cut: exact for squared error, Breiman et al. 1984, theorem
     4.5), ``gain`` is the weighted variance decrease and ``tie_tolerance`` its ties.
+
+    ``search_edges`` (bin edges per continuous feature): the bound-pruned threshold search
+    (``bounded.bounded_continuous``), the same best candidates as the full scan; classification
+    with at most ``MAX_BOUND_CLASSES`` classes, not with ``all_candidates``. ``lookup``: bin
+    values by list lookups (DuckDB).
     """
     k = n_classes
     regression = criterion in REGRESSION
@@ -161,7 +171,30 @@ def build_cart_scores(
     agg, stats = _feature_totals(hist, features, k, bits)
     parts: list[exp.Select] = []
     ctes: list[tuple[str, exp.Expression]] = []
-    if continuous:
+    bounded = (
+        search_edges is not None and not regression and not all_candidates
+        and k <= MAX_BOUND_CLASSES
+    )
+    if continuous and bounded:
+        assert search_edges is not None
+        parts.append(
+            bounded_continuous(
+                hist, {a: search_edges[a] for a in continuous if a in search_edges}, k,
+                stats=stats, candidate=partial(_candidate, CONTINUOUS_CUT, num(-1), num(0)),
+                best_gain=partial(
+                    _best_gain, stats=stats, known_left=_known_left_candidates(
+                        agg, [f for f in features if f.kind == CONTINUOUS], k),
+                    score=partial(_gains, n_classes=k, criterion=criterion,
+                                  min_samples_leaf=min_samples_leaf,
+                                  min_weight_leaf=min_weight_leaf),
+                    n_classes=k,
+                ),
+                impurity=partial(build_impurity, criterion=criterion),
+                feature_threshold=FEATURE_THRESHOLD, tolerance=tie_tolerance,
+                fixed=ordered_scan and fractional, bits=bits, lookup=lookup, ctes=ctes,
+            )
+        )
+    elif continuous:
         parts.append(
             _continuous_candidates(
                 hist, continuous, k, ordered_scan=ordered_scan and not regression,
@@ -323,6 +356,25 @@ def _continuous_candidates(
             ),
             copy=False,
         )
+    )
+
+
+def _best_gain(
+    boundary: exp.Expression,
+    *,
+    stats: exp.Select,
+    known_left: exp.Select,
+    score: Any,
+    n_classes: int,
+) -> exp.Select:
+    """Per (node, continuous feature): ``best_gain`` of the candidates in ``boundary`` and of
+    the known-left candidate, both unknown sides and the leaf rules as in ``_gains``."""
+    union = exp.union(boundary, known_left, distinct=False, copy=False)
+    scored = score(_unknown_sides(union, stats, n_classes))
+    return (
+        exp.select(col("node"), col("attr"), alias(exp.func("MAX", col("gain")), "best_gain"))
+        .from_(scored.subquery("bg", copy=False), copy=False)
+        .group_by(col("node"), col("attr"), copy=False)
     )
 
 

@@ -13,6 +13,7 @@ from typing import Any
 from sqlglot import exp
 
 from ... import queries as q
+from ...bounded_search import MAX_BOUND_CLASSES, SEARCH_BINS
 from ...criteria import TIE_TOLERANCE
 from ...dataset import Dataset, Feature
 from ...errors import DataError
@@ -109,10 +110,15 @@ class CARTStrategy(Strategy):
         total = sum(weights)
         return [w / total for w in weights] if total > 0 else [1.0 / k] * k
 
+    search_edges: dict[int, list[float]] | None = None
+    """Bin edges of the bound-pruned threshold search (``threshold_search="bounded"``)."""
+
     def build_level0(self) -> exp.Expression:
         if self.options.max_bins:
             # scikit-learn never cuts between values closer than FEATURE_THRESHOLD
             self.bins = bin_edges(self.data, self.options.max_bins, FEATURE_THRESHOLD)
+        elif self.options.threshold_search == "bounded" and self.n_classes <= MAX_BOUND_CLASSES:
+            self.search_edges = bin_edges(self.data, SEARCH_BINS)
         return q.build_level0(
             self.data,
             self.bins,
@@ -197,6 +203,7 @@ class CARTStrategy(Strategy):
             ordered_scan=self.data.engine.SUPPORTS_ORDERED_SCAN,
             fractional=self.hist_bits is not None,
             bits=self.hist_bits,
+            search_edges=self.search_edges,
         )
 
     def choose(self, rows: list[dict[str, Any]], p: Pending) -> CARTChoice | None:

@@ -1,0 +1,158 @@
+"""CART's continuous candidates by the bound-pruned search (``sqltree.bounded_search``).
+
+The candidates are the cuts at bin boundaries and the cuts inside the bins whose bound reaches
+the best boundary (or known-left) candidate of their (node, feature), less twice the tie
+tolerance: every candidate that could win or tie with the winner is among them, so the best
+per feature and ``n_near`` are the full scan's. The bound covers both unknown sides: a
+candidate with the unknown rows left sends ``L + U`` left, the same box shifted.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+
+from sqlglot import exp
+
+from ... import bounded_search as bs
+from ...sqlexpr import add_all, alias, class_columns, col, num, paren
+
+Candidate = Callable[..., list[exp.Expression]]
+"""A continuous cut's candidate columns from (threshold, next value, rows left, class weights
+left): ``scores._candidate`` with the kind of a continuous cut."""
+
+
+def bounded_continuous(
+    hist: exp.Table,
+    edges: bs.Edges,
+    n_classes: int,
+    *,
+    stats: exp.Select,
+    candidate: Candidate,
+    best_gain: Callable[[exp.Expression], exp.Select],
+    impurity: Callable[[Sequence[exp.Expression], exp.Expression], exp.Expression],
+    feature_threshold: float,
+    tolerance: float,
+    fixed: bool,
+    bits: int | None,
+    lookup: bool,
+    ctes: list[tuple[str, exp.Expression]],
+) -> exp.Select:
+    """The continuous candidates worth scoring, in ``candidate``'s columns.
+
+    ``best_gain`` maps boundary candidates to (node, attr, best_gain) with the feature's
+    known-left candidate included; ``impurity`` is the criterion's of (class weights, weight).
+    Adds the CTE ``bins`` to ``ctes``.
+    """
+    k = n_classes
+    columns = ["n", *class_columns(k)]
+    counts = ("n",)
+    converted = fixed or bits is not None
+    ctes.append(("bins", bs.binned_sums(hist, edges, columns, fixed=fixed, bits=bits,
+                                        counts=counts, lookup=lookup)))
+    through = bs.weights("e", columns, converted, bits, counts)
+    boundary = (
+        exp.select(*candidate(col("hi"), col("nlo"), through[0], through[1:]))
+        .from_("bins", copy=False)
+        .where(_apart(col("hi"), col("nlo"), feature_threshold), copy=False)
+    )
+    keep = _worth_scanning(stats, best_gain(boundary.copy()), k, impurity, tolerance,
+                           converted, bits)
+    inside = bs.interior_cuts(hist, keep, edges, columns, fixed=fixed, bits=bits, counts=counts)
+    interior = exp.select(
+        *candidate(col("v"), col("nv"), col("l0"), [col(f"l{i + 1}") for i in range(k)])
+    ).from_(inside.subquery("ic", copy=False), copy=False).where(
+        _apart(col("v"), col("nv"), feature_threshold), copy=False
+    )
+    return exp.union(boundary, interior, distinct=False, copy=False)
+
+
+def _apart(v: exp.Expression, nv: exp.Expression, gap: float) -> exp.Expression:
+    return exp.and_(nv.is_(exp.null()).not_(), exp.GT(this=nv.copy(), expression=v + num(gap)))
+
+
+def _worth_scanning(
+    stats: exp.Select,
+    best: exp.Select,
+    n_classes: int,
+    impurity: Callable[[Sequence[exp.Expression], exp.Expression], exp.Expression],
+    tolerance: float,
+    converted: bool,
+    bits: int | None,
+) -> exp.Select:
+    """The bins of ``bins`` with two or more values whose bound reaches their feature's best
+    candidate less twice ``tolerance`` (one for ties, one for the rounding of either score):
+    node, attr, b, lo, hi and the sums before the bin.
+
+    The corners' gains are built over named columns, a layer of subqueries at a time: written
+    out in one expression they would repeat each side's sums in every term.
+    """
+    k = n_classes
+    columns = ["n", *class_columns(k)]
+    low = bs.weights("s", columns, converted, bits, ("n",), "bn")[1:]
+    high = bs.weights("e", columns, converted, bits, ("n",), "bn")[1:]
+    corners = list(itertools.product((0, 1), repeat=k))
+    # unknown rows right (side 0), then left: the same box shifted by the unknown weights
+    lefts = []
+    for side, corner in itertools.product((0, 1), corners):
+        left = []
+        for i, bit in enumerate(corner):
+            edge = (high if bit else low)[i].copy()
+            unknown = paren(col(f"t{i}", "st") - col(f"k{i}", "st"))
+            left.append(paren(edge + unknown) if side else edge)
+        lefts.append(left)
+    keys = [col("node", "bn"), col("attr", "bn"), col("b", "bn"), col("lo", "bn"),
+            col("hi", "bn"), *[col(f"s{i}", "bn") for i in range(k + 1)]]
+    same = exp.and_(
+        exp.EQ(this=col("node", "bn"), expression=col("node", "st")),
+        exp.EQ(this=col("attr", "bn"), expression=col("attr", "st")),
+    )
+    totals = [col(f"t{i}", "st") for i in range(k)]
+    corner_sums = (
+        exp.select(
+            *keys,
+            alias(add_all(totals), "w"),
+            alias(impurity(totals, add_all([t.copy() for t in totals])), "imp"),
+            *[alias(t.copy(), f"t{i}") for i, t in enumerate(totals)],
+            *[alias(e, f"a{c}_{i}") for c, left in enumerate(lefts) for i, e in enumerate(left)],
+        )
+        .from_(alias(exp.to_table("bins"), "bn"), copy=False)
+        .join(alias(stats.subquery(copy=False), "st"), on=same, copy=False)
+        .where(exp.LT(this=col("lo", "bn"), expression=col("hi", "bn")), copy=False)
+    )
+    passed = ["node", "attr", "b", "lo", "hi", *[f"s{i}" for i in range(k + 1)]]
+
+    def gain(c: int) -> exp.Expression:
+        left = [col(f"a{c}_{i}") for i in range(k)]
+        right = [paren(col(f"t{i}") - col(f"a{c}_{i}")) for i in range(k)]
+        wl, wr = add_all(left), add_all(right)
+        return (
+            col("imp")
+            - paren(wr / col("w")) * impurity(right, wr.copy())
+            - paren(wl / col("w")) * impurity(left, wl.copy())
+        )
+
+    bounded = exp.select(
+        *passed, alias(exp.func("GREATEST", *[gain(c) for c in range(len(lefts))]), "bound")
+    ).from_(corner_sums.subquery("cs", copy=False), copy=False)
+    return (
+        exp.select(*[col(c, "bd") for c in passed])
+        .from_(bounded.subquery("bd", copy=False), copy=False)
+        .join(
+            alias(best.subquery(copy=False), "bb"),
+            on=exp.and_(
+                exp.EQ(this=col("node", "bd"), expression=col("node", "bb")),
+                exp.EQ(this=col("attr", "bd"), expression=col("attr", "bb")),
+            ),
+            join_type="left",
+            copy=False,
+        )
+        .where(
+            exp.or_(
+                col("best_gain", "bb").is_(exp.null()),
+                exp.GTE(this=col("bound", "bd"),
+                        expression=col("best_gain", "bb") - num(2 * tolerance)),
+            ),
+            copy=False,
+        )
+    )

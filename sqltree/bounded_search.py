@@ -1,0 +1,167 @@
+"""The bound-pruned exact threshold search, shared by the algorithms (CLOUDS: Alsabti, Ranka and
+Singh, 1998).
+
+A full threshold scan sorts every distinct (node, value) of every continuous feature and runs
+class sums over all of them. Here the values are first cut into quantile bins (edges chosen
+once per training, ``bin_edges``) and summed per (node, feature, bin), a hash aggregate. The
+cut at each bin's upper end (between the bin's largest value and the next bin's smallest) is a
+real cut, scored exactly from those sums. A cut inside a bin sends left a class-weight vector
+between the sums before the bin and the sums through it, componentwise; the impurity of a
+binary split is concave in that vector (entropy and Gini both), so the gain is convex, and its
+largest value over that box is at one of the box's 2^k corners: an upper bound for every cut
+inside the bin. Only the values of the bins whose bound reaches the best exact cut of their
+(node, feature), less the algorithm's tie tolerance, are then sorted and scanned
+(``interior_cuts``); a cut inside any other bin scores below every cut that could be chosen or
+tie with the chosen one, so the choice is the full scan's, ties included.
+
+The sums are those of the full scan, in the same arithmetic (``running_sums.scan_term``): a
+cut's left sums are the bin's sums before it plus the running sums inside the bin, both exact
+integers where the scan sums in fixed point, so scores are the full scan's to the last bit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+
+from sqlglot import exp
+
+from .queries import attr_in, bin_by_lookup, bin_value
+from .running_sums import left_sum, scan_term
+from .sqlexpr import alias, case, col, num, window
+
+SEARCH_BINS = 64
+"""Quantile bins per continuous feature of the bounded search."""
+
+MAX_BOUND_CLASSES = 4
+"""Above this many classes the bound's 2^k corners (two unknown sides each) make an expression
+too large to pay; those trees use the full scan."""
+
+Edges = Mapping[int, Sequence[float]]
+
+
+def bin_of(edges: Edges, lookup: bool, table: str | None = None) -> exp.Expression:
+    """A histogram row's bin: the index of the smallest edge of its feature at or above ``v``."""
+    ifs = []
+    for attr, feature_edges in sorted(edges.items()):
+        value = col("v", table)
+        binned = bin_by_lookup(value, feature_edges) if lookup else None
+        ifs.append((exp.EQ(this=col("attr", table), expression=num(attr)),
+                    binned if binned is not None else bin_value(value, feature_edges)))
+    return case(*ifs, default=exp.cast(num(0), "SMALLINT"))
+
+
+def _known_continuous(edges: Edges, table: str | None = None) -> exp.Expression:
+    return exp.and_(col("v", table).is_(exp.null()).not_(), attr_in(sorted(edges), table))
+
+
+def binned_sums(
+    hist: exp.Table,
+    edges: Edges,
+    columns: Sequence[str],
+    *,
+    fixed: bool,
+    bits: int | None,
+    counts: Collection[str] = (),
+    lookup: bool = False,
+) -> exp.Select:
+    """Per (node, attr, bin) of the known values of the features in ``edges``.
+
+    Columns: node, attr, b, lo and hi (the bin's smallest and largest value), nlo (the next
+    non-empty bin's smallest value, NULL after the last), and per ``columns[i]`` the sums
+    ``s<i>`` over the bins before and ``e<i>`` through this one, in the scan's arithmetic
+    (``scan_term``: integers where ``fixed`` or ``bits``; convert with ``weights``).
+    """
+    terms = [col(c) if c in counts else scan_term(c, fixed, bits) for c in columns]
+    grouped = (
+        exp.select(
+            col("node"), col("attr"), alias(bin_of(edges, lookup), "b"),
+            alias(exp.func("MIN", col("v")), "lo"), alias(exp.func("MAX", col("v")), "hi"),
+            *[alias(exp.func("SUM", t), f"t{i}") for i, t in enumerate(terms)],
+        )
+        .from_(hist.copy(), copy=False)
+        .where(_known_continuous(edges), copy=False)
+        .group_by(col("node"), col("attr"), col("b"), copy=False)
+    )
+    part = [col("node"), col("attr")]
+    return exp.select(
+        "node", "attr", "b", "lo", "hi",
+        alias(window(exp.func("LEAD", col("lo")), part, [col("b")]), "nlo"),
+        *[
+            alias(window(exp.func("SUM", col(f"t{i}")), part, [col("b")], running=True)
+                  - col(f"t{i}"), f"s{i}")
+            for i in range(len(terms))
+        ],
+        *[
+            alias(window(exp.func("SUM", col(f"t{i}")), part, [col("b")], running=True),
+                  f"e{i}")
+            for i in range(len(terms))
+        ],
+    ).from_(grouped.subquery("g", copy=False), copy=False)
+
+
+def weights(
+    prefix: str, columns: Sequence[str], converted: bool, bits: int | None,
+    counts: Collection[str] = (), table: str | None = None,
+) -> list[exp.Expression]:
+    """``<prefix><i>`` of ``binned_sums`` as weights (counts as they are)."""
+    return [
+        col(f"{prefix}{i}", table) if c in counts
+        else left_sum(col(f"{prefix}{i}", table), converted, bits)
+        for i, c in enumerate(columns)
+    ]
+
+
+def interior_cuts(
+    hist: exp.Table,
+    keep: exp.Expression,
+    edges: Edges,
+    columns: Sequence[str],
+    *,
+    fixed: bool,
+    bits: int | None,
+    counts: Collection[str] = (),
+    prefix: str = "l",
+) -> exp.Select:
+    """The cuts inside the bins of ``keep`` (node, attr, b, lo, hi and the sums ``s<i>`` before
+    the bin, as ``binned_sums``): node, attr, v, nv (the next value in the bin; the bin's last
+    value has none, its cut is the bin's boundary) and ``<prefix><i>``, the sums of
+    ``columns[i]`` over the (node, feature)'s values up to v, as weights."""
+    terms = [col(c, "h") if c in counts else scan_term(c, fixed, bits) for c in columns]
+    for term in terms:  # scan_term names the bare column; these read the histogram as h
+        for column in term.find_all(exp.Column):
+            column.set("table", exp.to_identifier("h"))
+    part = [col("node", "h"), col("attr", "h"), col("b", "k")]
+    order = [col("v", "h")]
+    # A bin is the range of its values [lo, hi]: a range condition after the hash join on
+    # (node, attr) finds a value's bin without evaluating the bin expression again.
+    scanned = (
+        exp.select(
+            col("node", "h"), col("attr", "h"), col("v", "h"),
+            alias(window(exp.func("LEAD", col("v", "h")), part, order), "nv"),
+            *[
+                alias(window(exp.func("SUM", t), part, order, running=True)
+                      + col(f"s{i}", "k"), f"g{i}")
+                for i, t in enumerate(terms)
+            ],
+        )
+        .from_(alias(hist.copy(), "h"), copy=False)
+        .join(
+            alias(exp.Subquery(this=keep), "k"),
+            on=exp.and_(
+                exp.EQ(this=col("node", "h"), expression=col("node", "k")),
+                exp.EQ(this=col("attr", "h"), expression=col("attr", "k")),
+                exp.GTE(this=col("v", "h"), expression=col("lo", "k")),
+                exp.LTE(this=col("v", "h"), expression=col("hi", "k")),
+            ),
+            copy=False,
+        )
+        .where(_known_continuous(edges, "h"), copy=False)
+    )
+    converted = fixed or bits is not None
+    return exp.select(
+        "node", "attr", "v", "nv",
+        *[alias(w, f"{prefix}{i}") for i, w in
+          enumerate(weights("g", columns, converted, bits, counts))],
+    ).from_(scanned.subquery("sc", copy=False), copy=False).where(
+        col("nv").is_(exp.null()).not_(), copy=False
+    )
