@@ -3,7 +3,8 @@ Singh, 1998).
 
 A full threshold scan sorts every distinct (node, value) of every continuous feature and runs
 class sums over all of them. Here the values are first cut into quantile bins (edges chosen
-once per training, ``bin_edges``) and summed per (node, feature, bin), a hash aggregate. The
+once per training; the histogram holds each value's bin) and summed per (node, feature, bin),
+a hash aggregate. The
 cut at each bin's upper end (between the bin's largest value and the next bin's smallest) is a
 real cut, scored exactly from those sums. A cut inside a bin sends left a class-weight vector
 between the sums before the bin and the sums through it, componentwise; the impurity of a
@@ -25,29 +26,22 @@ from collections.abc import Collection, Mapping, Sequence
 
 from sqlglot import exp
 
-from .queries import attr_in, bin_by_lookup, bin_value
+from .queries import attr_in
 from .running_sums import left_sum, scan_term
-from .sqlexpr import alias, case, col, num, window
+from .sqlexpr import alias, col, window
 
 SEARCH_BINS = 64
 """Quantile bins per continuous feature of the bounded search."""
+
+SEARCH_SAMPLE_ROWS = 50_000
+"""Rows of the sample the search's bin edges come from: any edges give the same tree, better
+ones only prune more."""
 
 MAX_BOUND_CLASSES = 4
 """Above this many classes the bound's 2^k corners (two unknown sides each) make an expression
 too large to pay; those trees use the full scan."""
 
 Edges = Mapping[int, Sequence[float]]
-
-
-def bin_of(edges: Edges, lookup: bool, table: str | None = None) -> exp.Expression:
-    """A histogram row's bin: the index of the smallest edge of its feature at or above ``v``."""
-    ifs = []
-    for attr, feature_edges in sorted(edges.items()):
-        value = col("v", table)
-        binned = bin_by_lookup(value, feature_edges) if lookup else None
-        ifs.append((exp.EQ(this=col("attr", table), expression=num(attr)),
-                    binned if binned is not None else bin_value(value, feature_edges)))
-    return case(*ifs, default=exp.cast(num(0), "SMALLINT"))
 
 
 def _known_continuous(edges: Edges, table: str | None = None) -> exp.Expression:
@@ -62,9 +56,9 @@ def binned_sums(
     fixed: bool,
     bits: int | None,
     counts: Collection[str] = (),
-    lookup: bool = False,
 ) -> exp.Select:
-    """Per (node, attr, bin) of the known values of the features in ``edges``.
+    """Per (node, attr, bin ``b``) of the known values of the features in ``edges``, from a
+    histogram with bins (``queries.build_histogram``'s ``search_bins``).
 
     Columns: node, attr, b, lo and hi (the bin's smallest and largest value), nlo (the next
     non-empty bin's smallest value, NULL after the last), and per ``columns[i]`` the sums
@@ -74,7 +68,7 @@ def binned_sums(
     terms = [col(c) if c in counts else scan_term(c, fixed, bits) for c in columns]
     grouped = (
         exp.select(
-            col("node"), col("attr"), alias(bin_of(edges, lookup), "b"),
+            col("node"), col("attr"), col("b"),
             alias(exp.func("MIN", col("v")), "lo"), alias(exp.func("MAX", col("v")), "hi"),
             *[alias(exp.func("SUM", t), f"t{i}") for i, t in enumerate(terms)],
         )
@@ -132,8 +126,6 @@ def interior_cuts(
             column.set("table", exp.to_identifier("h"))
     part = [col("node", "h"), col("attr", "h"), col("b", "k")]
     order = [col("v", "h")]
-    # A bin is the range of its values [lo, hi]: a range condition after the hash join on
-    # (node, attr) finds a value's bin without evaluating the bin expression again.
     scanned = (
         exp.select(
             col("node", "h"), col("attr", "h"), col("v", "h"),
@@ -150,8 +142,7 @@ def interior_cuts(
             on=exp.and_(
                 exp.EQ(this=col("node", "h"), expression=col("node", "k")),
                 exp.EQ(this=col("attr", "h"), expression=col("attr", "k")),
-                exp.GTE(this=col("v", "h"), expression=col("lo", "k")),
-                exp.LTE(this=col("v", "h"), expression=col("hi", "k")),
+                exp.EQ(this=col("b", "h"), expression=col("b", "k")),
             ),
             copy=False,
         )

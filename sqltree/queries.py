@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from sqlglot import exp
 
@@ -317,6 +317,8 @@ def build_histogram(
     *,
     counts: bool = False,
     moments: bool = False,
+    search_bins: Mapping[int, Sequence[float]] | None = None,
+    lookup: bool = False,
 ) -> exp.Expression:
     """Weighted class counts per (node, feature, value); ``attr = -1`` rows hold node totals.
 
@@ -341,15 +343,37 @@ def build_histogram(
 
     ``moments``: a regression histogram, whose ``n_classes`` (``MOMENTS``) columns are the sums
     of ``moment_terms`` (DOUBLE; ``by_class`` and ``bits`` do not apply).
+
+    ``search_bins`` (edges per continuous feature): a SMALLINT column ``b`` after ``v``, the
+    value's bin (``bin_value``; by ``bin_by_lookup`` with ``lookup``), NULL for other rows,
+    for the bound-pruned threshold search (``sqltree.bounded_search``), computed once here
+    for the readers that group by it and join on it.
     """
-    parts = [_histogram_part(level, None, n_classes, bits, counts, moments=moments)]
+    parts = [
+        _histogram_part(level, None, n_classes, bits, counts, moments=moments,
+                        bin_of=_bin_column(None, search_bins, lookup))
+    ]
     for f in features:
         if f.index in rowwise and f.kind == CONTINUOUS:
             how = "rows"
         else:
             how = "by_class" if f.index in by_class and not moments else "grouped"
-        parts.append(_histogram_part(level, f, n_classes, bits, counts, how, moments))
+        parts.append(_histogram_part(level, f, n_classes, bits, counts, how, moments,
+                                     _bin_column(f, search_bins, lookup)))
     return parts[0] if len(parts) == 1 else exp.union(*parts, distinct=False, copy=False)
+
+
+def _bin_column(
+    f: Feature | None, search_bins: Mapping[int, Sequence[float]] | None, lookup: bool
+) -> exp.Expression | None:
+    """The histogram's ``b`` of feature ``f``'s rows (None: the histogram has no ``b``)."""
+    if search_bins is None:
+        return None
+    if f is None or f.index not in search_bins:
+        return exp.cast(exp.null(), "SMALLINT")
+    edges = search_bins[f.index]
+    binned = bin_by_lookup(col(f.column), edges) if lookup else None
+    return binned if binned is not None else bin_value(col(f.column), edges)
 
 
 def _histogram_part(
@@ -360,15 +384,18 @@ def _histogram_part(
     counts: bool,
     how: str = "grouped",
     moments: bool = False,
+    bin_of: exp.Expression | None = None,
 ) -> exp.Select:
     """The histogram rows of feature ``f`` (None: the node totals, ``attr = -1``), grouped by
-    (node, value), summed per class first (``by_class``), or a row per level row (``rows``)."""
+    (node, value), summed per class first (``by_class``), or a row per level row (``rows``);
+    ``bin_of``: the ``b`` column (``build_histogram``'s ``search_bins``)."""
     classes = class_columns(n_classes)
     key = [col("node")] if f is None else [col("node"), col(f.column)]
     head = [
         col("node"),
         alias(exp.cast(num(-1 if f is None else f.index), "INT"), "attr"),
         alias(exp.cast(exp.null(), "DOUBLE") if f is None else col(f.column), "v"),
+        *([alias(bin_of, "b")] if bin_of is not None else []),
     ]
     weights = moment_terms() if moments else class_weights(n_classes, bits)
     if how == "rows":

@@ -1,10 +1,12 @@
 """CART's continuous candidates by the bound-pruned search (``sqltree.bounded_search``).
 
 The candidates are the cuts at bin boundaries and the cuts inside the bins whose bound reaches
-the best boundary (or known-left) candidate of their (node, feature), less twice the tie
-tolerance: every candidate that could win or tie with the winner is among them, so the best
-per feature and ``n_near`` are the full scan's. The bound covers both unknown sides: a
-candidate with the unknown rows left sends ``L + U`` left, the same box shifted.
+the best boundary (or known-left) candidate of any continuous feature of their node, less twice
+the tie tolerance. Every candidate that could win or tie with the winner is among them, so each
+feature that ``CARTStrategy.choose`` may take or count as a tie has the full scan's best
+candidate and ``n_near``; a feature none of whose candidates comes that near may report a lower
+best, which is as far from being chosen. The bound covers both unknown sides: a candidate with
+the unknown rows left sends ``L + U`` left, the same box shifted.
 """
 
 from __future__ import annotations
@@ -35,7 +37,6 @@ def bounded_continuous(
     tolerance: float,
     fixed: bool,
     bits: int | None,
-    lookup: bool,
     ctes: list[tuple[str, exp.Expression]],
 ) -> exp.Select:
     """The continuous candidates worth scoring, in ``candidate``'s columns.
@@ -49,15 +50,20 @@ def bounded_continuous(
     counts = ("n",)
     converted = fixed or bits is not None
     ctes.append(("bins", bs.binned_sums(hist, edges, columns, fixed=fixed, bits=bits,
-                                        counts=counts, lookup=lookup)))
+                                        counts=counts)))
     through = bs.weights("e", columns, converted, bits, counts)
     boundary = (
         exp.select(*candidate(col("hi"), col("nlo"), through[0], through[1:]))
         .from_("bins", copy=False)
         .where(_apart(col("hi"), col("nlo"), feature_threshold), copy=False)
     )
-    keep = _worth_scanning(stats, best_gain(boundary.copy()), k, impurity, tolerance,
-                           converted, bits)
+    per_feature = best_gain(boundary.copy())
+    best = (
+        exp.select(col("node"), alias(exp.func("MAX", col("best_gain")), "best_gain"))
+        .from_(per_feature.subquery("pf", copy=False), copy=False)
+        .group_by(col("node"), copy=False)
+    )
+    keep = _worth_scanning(stats, best, k, impurity, tolerance, converted, bits)
     inside = bs.interior_cuts(hist, keep, edges, columns, fixed=fixed, bits=bits, counts=counts)
     interior = exp.select(
         *candidate(col("v"), col("nv"), col("l0"), [col(f"l{i + 1}") for i in range(k)])
@@ -80,9 +86,9 @@ def _worth_scanning(
     converted: bool,
     bits: int | None,
 ) -> exp.Select:
-    """The bins of ``bins`` with two or more values whose bound reaches their feature's best
-    candidate less twice ``tolerance`` (one for ties, one for the rounding of either score):
-    node, attr, b, lo, hi and the sums before the bin.
+    """The bins of ``bins`` with two or more values whose bound reaches their node's best
+    exact candidate (``best``: node, best_gain) less twice ``tolerance`` (one for ties, one
+    for the rounding of either score): node, attr, b, lo, hi and the sums before the bin.
 
     The corners' gains are built over named columns, a layer of subqueries at a time: written
     out in one expression they would repeat each side's sums in every term.
@@ -140,10 +146,7 @@ def _worth_scanning(
         .from_(bounded.subquery("bd", copy=False), copy=False)
         .join(
             alias(best.subquery(copy=False), "bb"),
-            on=exp.and_(
-                exp.EQ(this=col("node", "bd"), expression=col("node", "bb")),
-                exp.EQ(this=col("attr", "bd"), expression=col("attr", "bb")),
-            ),
+            on=exp.EQ(this=col("node", "bd"), expression=col("node", "bb")),
             join_type="left",
             copy=False,
         )

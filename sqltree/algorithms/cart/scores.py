@@ -137,7 +137,6 @@ def build_cart_scores(
     bits: int | None = None,
     tie_tolerance: float = TIE_TOLERANCE,
     search_edges: Mapping[int, Sequence[float]] | None = None,
-    lookup: bool = False,
 ) -> exp.Select:
     """Score every binary split of every node and feature of the histogram's level.
 
@@ -159,10 +158,10 @@ def build_cart_scores(
     by their mean target (every cut: exact for squared error, Breiman et al. 1984, theorem
     4.5), ``gain`` is the weighted variance decrease and ``tie_tolerance`` its ties.
 
-    ``search_edges`` (bin edges per continuous feature): the bound-pruned threshold search
-    (``bounded.bounded_continuous``), the same best candidates as the full scan; classification
-    with at most ``MAX_BOUND_CLASSES`` classes, not with ``all_candidates``. ``lookup``: bin
-    values by list lookups (DuckDB).
+    ``search_edges`` (bin edges per continuous feature; the histogram holds the bins,
+    ``queries.build_histogram``'s ``search_bins``): the bound-pruned threshold search
+    (``bounded.bounded_continuous``), the same choice as the full scan; classification with at
+    most ``MAX_BOUND_CLASSES`` classes, not with ``all_candidates``.
     """
     k = n_classes
     regression = criterion in REGRESSION
@@ -191,7 +190,7 @@ def build_cart_scores(
                 ),
                 impurity=partial(build_impurity, criterion=criterion),
                 feature_threshold=FEATURE_THRESHOLD, tolerance=tie_tolerance,
-                fixed=ordered_scan and fractional, bits=bits, lookup=lookup, ctes=ctes,
+                fixed=ordered_scan and fractional, bits=bits, ctes=ctes,
             )
         )
     elif continuous:

@@ -13,7 +13,7 @@ from typing import Any
 from sqlglot import exp
 
 from ... import queries as q
-from ...bounded_search import MAX_BOUND_CLASSES, SEARCH_BINS
+from ...bounded_search import MAX_BOUND_CLASSES, SEARCH_BINS, SEARCH_SAMPLE_ROWS
 from ...criteria import TIE_TOLERANCE
 from ...dataset import Dataset, Feature
 from ...errors import DataError
@@ -118,7 +118,7 @@ class CARTStrategy(Strategy):
             # scikit-learn never cuts between values closer than FEATURE_THRESHOLD
             self.bins = bin_edges(self.data, self.options.max_bins, FEATURE_THRESHOLD)
         elif self.options.threshold_search == "bounded" and self.n_classes <= MAX_BOUND_CLASSES:
-            self.search_edges = bin_edges(self.data, SEARCH_BINS)
+            self.search_edges = bin_edges(self.data, SEARCH_BINS, sample_rows=SEARCH_SAMPLE_ROWS)
         return q.build_level0(
             self.data,
             self.bins,
@@ -138,6 +138,8 @@ class CARTStrategy(Strategy):
             self.rowwise(features),
             self.hist_bits,
             counts=True,
+            search_bins=self.search_edges,
+            lookup=self.data.engine.VECTORIZED,
         )
 
     def _measure_density(self, engine: Any, hist: exp.Table) -> None:
