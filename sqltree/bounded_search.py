@@ -22,11 +22,12 @@ integers where the scan sums in fixed point, so scores are the full scan's to th
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from sqlglot import exp
 
-from .queries import attr_in
+from .dataset import Feature
+from .queries import attr_in, bin_by_lookup, bin_value
 from .running_sums import left_sum, scan_term
 from .sqlexpr import alias, col, window
 
@@ -42,6 +43,19 @@ MAX_BOUND_CLASSES = 4
 too large to pay; those trees use the full scan."""
 
 Edges = Mapping[int, Sequence[float]]
+
+
+def bin_column(edges: Edges, lookup: bool) -> Callable[[Feature | None], exp.Expression]:
+    """The histogram's bin column (``queries.build_histogram``'s ``bins``): a continuous
+    value's bin by ``bin_value`` (by ``bin_by_lookup`` with ``lookup``, DuckDB), else NULL."""
+
+    def of(f: Feature | None) -> exp.Expression:
+        if f is None or f.index not in edges:
+            return exp.cast(exp.null(), "SMALLINT")
+        binned = bin_by_lookup(col(f.column), edges[f.index]) if lookup else None
+        return binned if binned is not None else bin_value(col(f.column), edges[f.index])
+
+    return of
 
 
 def _known_continuous(edges: Edges, table: str | None = None) -> exp.Expression:

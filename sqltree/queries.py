@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from sqlglot import exp
 
@@ -317,8 +317,7 @@ def build_histogram(
     *,
     counts: bool = False,
     moments: bool = False,
-    search_bins: Mapping[int, Sequence[float]] | None = None,
-    lookup: bool = False,
+    bins: Callable[[Feature | None], exp.Expression] | None = None,
 ) -> exp.Expression:
     """Weighted class counts per (node, feature, value); ``attr = -1`` rows hold node totals.
 
@@ -344,36 +343,19 @@ def build_histogram(
     ``moments``: a regression histogram, whose ``n_classes`` (``MOMENTS``) columns are the sums
     of ``moment_terms`` (DOUBLE; ``by_class`` and ``bits`` do not apply).
 
-    ``search_bins`` (edges per continuous feature): a SMALLINT column ``b`` after ``v``, the
-    value's bin (``bin_value``; by ``bin_by_lookup`` with ``lookup``), NULL for other rows,
-    for the bound-pruned threshold search (``sqltree.bounded_search``), computed once here
-    for the readers that group by it and join on it.
+    ``bins``: a column ``b`` after ``v``, ``bins(f)`` for feature f's rows (None: node
+    totals); the bound-pruned search's bins (``sqltree.bounded_search.bin_column``).
     """
-    parts = [
-        _histogram_part(level, None, n_classes, bits, counts, moments=moments,
-                        bin_of=_bin_column(None, search_bins, lookup))
-    ]
+    parts = [_histogram_part(level, None, n_classes, bits, counts, moments=moments,
+                             bin_of=bins and bins(None))]
     for f in features:
         if f.index in rowwise and f.kind == CONTINUOUS:
             how = "rows"
         else:
             how = "by_class" if f.index in by_class and not moments else "grouped"
         parts.append(_histogram_part(level, f, n_classes, bits, counts, how, moments,
-                                     _bin_column(f, search_bins, lookup)))
+                                     bins and bins(f)))
     return parts[0] if len(parts) == 1 else exp.union(*parts, distinct=False, copy=False)
-
-
-def _bin_column(
-    f: Feature | None, search_bins: Mapping[int, Sequence[float]] | None, lookup: bool
-) -> exp.Expression | None:
-    """The histogram's ``b`` of feature ``f``'s rows (None: the histogram has no ``b``)."""
-    if search_bins is None:
-        return None
-    if f is None or f.index not in search_bins:
-        return exp.cast(exp.null(), "SMALLINT")
-    edges = search_bins[f.index]
-    binned = bin_by_lookup(col(f.column), edges) if lookup else None
-    return binned if binned is not None else bin_value(col(f.column), edges)
 
 
 def _histogram_part(
@@ -388,7 +370,7 @@ def _histogram_part(
 ) -> exp.Select:
     """The histogram rows of feature ``f`` (None: the node totals, ``attr = -1``), grouped by
     (node, value), summed per class first (``by_class``), or a row per level row (``rows``);
-    ``bin_of``: the ``b`` column (``build_histogram``'s ``search_bins``)."""
+    ``bin_of``: the ``b`` column (``build_histogram``'s ``bins``)."""
     classes = class_columns(n_classes)
     key = [col("node")] if f is None else [col("node"), col(f.column)]
     head = [

@@ -12,12 +12,13 @@ the unknown rows left sends ``L + U`` left, the same box shifted.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from sqlglot import exp
 
 from ... import bounded_search as bs
 from ...sqlexpr import add_all, alias, class_columns, col, num, paren
+from .impurity import build_impurity
 
 Candidate = Callable[..., list[exp.Expression]]
 """A continuous cut's candidate columns from (threshold, next value, rows left, class weights
@@ -32,7 +33,7 @@ def bounded_continuous(
     stats: exp.Select,
     candidate: Candidate,
     best_gain: Callable[[exp.Expression], exp.Select],
-    impurity: Callable[[Sequence[exp.Expression], exp.Expression], exp.Expression],
+    criterion: str,
     feature_threshold: float,
     tolerance: float,
     fixed: bool,
@@ -42,7 +43,7 @@ def bounded_continuous(
     """The continuous candidates worth scoring, in ``candidate``'s columns.
 
     ``best_gain`` maps boundary candidates to (node, attr, best_gain) with the feature's
-    known-left candidate included; ``impurity`` is the criterion's of (class weights, weight).
+    known-left candidate included; ``criterion``: gini or entropy.
     Adds the CTE ``bins`` to ``ctes``.
     """
     k = n_classes
@@ -63,7 +64,7 @@ def bounded_continuous(
         .from_(per_feature.subquery("pf", copy=False), copy=False)
         .group_by(col("node"), copy=False)
     )
-    keep = _worth_scanning(stats, best, k, impurity, tolerance, converted, bits)
+    keep = _worth_scanning(stats, best, k, criterion, tolerance, converted, bits)
     inside = bs.interior_cuts(hist, keep, edges, columns, fixed=fixed, bits=bits, counts=counts)
     interior = exp.select(
         *candidate(col("v"), col("nv"), col("l0"), [col(f"l{i + 1}") for i in range(k)])
@@ -81,7 +82,7 @@ def _worth_scanning(
     stats: exp.Select,
     best: exp.Select,
     n_classes: int,
-    impurity: Callable[[Sequence[exp.Expression], exp.Expression], exp.Expression],
+    criterion: str,
     tolerance: float,
     converted: bool,
     bits: int | None,
@@ -118,7 +119,7 @@ def _worth_scanning(
         exp.select(
             *keys,
             alias(add_all(totals), "w"),
-            alias(impurity(totals, add_all([t.copy() for t in totals])), "imp"),
+            alias(build_impurity(totals, add_all([t.copy() for t in totals]), criterion), "imp"),
             *[alias(t.copy(), f"t{i}") for i, t in enumerate(totals)],
             *[alias(e, f"a{c}_{i}") for c, left in enumerate(lefts) for i, e in enumerate(left)],
         )
@@ -134,8 +135,8 @@ def _worth_scanning(
         wl, wr = add_all(left), add_all(right)
         return (
             col("imp")
-            - paren(wr / col("w")) * impurity(right, wr.copy())
-            - paren(wl / col("w")) * impurity(left, wl.copy())
+            - paren(wr / col("w")) * build_impurity(right, wr.copy(), criterion)
+            - paren(wl / col("w")) * build_impurity(left, wl.copy(), criterion)
         )
 
     bounded = exp.select(

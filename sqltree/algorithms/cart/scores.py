@@ -16,7 +16,6 @@ built in stages, each a subquery of the next:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
@@ -42,6 +41,7 @@ from ...sqlexpr import (
 )
 from ...tree import CONTINUOUS, NOMINAL
 from .bounded import bounded_continuous
+from .impurity import build_impurity
 from .subsets import (
     EXACT_SUBSETS_MAX,
     MEAN_ORDER,
@@ -93,33 +93,6 @@ KNOWN_LEFT = 3
 TIE_ORDER = ("side", "kind", "threshold", "o", "cut")
 """Among a feature's tied candidates, the first in this order wins: unknown values right
 before left, then continuous cuts, ordered cuts, subsets, known-left; the lowest threshold."""
-
-
-def build_impurity(
-    counts: Sequence[exp.Expression], weight: exp.Expression, criterion: str
-) -> exp.Expression:
-    """Gini ``1 - sum c^2 / w^2`` or entropy ``-sum p log2 p`` of SQL counts; 0 for no weight."""
-    positive = exp.GT(this=weight.copy(), expression=num(0))
-    if criterion == "gini":
-        value = num(1.0) - paren(
-            add_all([paren(c.copy() * c.copy()) for c in counts])
-            / paren(weight.copy() * weight.copy())
-        )
-    else:
-        terms = []
-        for c in counts:
-            p = paren(c.copy() / weight.copy())
-            terms.append(
-                case(
-                    (
-                        exp.GT(this=c.copy(), expression=num(0)),
-                        paren(p * paren(exp.func("LN", p.copy()) / num(math.log(2.0)))),
-                    ),
-                    default=num(0.0),
-                )
-            )
-        value = num(0.0) - add_all(terms)
-    return case((positive, paren(value)), default=num(0.0))
 
 
 def build_cart_scores(
@@ -177,20 +150,11 @@ def build_cart_scores(
     if continuous and bounded:
         assert search_edges is not None
         parts.append(
-            bounded_continuous(
-                hist, {a: search_edges[a] for a in continuous if a in search_edges}, k,
-                stats=stats, candidate=partial(_candidate, CONTINUOUS_CUT, num(-1), num(0)),
-                best_gain=partial(
-                    _best_gain, stats=stats, known_left=_known_left_candidates(
-                        agg, [f for f in features if f.kind == CONTINUOUS], k),
-                    score=partial(_gains, n_classes=k, criterion=criterion,
-                                  min_samples_leaf=min_samples_leaf,
-                                  min_weight_leaf=min_weight_leaf),
-                    n_classes=k,
-                ),
-                impurity=partial(build_impurity, criterion=criterion),
-                feature_threshold=FEATURE_THRESHOLD, tolerance=tie_tolerance,
-                fixed=ordered_scan and fractional, bits=bits, ctes=ctes,
+            bounded_candidates(
+                hist, features, k, search_edges, agg=agg, stats=stats, criterion=criterion,
+                min_samples_leaf=min_samples_leaf, min_weight_leaf=min_weight_leaf,
+                tie_tolerance=tie_tolerance, fixed=ordered_scan and fractional, bits=bits,
+                ctes=ctes,
             )
         )
     elif continuous:
@@ -355,6 +319,42 @@ def _continuous_candidates(
             ),
             copy=False,
         )
+    )
+
+
+def bounded_candidates(
+    hist: exp.Table,
+    features: Sequence[Feature],
+    n_classes: int,
+    search_edges: Mapping[int, Sequence[float]],
+    *,
+    agg: exp.Select,
+    stats: exp.Select,
+    criterion: str,
+    min_samples_leaf: int,
+    min_weight_leaf: float,
+    tie_tolerance: float,
+    fixed: bool,
+    bits: int | None,
+    ctes: list[tuple[str, exp.Expression]],
+) -> exp.Select:
+    """The continuous candidates of the bound-pruned search (``bounded.bounded_continuous``),
+    with this module's candidate columns, scores and rules; ``agg`` and ``stats`` are
+    ``_feature_totals``'."""
+    k = n_classes
+    continuous = [f for f in features if f.kind == CONTINUOUS]
+    return bounded_continuous(
+        hist, {f.index: search_edges[f.index] for f in continuous if f.index in search_edges},
+        k, stats=stats, candidate=partial(_candidate, CONTINUOUS_CUT, num(-1), num(0)),
+        best_gain=partial(
+            _best_gain, stats=stats, known_left=_known_left_candidates(agg, continuous, k),
+            score=partial(_gains, n_classes=k, criterion=criterion,
+                          min_samples_leaf=min_samples_leaf, min_weight_leaf=min_weight_leaf),
+            n_classes=k,
+        ),
+        criterion=criterion,
+        feature_threshold=FEATURE_THRESHOLD, tolerance=tie_tolerance, fixed=fixed, bits=bits,
+        ctes=ctes,
     )
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from sqlglot import exp
 
 from ... import queries as q
-from ...bounded_search import MAX_BOUND_CLASSES, SEARCH_BINS, SEARCH_SAMPLE_ROWS
+from ...bounded_search import MAX_BOUND_CLASSES, SEARCH_BINS, SEARCH_SAMPLE_ROWS, bin_column
 from ...criteria import TIE_TOLERANCE
 from ...dataset import Dataset, Feature
 from ...errors import DataError
@@ -138,8 +138,7 @@ class CARTStrategy(Strategy):
             self.rowwise(features),
             self.hist_bits,
             counts=True,
-            search_bins=self.search_edges,
-            lookup=self.data.engine.VECTORIZED,
+            bins=self.search_edges and bin_column(self.search_edges, self.data.engine.VECTORIZED),
         )
 
     def _measure_density(self, engine: Any, hist: exp.Table) -> None:

@@ -1,0 +1,169 @@
+"""The bound-pruned threshold search (``threshold_search="bounded"``) grows the full scan's
+trees, to the last bit, on every engine and on hostile tables."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import warnings
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from sqlglot import exp
+
+import sqltree
+from sqltree.bounded_search import MAX_BOUND_CLASSES
+from sqltree.errors import OptionError
+from tests.strategies import trained_cases
+from tests.test_properties import SPEC, duckdb_with, examples, train
+
+
+def frame(n_classes: int = 3, rows: int = 1200, seed: int = 5) -> pd.DataFrame:
+    """Continuous features with many values (so bins hold many cuts), ties, NULLs, a
+    nominal feature, and a label that depends on the features with noise."""
+    rng = np.random.default_rng(seed)
+    a = rng.normal(size=rows)
+    b = rng.integers(0, 40, rows).astype(float)
+    c = np.round(rng.exponential(size=rows), 2)
+    d = rng.choice(["p", "q", "r"], rows)
+    score = a + b / 15 - c + (d == "q") + rng.normal(scale=0.7, size=rows)
+    cuts = np.quantile(score, np.linspace(0, 1, n_classes + 1)[1:-1])
+    out = pd.DataFrame({"a": a, "b b": b, "c": c, "d": d,
+                        "label": [f"k{i}" for i in np.searchsorted(cuts, score)]})
+    out.loc[rng.random(rows) < 0.04, "a"] = np.nan
+    out.loc[rng.random(rows) < 0.02, "c"] = np.nan
+    return out
+
+
+def both(source: Any, **options: Any) -> tuple[sqltree.Model, sqltree.Model]:
+    full = sqltree.train(source, "label", algorithm="cart", threshold_search="full", **options)
+    bounded = sqltree.train(source, "label", algorithm="cart", threshold_search="bounded",
+                            **options)
+    return full, bounded
+
+
+def assert_identical(full: sqltree.Model, bounded: sqltree.Model) -> None:
+    """Every field of every node alike: tests, thresholds, counts, impurities, improvements."""
+    assert bounded.to_dict()["tree"] == full.to_dict()["tree"], (
+        f"{full.text()}\n---\n{bounded.text()}")
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"max_depth": 5},
+        {"max_depth": 4, "criterion": "entropy", "min_samples_leaf": 7},
+        {"max_depth": 4, "class_weight": "balanced"},
+        {"max_depth": 4, "max_leaf_nodes": 9, "min_weight_fraction_leaf": 0.01},
+    ],
+    ids=["gini", "entropy-leaf", "class-weight", "best-first"],
+)
+def test_same_tree_as_full_scan(options: dict[str, Any]) -> None:
+    full, bounded = both(frame(), **options)
+    assert_identical(full, bounded)
+
+
+@pytest.mark.parametrize("n_classes", [2, MAX_BOUND_CLASSES, MAX_BOUND_CLASSES + 1])
+def test_same_tree_for_each_class_count(n_classes: int) -> None:
+    """Two classes, the most the bound takes, and one more (the full scan's own path)."""
+    full, bounded = both(frame(n_classes, rows=800), max_depth=3)
+    assert_identical(full, bounded)
+
+
+def test_sample_weights_in_fixed_point() -> None:
+    data = frame()
+    data["w"] = np.random.default_rng(3).choice([0.5, 1.0, 2.25], len(data))
+    full, bounded = both(data, weight="w", max_depth=4)
+    assert_identical(full, bounded)
+
+
+def test_select_plan() -> None:
+    import duckdb
+
+    con = duckdb.connect()
+    con.register("frame_view", frame())
+    con.execute("CREATE TABLE t AS SELECT * FROM frame_view")
+    options = {"connection": con, "algorithm": "cart", "max_depth": 4}
+    full = sqltree.train("t", "label", threshold_search="full", plan="tables", **options)
+    bounded = sqltree.train("t", "label", threshold_search="bounded", plan="select", **options)
+    assert_identical(full, bounded)
+
+
+def test_on_every_engine(engine_factory: Any) -> None:
+    engine, source = engine_factory(frame(rows=600), "bounded")
+    full = sqltree.train(source.copy(), "label", connection=engine, algorithm="cart",
+                         max_depth=3, threshold_search="full")
+    bounded = sqltree.train(source.copy(), "label", connection=engine, algorithm="cart",
+                            max_depth=3, threshold_search="bounded")
+    assert_identical(full, bounded)
+    reference, _ = both(frame(rows=600), max_depth=3)
+    assert [n.get("threshold") for n in bounded.to_dict()["tree"]] == [
+        n.get("threshold") for n in reference.to_dict()["tree"]]
+
+
+def test_fewer_candidates_same_best() -> None:
+    """The bounded search scores far fewer continuous cuts than there are, and the scoring
+    query's best candidate is the full scan's."""
+    import duckdb
+
+    from sqltree.algorithms.cart import scores
+    from sqltree.bounded_search import bin_column
+    from sqltree.dataset import describe
+    from sqltree.engines.duckdb import DuckDBEngine
+    from sqltree.grower import bin_edges
+    from sqltree.queries import build_histogram, build_level0
+    from sqltree.sqlexpr import with_materialized
+
+    con = duckdb.connect()
+    con.register("frame_view", frame(rows=3000))
+    con.execute("CREATE TABLE t AS SELECT * FROM frame_view")
+    engine = DuckDBEngine(con)
+    data = describe("t", engine, "label")
+    edges = bin_edges(data, 64)
+    assert edges is not None
+    level = engine.materialize("level", build_level0(data))
+    hist = engine.materialize("hist", build_histogram(
+        level, data.features, 3, counts=True, bins=bin_column(edges, lookup=True)))
+
+    def count(candidates: Any, ctes: list[Any]) -> int:
+        query = exp.select(exp.func("COUNT", exp.Star())).from_(candidates.subquery("c"))
+        (n,), = engine.execute(with_materialized(query, ctes))
+        return int(n)
+
+    agg, stats = scores._feature_totals(hist, data.features, 3, None)
+    continuous = [f.index for f in data.features if f.kind == "continuous"]
+    ctes: list[Any] = []
+    every = count(scores._continuous_candidates(
+        hist, continuous, 3, ordered_scan=False, fractional=False, bits=None, ctes=ctes), ctes)
+    ctes = []
+    bounded = count(scores.bounded_candidates(
+        hist, data.features, 3, edges, agg=agg, stats=stats, criterion="gini",
+        min_samples_leaf=1, min_weight_leaf=0.0, tie_tolerance=1e-9, fixed=False, bits=None,
+        ctes=ctes), ctes)
+    assert bounded < every / 3, (bounded, every)
+    rows = [[dict(zip(scores.SCORE_COLUMNS, r, strict=True)) for r in engine.execute(
+        scores.build_cart_scores(hist, data.features, 3, ordered_scan=True, search_edges=e))]
+        for e in (None, edges)]
+    assert max(rows[1], key=lambda r: r["gain"]) == max(rows[0], key=lambda r: r["gain"])
+
+
+@pytest.mark.parametrize("value", ["fast", None, 1])
+def test_bad_option(value: Any) -> None:
+    with pytest.raises(OptionError, match="threshold_search"):
+        sqltree.train(frame(rows=50), "label", algorithm="cart", threshold_search=value)
+
+
+@given(case=trained_cases(dataclasses.replace(SPEC, max_rows=200), algorithm="cart"))
+@settings(max_examples=examples(15),
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+def test_hostile_tables(case: tuple[Any, dict[str, Any]]) -> None:
+    table, opts = case
+    opts = {k: v for k, v in opts.items() if k != "max_bins"}
+    with contextlib.closing(duckdb_with(table)) as con, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        full = train(table, {**opts, "threshold_search": "full"}, con)
+        bounded = train(table, {**opts, "threshold_search": "bounded"}, con)
+    assert_identical(full, bounded)
