@@ -107,10 +107,13 @@ def window(
 
 
 
-def with_materialized(query: exp.Select, ctes: Sequence[tuple[str, exp.Expression]]) -> exp.Select:
-    """``query`` with each (name, body) of ``ctes`` as a ``MATERIALIZED`` CTE, in order."""
+def with_materialized(
+    query: exp.Select, ctes: Sequence[tuple[str, exp.Expression]], materialized: bool = True
+) -> exp.Select:
+    """``query`` with each (name, body) of ``ctes`` as a ``MATERIALIZED`` CTE (plain where
+    ``materialized`` is false: Spark has no such keyword), in order."""
     for name, body in ctes:
-        query = query.with_(name, as_=body, materialized=True, copy=False)
+        query = query.with_(name, as_=body, materialized=materialized or None, copy=False)
     return query
 
 def literal(value: object) -> exp.Expression:

@@ -38,12 +38,14 @@ def bounded_continuous(
     tolerance: float,
     fixed: bool,
     bits: int | None,
+    ordered: bool,
     ctes: list[tuple[str, exp.Expression]],
 ) -> exp.Select:
     """The continuous candidates worth scoring, in ``candidate``'s columns.
 
     ``best_gain`` maps boundary candidates to (node, attr, best_gain) with the feature's
-    known-left candidate included; ``criterion``: gini or entropy.
+    known-left candidate included; ``criterion``: gini or entropy; ``ordered``: the cuts inside
+    bins by one ordered streaming scan (DuckDB), not partitioned windows.
     Adds the CTE ``bins`` to ``ctes``.
     """
     k = n_classes
@@ -65,7 +67,8 @@ def bounded_continuous(
         .group_by(col("node"), copy=False)
     )
     keep = _worth_scanning(stats, best, k, criterion, tolerance, converted, bits)
-    inside = bs.interior_cuts(hist, keep, edges, columns, fixed=fixed, bits=bits, counts=counts)
+    inside = bs.interior_cuts(hist, keep, edges, columns, fixed=fixed, bits=bits, counts=counts,
+                              ctes=ctes if ordered else None)
     interior = exp.select(
         *candidate(col("v"), col("nv"), col("l0"), [col(f"l{i + 1}") for i in range(k)])
     ).from_(inside.subquery("ic", copy=False), copy=False).where(

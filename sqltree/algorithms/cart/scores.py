@@ -154,7 +154,7 @@ def build_cart_scores(
                 hist, features, k, search_edges, agg=agg, stats=stats, criterion=criterion,
                 min_samples_leaf=min_samples_leaf, min_weight_leaf=min_weight_leaf,
                 tie_tolerance=tie_tolerance, fixed=ordered_scan and fractional, bits=bits,
-                ctes=ctes,
+                ordered=ordered_scan, ctes=ctes,
             )
         )
     elif continuous:
@@ -182,9 +182,10 @@ def build_cart_scores(
             .from_(with_gain.subquery("w", copy=False), copy=False)
             .order_by(col("node"), col("attr"), *[col(c) for c in TIE_ORDER], copy=False)
         )
-        return with_materialized(every, ctes)
+        return with_materialized(every, ctes, ordered_scan)
     return with_materialized(
-        _best_per_feature(with_gain, columns, ordered_scan, ctes, tie_tolerance), ctes
+        _best_per_feature(with_gain, columns, ordered_scan, ctes, tie_tolerance), ctes,
+        ordered_scan,
     )
 
 
@@ -337,6 +338,7 @@ def bounded_candidates(
     fixed: bool,
     bits: int | None,
     ctes: list[tuple[str, exp.Expression]],
+    ordered: bool = False,
 ) -> exp.Select:
     """The continuous candidates of the bound-pruned search (``bounded.bounded_continuous``),
     with this module's candidate columns, scores and rules; ``agg`` and ``stats`` are
@@ -354,7 +356,7 @@ def bounded_candidates(
         ),
         criterion=criterion,
         feature_threshold=FEATURE_THRESHOLD, tolerance=tie_tolerance, fixed=fixed, bits=bits,
-        ctes=ctes,
+        ordered=ordered, ctes=ctes,
     )
 
 
