@@ -156,6 +156,30 @@ def test_the_test_command_is_the_one_ci_runs() -> None:
     assert commands(command) == run_by_ci and len(run_by_ci) == 1
 
 
+# -- links ------------------------------------------------------------------------------------
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def anchors(path: Path) -> set[str]:
+    """GitHub's anchors of a Markdown file's headings."""
+    headings = re.findall(r"^#+ (.*)$", path.read_text(encoding="utf-8"), flags=re.M)
+    return {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in headings}
+
+
+@pytest.mark.parametrize("page", [README, *sorted((ROOT / "docs").glob("*.md"))],
+                         ids=lambda p: p.name)
+def test_links_between_pages_resolve(page: Path) -> None:
+    links = LINK.findall(page.read_text(encoding="utf-8"))
+    local = [link for link in links if "://" not in link]
+    assert local
+    for link in local:
+        target, _, anchor = link.partition("#")
+        path = (page.parent / target).resolve() if target else page
+        assert path.exists(), link
+        if anchor and path.suffix == ".md":
+            assert anchor in anchors(path), link
+
+
 # -- blocks for the other engines ---------------------------------------------------------------
 @pytest.mark.postgres
 def test_the_postgres_block(postgres_url: str, postgres_admin, folder: Path) -> None:
