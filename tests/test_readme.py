@@ -1,4 +1,5 @@
-"""The README's commands and Python blocks run, so that the README cannot rot.
+"""The README's commands and Python blocks run, so that the README cannot rot; so do the
+runnable examples of the pages in docs/, and the links between the pages resolve.
 
 Each fenced ``bash``, ``console`` or ``python`` block runs, in document order, in a folder that
 holds a copy of ``examples/``: a ``sqltree`` command in process (``sqltree.cli.main``), any other
@@ -116,20 +117,39 @@ def test_every_block_is_run_or_says_why_not() -> None:
     assert sum(b.mark is None and b.language in RUN for b in blocks) >= 8
 
 
-def test_the_readme_runs(folder: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def run_page(page: Path, capsys: pytest.CaptureFixture[str]) -> int:
+    """Run a page's unmarked blocks in document order; returns how many ran."""
     namespace: dict[str, object] = {"__name__": "readme"}
-    for block in fenced_blocks(README):
+    ran = 0
+    for block in fenced_blocks(page):
         if block.mark is not None or block.language not in RUN:
             continue
         if block.language == "python":
-            exec(compile(block.text, f"README.md:{block.line}", "exec"), namespace)
+            exec(compile(block.text, f"{page.name}:{block.line}", "exec"), namespace)
             capsys.readouterr()
         else:
             for line in commands(block):
                 run_command(line, capsys)
+        ran += 1
+    return ran
+
+
+def test_the_readme_runs(folder: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_page(README, capsys) >= 8
     assert (folder / "golf.json").exists() and (folder / "golf.svg").exists()
     assert "{{ ref('sales') }}" in (folder / "scored_sales.sql").read_text()
     assert len(pd.read_csv(folder / "scored.csv")) == 14
+
+
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+
+
+@pytest.mark.parametrize("page", [p for p in DOCS if any(
+    b.mark is None and b.language in RUN for b in fenced_blocks(p))], ids=lambda p: p.name)
+def test_the_docs_examples_run(page: Path, folder: Path, capsys) -> None:
+    assert run_page(page, capsys) >= 1
+    for block in fenced_blocks(page):
+        assert block.mark is None or block.mark.startswith("not run: "), block.line
 
 
 def test_the_first_command_sets_up_and_runs_the_main_job(folder: Path,
@@ -166,8 +186,7 @@ def anchors(path: Path) -> set[str]:
     return {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in headings}
 
 
-@pytest.mark.parametrize("page", [README, *sorted((ROOT / "docs").glob("*.md"))],
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize("page", [README, *DOCS], ids=lambda p: p.name)
 def test_links_between_pages_resolve(page: Path) -> None:
     links = LINK.findall(page.read_text(encoding="utf-8"))
     local = [link for link in links if "://" not in link]
