@@ -31,7 +31,7 @@ examples:
 
 COMMAND_EXAMPLES = {
     "train": ["sqltree train examples/data/golf.csv --target play -o golf.json",
-              "sqltree train examples/data/golf.csv -t play -a cart --max-depth 3 --folds 5"],
+              "sqltree train examples/data/golf.csv -t play -a cart --test-fraction 0.3"],
     "predict": ["sqltree predict golf.json examples/data/golf.csv -o scored.csv",
                 "sqltree predict golf.json examples/data/golf.csv --leaf --unknown majority"],
     "sql": ["sqltree sql golf.json --dialect snowflake --unknown majority",
