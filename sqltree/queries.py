@@ -344,8 +344,7 @@ def build_histogram(
     ``moments``: a regression histogram, whose ``n_classes`` (``MOMENTS``) columns are the sums
     of ``moment_terms`` (DOUBLE; ``by_class`` and ``bits`` do not apply).
 
-    ``bins``: a column ``b`` after ``v``, ``bins(f)`` for feature f's rows (None: node
-    totals); the bound-pruned search's bins (``sqltree.bounded_search.bin_column``).
+    ``bins``: a column ``b`` after ``v``, ``bins(f)`` of feature f (None: node totals).
     """
     parts = [_histogram_part(level, None, n_classes, bits, counts, moments=moments,
                              bin_of=bins and bins(None))]

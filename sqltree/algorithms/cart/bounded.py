@@ -18,7 +18,7 @@ from sqlglot import exp
 
 from ... import bounded_search as bs
 from ...sqlexpr import add_all, alias, class_columns, col, num, paren
-from .impurity import build_impurity
+from .sql_impurity import build_impurity
 
 Candidate = Callable[..., list[exp.Expression]]
 """A continuous cut's candidate columns from (threshold, next value, rows left, class weights

@@ -41,7 +41,7 @@ from ...sqlexpr import (
 )
 from ...tree import CONTINUOUS, NOMINAL
 from .bounded import bounded_continuous
-from .impurity import build_impurity
+from .sql_impurity import build_impurity
 from .subsets import (
     EXACT_SUBSETS_MAX,
     MEAN_ORDER,
