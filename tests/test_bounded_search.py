@@ -21,7 +21,7 @@ from tests.strategies import trained_cases
 from tests.test_properties import SPEC, duckdb_with, examples, train
 
 
-def frame(n_classes: int = 3, rows: int = 1200, seed: int = 5) -> pd.DataFrame:
+def frame(n_classes: int = 3, rows: int = 900, seed: int = 5) -> pd.DataFrame:
     """Continuous features with many values (so bins hold many cuts), ties, NULLs, a
     nominal feature, and a label that depends on the features with noise."""
     rng = np.random.default_rng(seed)
@@ -54,7 +54,7 @@ def assert_identical(full: sqltree.Model, bounded: sqltree.Model) -> None:
 @pytest.mark.parametrize(
     "options",
     [
-        {"max_depth": 5},
+        {"max_depth": 4},
         {"max_depth": 4, "criterion": "entropy", "min_samples_leaf": 7},
         {"max_depth": 4, "class_weight": "balanced"},
         {"max_depth": 4, "max_leaf_nodes": 9, "min_weight_fraction_leaf": 0.01},
