@@ -156,8 +156,8 @@ def test_bad_option(value: Any) -> None:
         sqltree.train(frame(rows=50), "label", algorithm="cart", threshold_search=value)
 
 
-@given(case=trained_cases(dataclasses.replace(SPEC, max_rows=200), algorithm="cart"))
-@settings(max_examples=examples(15),
+@given(case=trained_cases(dataclasses.replace(SPEC, max_rows=150), algorithm="cart"))
+@settings(max_examples=examples(8),
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 def test_hostile_tables(case: tuple[Any, dict[str, Any]]) -> None:
     table, opts = case
