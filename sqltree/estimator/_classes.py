@@ -209,7 +209,7 @@ class DecisionTreeRegressor(_CART, SQLTreeRegressor):
     >>> reg.predict([[0.5], [2.5]]).tolist()
     [1.0, 6.0]
     >>> print(reg.to_sql())
-    CASE WHEN "x0" > 1.5 OR "x0" IS NULL THEN 6.0 ELSE 1.0 END
+    CASE WHEN "x0" > 1.5 OR "x0" IS NULL THEN 6.0e0 ELSE 1.0e0 END
     """
 
     _task: ClassVar[str] = "regression"
