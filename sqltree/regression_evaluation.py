@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from sqlglot import exp
@@ -49,6 +49,8 @@ class RegressionEvaluation:
     sum_dev: float
     sum_sq_dev: float
     title: str = "Evaluation"
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    """What a caller adds (cross-validation: the fold, its training rows and leaves)."""
 
     @property
     def count(self) -> int:
@@ -87,7 +89,8 @@ class RegressionEvaluation:
             "mean_absolute_error": self.mean_absolute_error,
             "r2": self.r2,
             "mean_squared_error": self.mean_squared_error,
-            "sums": asdict(self),
+            "sums": {k: v for k, v in asdict(self).items() if k not in ("title", "extra")},
+            **self.extra,
         }
 
     def to_json(self, indent: int | None = 1) -> str:

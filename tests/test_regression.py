@@ -420,13 +420,11 @@ def test_nan_target_refused():
         sqltree.train("t", "target", task="regression", connection=conn)
 
 
-def test_probabilities_and_evaluation_refused():
+def test_probabilities_refused():
     X, y = diabetes()
     model, _ = fit_both(X, y, max_depth=1)
     with pytest.raises(UnsupportedError):
         model.predict(X.head(), proba=True)
-    with pytest.raises(UnsupportedError):
-        model.evaluate(X.assign(target=y))
 
 
 # -- engines -----------------------------------------------------------------------------------
@@ -449,6 +447,9 @@ def test_same_tree_on_every_engine(engine_factory):
         by_row["prediction"].to_numpy(dtype=float),
         expected["prediction"].to_numpy(), rtol=1e-12,
     )
+    evaluation = ours.evaluate(source, connection=engine)
+    assert evaluation.r2 == pytest.approx(theirs.score(X, y), rel=1e-9)
+    assert evaluation.count == len(y)
 
 
 def test_poisson_tree_on_every_engine(engine_factory):
