@@ -404,8 +404,9 @@ def dealt(
             class_rows, labelled, null_rows = [], int(known), int(every) - int(known)
         if labelled < least_rows:
             raise DataError(
-                f"the source has {labelled} rows with a known target; dealing them into parts "
-                f"needs at least {least_rows}"
+                f"the source has {labelled} rows with a known "
+                f"{'class' if stratified else 'target'}; dealing them into parts needs at "
+                f"least {least_rows}"
             )
         offsets, before = [], 0
         for value, n in class_rows:
