@@ -357,6 +357,10 @@ def test_text_rules_and_dot_show_value_weight_and_sd():
     assert "value " in model.rules() and "coverage" in model.rules()
     assert "value " in model.graphviz()
     assert "task='regression'" in repr(model)
+    # a Poisson tree's impurity is a deviance, not a variance: it prints as one
+    poisson = sqltree.train(X.assign(target=y), "target", criterion="poisson", max_depth=1)
+    leaf = poisson.root.children[0]
+    assert f"deviance {leaf.impurity:.6f}" in poisson.text() and ", sd " not in poisson.text()
 
 
 def test_model_file_round_trip(tmp_path):
