@@ -271,25 +271,13 @@ def build_bin_edges(
 # -- histogram ---------------------------------------------------------------------------------
 MOMENTS = 3
 """A regression histogram's sums in the class columns' place: ``c0`` = SUM(w),
-``c1`` = SUM(w*y), and ``c2`` = SUM(w*y*y) of the centred target ``y`` (``build_level0``;
-``SQUARES``) or, for the Poisson deviance, SUM(w*y*LN(y)) of the target itself (``Y_LOG_Y``)."""
-SQUARES = "squares"
-Y_LOG_Y = "ylogy"
+``c1`` = SUM(w*y), ``c2`` = SUM(w*y*y) of the centred target ``y`` (``build_level0``)."""
 
 
-def moment_terms(kind: str = SQUARES) -> list[exp.Expression]:
+def moment_terms() -> list[exp.Expression]:
     """A level row's terms of the regression histogram's sums (``MOMENTS``)."""
     w, y = col("w"), col("y")
-    if kind == Y_LOG_Y:
-        # y*ln(y) -> 0 as y -> 0 (scipy's xlogy); LN(0) is an error on PostgreSQL and Spark
-        third = case(
-            (exp.GT(this=y.copy(), expression=num(0.0)),
-             paren(w.copy() * y.copy() * exp.func("LN", y.copy()))),
-            default=num(0.0),
-        )
-    else:
-        third = paren(w.copy() * y.copy() * y.copy())
-    return [w, paren(w.copy() * y), third]
+    return [w, paren(w.copy() * y), paren(w.copy() * y.copy() * y.copy())]
 
 
 def class_weights(n_classes: int, bits: int | None = None) -> list[exp.Expression]:
@@ -329,7 +317,7 @@ def build_histogram(
     bits: int | None = None,
     *,
     counts: bool = False,
-    moments: str | None = None,
+    moments: Sequence[exp.Expression] | None = None,
 ) -> exp.Expression:
     """Weighted class counts per (node, feature, value); ``attr = -1`` rows hold node totals.
 
@@ -352,9 +340,8 @@ def build_histogram(
     ``counts`` adds ``n``, the number of level rows per group (a BIGINT after ``v``), for
     rules that count rows rather than weight (CART's ``min_samples_*``, as scikit-learn's).
 
-    ``moments`` (``SQUARES`` or ``Y_LOG_Y``): a regression histogram, whose ``n_classes``
-    (``MOMENTS``) columns are the sums of ``moment_terms`` (DOUBLE; ``by_class`` and ``bits``
-    do not apply).
+    ``moments``: a regression histogram, whose ``n_classes`` (``MOMENTS``) columns sum these
+    terms of a level row (``moment_terms``; DOUBLE; ``by_class`` and ``bits`` do not apply).
     """
     parts = [_histogram_part(level, None, n_classes, bits, counts, moments=moments)]
     for f in features:
@@ -373,7 +360,7 @@ def _histogram_part(
     bits: int | None,
     counts: bool,
     how: str = "grouped",
-    moments: str | None = None,
+    moments: Sequence[exp.Expression] | None = None,
 ) -> exp.Select:
     """The histogram rows of feature ``f`` (None: the node totals, ``attr = -1``), grouped by
     (node, value), summed per class first (``by_class``), or a row per level row (``rows``)."""
@@ -384,7 +371,7 @@ def _histogram_part(
         alias(exp.cast(num(-1 if f is None else f.index), "INT"), "attr"),
         alias(exp.cast(exp.null(), "DOUBLE") if f is None else col(f.column), "v"),
     ]
-    weights = moment_terms(moments) if moments else class_weights(n_classes, bits)
+    weights = [m.copy() for m in moments] if moments else class_weights(n_classes, bits)
     if how == "rows":
         return exp.select(
             *head,

@@ -16,7 +16,7 @@ of raw values near 1e9 would lose every digit of a spread near 1.
 the variance decrease times the node's weight, constant within a node) and reports the same
 impurities; its improvement, which ``min_impurity_decrease`` and best-first growth compare, is
 Friedman's score itself, as scikit-learn defined it up to 1.8. ``poisson`` keeps the target
-uncentred (its histogram sums ``w*y*LN(y)``, ``queries.Y_LOG_Y``): a node's impurity is its half
+uncentred (its histogram sums ``w*y*LN(y)``, ``poisson_terms``): a node's impurity is its half
 Poisson deviance, and a target with a negative value or a sum that is not positive is refused
 before growth, as scikit-learn refuses it.
 """
@@ -33,6 +33,7 @@ from ...criteria import TIE_TOLERANCE
 from ...dataset import Dataset, Feature
 from ...errors import DataError
 from ...grower import GrowOptions, Strategy, bin_edges
+from ...sqlexpr import case, col, num, paren
 from ...tree import Node
 from .scores import FEATURE_THRESHOLD, POISSON_EPSILON, REGRESSION, SCORE_COLUMNS, build_cart_scores
 from .strategy import CARTStrategy, NodeInfo, resolve_options
@@ -108,7 +109,7 @@ class RegressionStrategy(CARTStrategy):
     def build_histogram(
         self, level: exp.Table, features: list[Feature], nodes: int = 1
     ) -> exp.Expression:
-        moments = q.Y_LOG_Y if self.poisson else q.SQUARES
+        moments = poisson_terms() if self.poisson else q.moment_terms()
         return q.build_histogram(level, features, q.MOMENTS, counts=True, moments=moments)
 
     def read_counts(self, engine: Any, hist: exp.Table) -> dict[int, list[float]]:
@@ -163,6 +164,19 @@ class RegressionStrategy(CARTStrategy):
                 node.value = self.values[node.node_id]
         return root
 
+
+
+def poisson_terms() -> list[exp.Expression]:
+    """A level row's terms of a Poisson histogram: ``w``, ``w*y`` and ``w*y*LN(y)`` of the
+    uncentred target (0 for y = 0, the limit scipy's ``xlogy`` takes; ``LN(0)`` is an error
+    on PostgreSQL and Spark)."""
+    w, y = col("w"), col("y")
+    y_log_y = case(
+        (exp.GT(this=y.copy(), expression=num(0.0)),
+         paren(w.copy() * y.copy() * exp.func("LN", y.copy()))),
+        default=num(0.0),
+    )
+    return [w, paren(w.copy() * y), y_log_y]
 
 
 def _check_poisson_target(data: Dataset) -> None:

@@ -509,7 +509,7 @@ def _regression_gains(
     ``s2/w - (s1/w)^2`` and the gain ``wl wr (mean_l - mean_r)^2 / w^2``, the SSE reduction
     without the cancellation of ``SSE(node) - SSE(left) - SSE(right)``.
 
-    Poisson (``c2`` = SUM(w*y*LN(y)), ``queries.Y_LOG_Y``): a side's impurity is its half
+    Poisson (``c2`` = SUM(w*y*LN(y)), ``regression.poisson_terms``): a side's impurity is its half
     Poisson deviance ``(s2 - s1 LN(s1/w)) / w``; in the gain the ``y LN y`` sums cancel,
     leaving ``(sl LN(mean_l) + sr LN(mean_r) - s LN(mean)) / w``. A side whose target sum is
     at most ``POISSON_EPSILON`` (a mean of zero, which the deviance cannot predict) is no
