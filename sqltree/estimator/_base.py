@@ -347,16 +347,8 @@ class SQLTreeRegressor(RegressorMixin, SQLTreeEstimator):
     def fit(self, X: Any, y: Any, sample_weight: Any = None) -> SQLTreeRegressor:
         """Train the tree on (X, y) through sqltree's pipeline in DuckDB; returns ``self``.
 
-        Parameters
-        ----------
-        X : DataFrame or array-like of shape (n_samples, n_features)
-            Numeric columns are continuous features; text, boolean, categorical and object
-            columns (and those listed in ``nominal``) are nominal. NaN (or None) is a missing
-            value.
-        y : array-like of shape (n_samples,)
-            Numeric target values.
-        sample_weight : array-like of shape (n_samples,), optional
-            Non-negative row weights.
+        ``X`` and ``sample_weight`` as for ``SQLTreeClassifier.fit``; ``y`` holds the numeric
+        target values.
         """
         self._fit_rows(X, y, sample_weight)
         return self
