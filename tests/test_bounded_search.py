@@ -133,16 +133,22 @@ def test_fewer_candidates_same_best() -> None:
         (n,), = engine.execute(with_materialized(query, ctes))
         return int(n)
 
-    agg, stats = scores._feature_totals(hist, data.features, 3, None)
-    continuous = [f.index for f in data.features if f.kind == "continuous"]
-    ctes: list[Any] = []
-    every = count(scores._continuous_candidates(
-        hist, continuous, 3, ordered_scan=False, fractional=False, bits=None, ctes=ctes), ctes)
-    ctes = []
-    bounded = count(scores.bounded_candidates(
-        hist, data.features, 3, edges, agg=agg, stats=stats, criterion="gini",
-        min_samples_leaf=1, min_weight_leaf=0.0, tie_tolerance=1e-9, fixed=False, bits=None,
-        ctes=ctes), ctes)
+    captured: list[tuple[Any, list[Any]]] = []
+
+    def capture(build: Any, ctes_at: int) -> Any:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            out = build(*args, **kwargs)
+            ctes = kwargs["ctes"] if "ctes" in kwargs else args[ctes_at]
+            captured.append((out.copy(), list(ctes)))
+            return out
+        return wrapped
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(scores, "_continuous_candidates", capture(scores._continuous_candidates, 9))
+        patch.setattr(scores, "bounded_continuous", capture(scores.bounded_continuous, 99))
+        for edges_or_none in (None, edges):
+            scores.build_cart_scores(hist, data.features, 3, search_edges=edges_or_none)
+    every, bounded = (count(candidates, ctes) for candidates, ctes in captured)
     assert bounded < every / 2, (bounded, every)
     rows = [[dict(zip(scores.SCORE_COLUMNS, r, strict=True)) for r in engine.execute(
         scores.build_cart_scores(hist, data.features, 3, ordered_scan=True, search_edges=e))]

@@ -12,11 +12,12 @@ the unknown rows left sends ``L + U`` left, the same box shifted.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from sqlglot import exp
 
 from ... import bounded_search as bs
+from ...dataset import Feature
 from ...sqlexpr import add_all, alias, class_columns, col, num, paren
 from .sql_impurity import build_impurity
 
@@ -27,13 +28,15 @@ left): ``scores._candidate`` with the kind of a continuous cut."""
 
 def bounded_continuous(
     hist: exp.Table,
-    edges: bs.Edges,
+    search_edges: bs.Edges,
+    continuous: Sequence[Feature],
     n_classes: int,
     *,
     stats: exp.Select,
-    candidate: Candidate,
-    best_gain: Callable[[exp.Expression], exp.Select],
     criterion: str,
+    candidate: Candidate,
+    known_left: exp.Select,
+    scored: Callable[[exp.Expression], exp.Select],
     feature_threshold: float,
     tolerance: float,
     fixed: bool,
@@ -43,11 +46,13 @@ def bounded_continuous(
 ) -> exp.Select:
     """The continuous candidates worth scoring, in ``candidate``'s columns.
 
-    ``best_gain`` maps boundary candidates to (node, attr, best_gain) with the feature's
-    known-left candidate included; ``criterion``: gini or entropy; ``ordered``: the cuts inside
-    bins by one ordered streaming scan (DuckDB), not partitioned windows.
-    Adds the CTE ``bins`` to ``ctes``.
+    ``stats``: the (node, feature) totals of ``scores._feature_totals``; ``known_left``: the
+    continuous features' known-left candidates; ``scored``: candidates with their unknown
+    sides, leaf rules and ``gain`` (``scores._gains``); ``criterion``: gini or entropy;
+    ``ordered``: the cuts inside bins by one ordered streaming scan (DuckDB), not partitioned
+    windows. Adds the CTE ``bins`` (and the scan's) to ``ctes``.
     """
+    edges = {f.index: search_edges[f.index] for f in continuous if f.index in search_edges}
     k = n_classes
     columns = ["n", *class_columns(k)]
     counts = ("n",)
@@ -60,10 +65,10 @@ def bounded_continuous(
         .from_("bins", copy=False)
         .where(_apart(col("hi"), col("nlo"), feature_threshold), copy=False)
     )
-    per_feature = best_gain(boundary.copy())
+    exact = scored(exp.union(boundary.copy(), known_left, distinct=False, copy=False))
     best = (
-        exp.select(col("node"), alias(exp.func("MAX", col("best_gain")), "best_gain"))
-        .from_(per_feature.subquery("pf", copy=False), copy=False)
+        exp.select(col("node"), alias(exp.func("MAX", col("gain")), "best_gain"))
+        .from_(exact.subquery("ex", copy=False), copy=False)
         .group_by(col("node"), copy=False)
     )
     keep = _worth_scanning(stats, best, k, criterion, tolerance, converted, bits)
