@@ -88,11 +88,13 @@ class RegressionStrategy(CARTStrategy):
         return q.build_histogram(level, features, q.MOMENTS, counts=True, moments=True)
 
     def read_counts(self, engine: Any, hist: exp.Table) -> dict[int, list[float]]:
-        """Each node's weight as its one count; its variance and mean kept aside."""
+        return self.take_counts(engine.execute(q.build_node_counts(hist, q.MOMENTS, counts=True)))
+
+    def take_counts(self, rows: Any) -> dict[int, list[float]]:
+        """Each node's weight as its one count, from rows ``(node, n, w, w*y, w*y*y)``; its
+        variance and mean kept aside."""
         out: dict[int, list[float]] = {}
-        for node_id, n, w, s1, s2 in engine.execute(
-            q.build_node_counts(hist, q.MOMENTS, counts=True)
-        ):
+        for node_id, n, w, s1, s2 in rows:
             w, s1, s2 = float(w), float(s1), float(s2)
             out[int(node_id)] = [w]
             info = self.info.setdefault(int(node_id), NodeInfo())
