@@ -96,7 +96,7 @@ def test_engine_cases(case):
 def test_nominal_and_weighted_cases(options):
     """Nominal features of many values (subsets and ordered cuts), weights, bins."""
     rng = np.random.default_rng(11)
-    n = 400
+    n = 200
     frame = pd.DataFrame({
         "colour": rng.choice([f"c{i}" for i in range(14)], n),
         "shape": rng.choice(["a", "b", "c", "d", None], n),
@@ -107,8 +107,8 @@ def test_nominal_and_weighted_cases(options):
                           np.where(frame["size"] > 0.3, "virginica", "versicolor"))
     flip = rng.random(n) < 0.2
     frame.loc[flip, "y"] = rng.choice(["setosa", "virginica", "versicolor"], flip.sum())
-    both_plans(frame, "y", algorithm="cart", weight="w", **options)
-    both_plans(frame[frame["y"] != "setosa"], "y", algorithm="cart", **options)
+    both_plans(frame, "y", algorithm="cart", weight="w", max_depth=4, **options)
+    both_plans(frame[frame["y"] != "setosa"], "y", algorithm="cart", max_depth=4, **options)
 
 
 @given(case=trained_cases(TableSpec(infinities=(), max_rows=60), algorithm="cart"))

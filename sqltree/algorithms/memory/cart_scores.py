@@ -269,7 +269,10 @@ def score(
     else:
         imp_l = impurity(a, wl, rules.criterion)
         imp_r = impurity(b, wr, rules.criterion)
-        imp_node = impurity(t[idx], wn, rules.criterion)
+        # a node's impurity is the same on each of its candidates: computed once per node
+        node_imp = impurity(as_weight(t_sums, h.bits), _left_sum(as_weight(t_sums, h.bits)),
+                            rules.criterion)
+        imp_node = node_imp[at[idx]]
         right_part, left_part = (wr / wn) * imp_r, (wl / wn) * imp_l
         gain = imp_node - right_part - left_part
         after = right_part + left_part
@@ -305,19 +308,16 @@ def _best_per_feature(columns: dict[str, np.ndarray], tolerance: float) -> list[
     firsts = _group([pair[order]], len(order))
     n_near = np.diff(np.append(firsts, len(order)))
     chosen = order[firsts]
-    rows = []
-    for i, count in zip(chosen.tolist(), n_near.tolist(), strict=True):
-        row: list[Any] = []
-        for name, values in columns.items():
-            value = values[i]
-            if name in INTEGER_COLUMNS:
-                row.append(int(value))
-            else:
-                value = float(value)
-                row.append(None if value != value else value)
-        row.append(int(count))
-        rows.append(tuple(row))
-    return rows
+    out: list[list[Any]] = []
+    for name, values in columns.items():
+        picked = values[chosen]
+        if name in INTEGER_COLUMNS:
+            out.append(picked.astype(np.int64).tolist())
+        else:
+            # NULL where the query has one (a nominal candidate's threshold)
+            out.append([None if v != v else v for v in picked.astype(np.float64).tolist()])
+    out.append(n_near.tolist())
+    return list(zip(*out, strict=True))
 
 
 def nominal_ranks(
