@@ -102,12 +102,10 @@ def train(
         which also go to the ``logging`` logger ``"sqltree"``. What the callable raises stops
         training.
     plan : {"auto", "tables", "select", "memory"}, default="auto"
-        Each level's rows in temporary tables, only SELECT statements over the source (for
-        a connection that may not create tables), or the level-0 rows read once and the
-        tree grown in Python (CART; other algorithms train on SQL). ``"auto"`` picks memory
-        for a small DataFrame (``algorithms.memory.MEMORY_MAX_CELLS``), else asks the
-        connection once. The same tree either way; ``stats["plan"]`` and
-        ``stats["plan_reason"]`` say which and why.
+        Levels in temporary tables, only SELECTs (a connection that may not create tables),
+        or level 0 read once and the tree grown in Python (CART; others train in SQL).
+        ``"auto"``: memory for a small DataFrame (``docs/memory-plan.md``), else asks the
+        connection. The same tree; ``stats["plan"]`` and ``stats["plan_reason"]`` say which.
     **cart_options
         ``algorithm="cart"`` only, with scikit-learn's names and meanings: ``criterion``,
         ``min_samples_leaf``, ``min_weight_fraction_leaf``, ``min_impurity_decrease``,
