@@ -75,18 +75,18 @@ given to ``sqltree.pruning.prune``)."""
 def grow_and_prune(
     data: Dataset, options: GrowOptions, progress: Progress | None = None,
     memory: str | None = None,
-) -> tuple[Node, GrowStats]:
+) -> tuple[Node, GrowStats, PruneStats | None]:
     """Grow a tree with ``options.algorithm``, then prune it as its grow options say (as
     scikit-learn's ``fit`` builds, then ``_prune_tree``): for CART, the ``max_leaf_nodes``
-    cut-back and cost-complexity pruning at ``ccp_alpha``. ``memory`` (why): grow on the
-    memory plan where the algorithm has an in-memory scorer (``sqltree.algorithms.memory``);
-    ``stats.plan`` says which plan grew the tree."""
+    cut-back and cost-complexity pruning at ``ccp_alpha``. The pruning's statistics are None
+    for an algorithm whose grow options ask for none (C4.5's is ``train``'s own step).
+    ``memory`` (why): grow on the memory plan where the algorithm has an in-memory scorer
+    (``sqltree.algorithms.memory``); ``stats.plan`` says which plan grew the tree."""
     strategy = memory_strategy(data, options, memory) if memory is not None else None
     root, stats = grow(data, options, progress, strategy)
     post_pruning = POST_PRUNING.get(options.strategy_name)
-    if post_pruning is not None:
-        post_pruning(root, data, options)
-    return root, stats
+    pruned = post_pruning(root, data, options) if post_pruning is not None else None
+    return root, stats, pruned
 
 
 __all__ = [
