@@ -88,6 +88,21 @@ def test_engine_cases(case):
     same_predictions(sql, memory, frame_of(name))
 
 
+def test_level0_read_once_from_every_engine(engine_factory):
+    """On any engine the memory plan reads level 0 with one statement and grows the tables
+    plan's tree (SQLite's select plan reads it as well: the same query)."""
+    name, options = API_CASES["cart-nulls"]
+    engine, source = engine_factory(frame_of(name), name)
+    target = DATASETS[name][1]
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*NULL target")
+        model = sqltree.train(source, target, connection=engine, plan="memory", **options)
+        sql = sqltree.train(frame_of(name), target, plan="tables", **options)
+    assert model.stats["plan"] == "memory"
+    assert sum(level["queries"] for level in model.stats["levels"]) == 0
+    assert_same_tree(model.root.to_dict(), sql.root.to_dict())
+
+
 @pytest.mark.parametrize("options", [
     {"class_weight": {"setosa": 3.0}, "criterion": "entropy"},
     {"max_bins": 4},
