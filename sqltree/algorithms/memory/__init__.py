@@ -39,6 +39,7 @@ def check_train_plan(plan: str) -> str:
         raise OptionError(f"plan must be one of {PLANS}, not {plan!r}")
     return plan
 
+
 MEMORY_MAX_CELLS = 500_000
 """``plan="auto"`` grows in memory data held in Python (a DataFrame, an estimator's arrays)
 of at most this many rows x features (see ``memory_reason``).
@@ -67,18 +68,16 @@ def memory_reason(plan: str, in_python: bool, rows: int, features: int) -> str |
             f"(at most {MEMORY_MAX_CELLS:,} cells)")
 
 
-class _InMemory:
-    """The stages of the level loop over numpy arrays (mixed into a strategy)."""
+class _InMemory(CARTStrategy):
+    """CART's stages of the level loop over numpy arrays (the regression strategy takes
+    them too: it is CART's with moments in the class columns' place)."""
 
     plan_name = MEMORY
     plan_reason = "asked for"
-    data: Dataset
-    n_classes: int
-    hist_bits: int | None
     moments = False
 
     def materialize_level0(self) -> Level:
-        return read_level0(self.data, self.build_level0(), self.moments)  # type: ignore[attr-defined]
+        return read_level0(self.data, self.build_level0(), self.moments)
 
     def materialize_histogram(self, level: Level, features: list[Feature], nodes: int
                               ) -> Histogram:
@@ -91,28 +90,26 @@ class _InMemory:
     def drop(self, table: Any) -> None:
         """Nothing to drop: the arrays go with the last reference."""
 
-    def on_histogram(self, engine: Any, hist: Any, depth: int) -> None:
-        if depth == 0:  # CART's best-first bookkeeping; no density probe (no SQL to tune)
-            self._parent_keys: dict[int, float] = {}
-            self._keyed: list[tuple[float, int, int]] = []
+    def _measure_density(self, engine: Any, hist: Any) -> None:
+        """No density probe: it chooses how SQL histograms group rows."""
 
     def read_counts(self, engine: Any, hist: Histogram) -> dict[int, list[float]]:
         nodes, n, sums = hist.totals()
         weights = as_weight(sums, self.hist_bits)
-        return self.take_counts(  # type: ignore[attr-defined]
+        return self.take_counts(
             (int(i), int(c), *row) for i, c, row in zip(nodes.tolist(), n.tolist(),
                                                         weights.tolist(), strict=True)
         )
 
     def score_rows(self, hist: Histogram, features: list[Feature]) -> list[Any]:
-        r = self.resolved  # type: ignore[attr-defined]
-        rules = Rules(self.criterion, r.min_samples_leaf, r.min_weight_leaf,  # type: ignore[attr-defined]
-                      self.tie_tolerance)  # type: ignore[attr-defined]
+        r = self.resolved
+        assert r is not None
+        rules = Rules(self.criterion, r.min_samples_leaf, r.min_weight_leaf, self.tie_tolerance)
         return score(hist, features, hist.totals(), rules)
 
     def nominal_ranks(self, engine: Any, hist: Histogram, pairs: list[tuple[int, int]]
                       ) -> dict[tuple[int, int], list[tuple[int, int, int, int]]]:
-        by = self.nominal_orders  # type: ignore[attr-defined]
+        by = self.nominal_orders
         features = {f.index: f for f in self.data.features}
         return nominal_ranks(hist, features, pairs, orders(self.n_classes) if by is None else by)
 
