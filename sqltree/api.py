@@ -203,7 +203,7 @@ def _sql_reason(engine: Any, memory: str | None) -> str:
     asked for memory falls back to it)."""
     if memory is None:
         return str(engine.plan_reason)
-    return f"no in-memory scorer for this algorithm; {engine.plan_reason}"
+    return f"no in-memory scorer for this algorithm or criterion; {engine.plan_reason}"
 
 
 def _read(

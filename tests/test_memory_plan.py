@@ -20,7 +20,7 @@ from hypothesis import given, settings
 
 import sqltree
 from sqltree import progress
-from sqltree.algorithms.memory import MEMORY_MAX_CELLS
+from sqltree.algorithms.memory import MEMORY_MAX_CELLS, NO_MEMORY_CRITERIA
 from tests import test_cart, test_regression
 from tests.helpers import assert_same_tree
 from tests.strategies import TableSpec, trained_cases
@@ -64,8 +64,12 @@ def test_cart_cases(name, params):
     same_predictions(sql, memory, pd.DataFrame(X_test).rename(columns=str))
 
 
-@pytest.mark.parametrize(("name", "params"), test_regression.CASES,
-                         ids=[f"{n}-{p}" for n, p in test_regression.CASES])
+REGRESSION_CASES = [(n, p) for n, p in test_regression.CASES
+                    if p.get("criterion") not in NO_MEMORY_CRITERIA]
+
+
+@pytest.mark.parametrize(("name", "params"), REGRESSION_CASES,
+                         ids=[f"{n}-{p}" for n, p in REGRESSION_CASES])
 def test_regression_cases(name, params):
     X, y = test_regression.DATA[name]()
     sql, memory = both_plans(X.assign(target=y), "target", task="regression", **params)
@@ -195,6 +199,15 @@ def test_algorithm_without_in_memory_scorer_falls_back_to_sql():
     auto = sqltree.train(_iris(), DATASETS["iris"][1], algorithm="c4.5")
     assert auto.stats["plan"] == "tables"
     assert_same_tree(model.root.to_dict(), auto.root.to_dict())
+
+
+def test_friedman_mse_in_memory_and_poisson_in_sql():
+    X, y = test_regression.diabetes()
+    both_plans(X.assign(target=y), "target", criterion="friedman_mse", max_depth=4)
+    poisson = sqltree.train(X.assign(target=y), "target", criterion="poisson", max_depth=3,
+                            plan="memory")
+    assert poisson.stats["plan"] == "tables"
+    assert poisson.stats["plan_reason"].startswith("no in-memory scorer")
 
 
 def test_unknown_plan_is_refused():

@@ -130,11 +130,15 @@ MEMORY_STRATEGIES: dict[str, type[Strategy]] = {
 }
 """Algorithm name (``GrowOptions.strategy_name``) -> its strategy on the memory plan."""
 
+NO_MEMORY_CRITERIA = ("poisson",)
+"""Criteria whose histogram and gains the in-memory scorer does not compute (yet): they train
+on the SQL plan."""
+
 
 def memory_strategy(data: Dataset, options: GrowOptions, reason: str) -> Strategy | None:
     """The strategy that grows ``options.algorithm`` in memory, or None if there is none."""
     found = MEMORY_STRATEGIES.get(options.strategy_name)
-    if found is None:
+    if found is None or options.criterion in NO_MEMORY_CRITERIA:
         return None
     strategy = found(data, options)
     strategy.plan_reason = reason
