@@ -149,7 +149,16 @@ def _leaf(node: Node) -> None:
 
 
 def count_leaves(root: Node) -> int:
-    return sum(1 for _ in root.leaves())
+    """Leaves of the tree (a plain loop: grown trees have hundreds of thousands)."""
+    n = 0
+    stack = [root]
+    while stack:
+        children = stack.pop().children
+        if children:
+            stack.extend(children)
+        else:
+            n += 1
+    return n
 
 
 # -- collapse ----------------------------------------------------------------------------------
@@ -287,7 +296,11 @@ def recount_raised(
     features = {f.name: f for f in data.features}
     counts: dict[int, list[float]] = {}
     frontier = {0: _positions(entries)}
-    level = router.rows
+    level: exp.Expression = router.rows
+    # PostgreSQL's estimates of chained joins fall to one row (see the select plan), so only
+    # DuckDB runs the levels above the structures in one statement.
+    chained = engine.VECTORIZED
+    pending = False  # whether ``level`` is a query of levels not stored yet
     owned: list[exp.Table] = []
     next_id = 1
     try:
@@ -304,10 +317,18 @@ def recount_raised(
             )
             owned.append(tests_table)
             keyed: dict[int, dict[int, list[float]]] = {}
-            query = q.build_keyed_counts(level, data.features, tests_table, k)
-            for node, key, *weights in engine.execute(query):
-                keyed.setdefault(int(node), {})[int(key)] = [float(w or 0.0) for w in weights]
-            router.queries += 1
+            # On the way down to the structures, rows go by the tree's stored shares: their
+            # counts would decide nothing.
+            if any(at.raised for at in frontier.values()):
+                if pending:  # read twice below: stored first
+                    stored = engine.materialize("raise", level.this)
+                    owned.append(stored)
+                    level, pending = stored, False
+                    router.queries += 1
+                query = q.build_keyed_counts(level, data.features, tests_table, k)
+                for node, key, *weights in engine.execute(query):
+                    keyed.setdefault(int(node), {})[int(key)] = [float(w or 0.0) for w in weights]
+                router.queries += 1
             routes: list[tuple[int, int, int, float]] = []
             below: dict[int, _Position] = {}
             for local, at in sorted(frontier.items()):
@@ -340,11 +361,15 @@ def recount_raised(
                 routes,
             )
             owned.append(routes_table)
-            level = engine.materialize(
-                "raise", q.build_partition(level, data.features, tests_table, routes_table)
-            )
-            owned.append(level)
-            router.queries += 1
+            partition = q.build_partition(level, data.features, tests_table, routes_table)
+            if chained and not any(at.raised for at in below.values()):
+                # Not stored: the path's levels run as one statement, which DuckDB pipelines.
+                level, pending = exp.Subquery(this=partition), True
+            else:
+                stored = engine.materialize("raise", partition)
+                owned.append(stored)
+                level, pending = stored, False
+                router.queries += 1
             frontier = below
     finally:
         for table in owned:
@@ -442,7 +467,16 @@ def prune_c45(
     """
     stats = PruneStats("c4.5", leaves_before=count_leaves(root))
     if collapse_first:
+        started = time.perf_counter()
         stats.collapsed = collapse(root)
+        if stats.collapsed:  # a walk over every node of the grown tree: seconds at 1M rows
+            reporting.step(
+                "prune",
+                f"collapsed {reporting.count(stats.collapsed, 'subtree')} that fix no "
+                f"training error: {count_leaves(root):,} leaves, "
+                f"{time.perf_counter() - started:.2f} s",
+                collapsed=stats.collapsed,
+            )
     router = None
     if subtree_raising and not root.is_leaf:
         if data is None:
@@ -538,24 +572,15 @@ def _prune_c45_rounds(
 
     The nodes of a round head disjoint subtrees, and a decision changes only the subtree of
     its node (a raise recounts it; its ancestors' counts and shares stay the same), so each
-    node sees exactly the tree J48's one-at-a-time visit shows it.
+    node sees exactly the tree J48's one-at-a-time visit shows it. A node's children are all
+    final once every internal one has been decided, whatever the decision, so round ``r``
+    holds the nodes of height ``r``, known before the first round; and the ancestors of an
+    undecided node are undecided, so its path is the one the tree had then.
     """
-    done: set[int] = set()
-
-    def ready(node: Node, path: list[tuple[Node, int]], out: list) -> bool:
-        """Collect undecided nodes whose children are final; True when ``node`` is final."""
-        if node.is_leaf or id(node) in done:
-            return True
-        final = True
-        for i, child in enumerate(node.children):
-            final = ready(child, [*path, (node, i)], out) and final
-        if final:
-            out.append((node, path))
-        return False
-
-    rounds = 0
-    while not ready(root, [], round_ := []):
+    rounds, parents = _by_height(root)
+    for number, nodes in enumerate(rounds, 1):
         started, before = time.perf_counter(), (stats.pruned, stats.raised)
+        round_ = [(node, _path(node, parents)) for node in nodes]
         entries = [
             (path, node.children[_max_bag(node)])
             for node, path in round_
@@ -568,9 +593,44 @@ def _prune_c45_rounds(
             if not branch.is_leaf:
                 own = {id(n): raised[id(n)] for n in branch.walk() if id(n) in raised}
             _decide(node, path, estimates, router, stats, own)
-            done.add(id(node))
-        rounds += 1
-        _report_round(rounds, len(round_), stats, before, time.perf_counter() - started)
+        _report_round(number, len(round_), stats, before, time.perf_counter() - started)
+
+
+def _by_height(root: Node) -> tuple[list[list[Node]], dict[int, tuple[Node, int]]]:
+    """The internal nodes by height (a node whose children are leaves has height 1), and the
+    parent and branch of every internal node but the root, in one walk."""
+    parents: dict[int, tuple[Node, int]] = {}
+    order: list[Node] = []
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.is_leaf:
+            continue
+        order.append(node)
+        for i, child in enumerate(node.children):
+            if not child.is_leaf:
+                parents[id(child)] = (node, i)
+                stack.append(child)
+    height: dict[int, int] = {}
+    rounds: list[list[Node]] = []
+    for node in reversed(order):  # every child before its parent
+        h = 1 + max((height.get(id(c), 0) for c in node.children), default=0)
+        height[id(node)] = h
+        if h > len(rounds):
+            rounds.append([])
+        rounds[h - 1].append(node)
+    return rounds, parents
+
+
+def _path(node: Node, parents: dict[int, tuple[Node, int]]) -> list[tuple[Node, int]]:
+    """(ancestor, branch) pairs from the root down to ``node``."""
+    path = []
+    at = parents.get(id(node))
+    while at is not None:
+        path.append(at)
+        at = parents.get(id(at[0]))
+    path.reverse()
+    return path
 
 
 def _report_round(
