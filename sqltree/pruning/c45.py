@@ -13,6 +13,7 @@ validation rows at every node, counted the same way over the validation source.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
 from collections.abc import Sequence
@@ -75,12 +76,19 @@ def add_errs(n: float, e: float, cf: float = 0.25) -> float:
         return base + e * (add_errs(n, 1, cf) - base)
     if e + 0.5 >= n:
         return max(n - e, 0.0)
-    z = NormalDist().inv_cdf(1 - cf)
+    z = _z(cf)
     f = (e + 0.5) / n
     r = (f + z * z / (2 * n) + z * math.sqrt(f / n - f * f / n + z * z / (4 * n * n))) / (
         1 + z * z / n
     )
     return r * n - e
+
+
+@functools.lru_cache(maxsize=8)
+def _z(cf: float) -> float:
+    """The normal quantile of ``1 - cf`` (once per confidence: a grown tree has a million
+    leaves to estimate)."""
+    return NormalDist().inv_cdf(1 - cf)
 
 
 def _incorrect(counts: Sequence[float]) -> float:
