@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import resource
 import subprocess
@@ -113,14 +114,14 @@ def sklearn_worker(args: argparse.Namespace) -> dict[str, Any]:
     del frame
     read_seconds = time.perf_counter() - start
     regression = args.task == "regression"
+    criterion = "gini" if args.algorithm == "cart" else "entropy"
     if regression:
         clf: Any = DecisionTreeRegressor(max_depth=args.max_depth, random_state=0)
+    elif args.defaults:  # scikit-learn's own defaults: no depth limit, leaves of one row
+        clf = DecisionTreeClassifier(criterion=criterion, random_state=0)
     else:
         clf = DecisionTreeClassifier(
-            criterion="gini" if args.algorithm == "cart" else "entropy",
-            max_depth=args.max_depth,
-            min_samples_leaf=2,
-            random_state=0,
+            criterion=criterion, max_depth=args.max_depth, min_samples_leaf=2, random_state=0
         )
     clf.fit(x, y)
     seconds = time.perf_counter() - start
@@ -135,6 +136,7 @@ def sklearn_worker(args: argparse.Namespace) -> dict[str, Any]:
         "side": "scikit-learn",
         "seconds": seconds,
         "read_seconds": read_seconds,
+        "fit_seconds": seconds - read_seconds,
         "peak_rss_mb": rss,
         "nodes": int(clf.tree_.node_count),
         "leaves": int(clf.get_n_leaves()),
@@ -221,6 +223,73 @@ def sqltree_worker(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+class PhaseClock(logging.Handler):
+    """Listens to the logger ``sqltree`` (so the call under test takes no option): the
+    seconds of each outermost phase and of the grown levels, the longest time between two
+    reports, and each report on standard error as it comes."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.started = time.perf_counter()
+        self.last = self.started
+        self.silence = (0.0, "")
+        self.phases: dict[str, float] = {}
+        self.level_seconds = 0.0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        event = getattr(record, "sqltree_event", None)
+        if event is None:
+            return
+        now = time.perf_counter()
+        if now - self.last > self.silence[0]:
+            self.silence = (now - self.last, event.message)
+        self.last = now
+        if event.depth == 0 and event.kind == "end":
+            self.phases[event.phase] = self.phases.get(event.phase, 0.0) + event.seconds
+        if event.phase == "grow" and event.kind == "step":
+            self.level_seconds += float(event.details.get("seconds", 0.0))
+        print(f"{now - self.started:8.2f} s  {event.message}", file=sys.stderr, flush=True)
+
+
+def defaults_worker(args: argparse.Namespace) -> dict[str, Any]:
+    """``sqltree.train(path, target)`` with no option at all (its own DuckDB database)."""
+    import pandas as pd
+
+    import sqltree
+
+    clock = PhaseClock()
+    log = logging.getLogger("sqltree")
+    log.addHandler(clock)
+    log.setLevel(logging.DEBUG)
+    start = time.perf_counter()
+    model = sqltree.train(args.train, target=TARGET)
+    seconds = time.perf_counter() - start
+    rss = peak_rss_mb()
+    log.removeHandler(clock)
+    truth = pd.read_parquet(args.test, columns=[TARGET])[TARGET].to_numpy()
+    labels = model.predict(args.test)["prediction"].to_numpy()
+    grow = clock.phases.get("grow", 0.0)
+    pruning = model.stats.get("pruning") or {}
+    return {
+        "side": "sqltree",
+        "seconds": seconds,
+        "peak_rss_mb": rss,
+        "nodes": model.n_nodes,
+        "leaves": model.n_leaves,
+        "depth": model.depth,
+        "accuracy": float((labels == truth).mean()),
+        "read_seconds": clock.phases.get("read", 0.0),
+        "grow_seconds": clock.level_seconds,
+        "finish_seconds": grow - clock.level_seconds,
+        "prune_seconds": clock.phases.get("prune", 0.0),
+        "prune_queries": pruning.get("queries"),
+        "grown_leaves": pruning.get("leaves_before"),
+        "levels": model.stats.get("levels", []),
+        "queries": model.stats.get("queries"),
+        "longest_silence": clock.silence,
+    }
+
+
 def postgres_table(url: str, path: str) -> Any:
     """A PostgreSQL table holding the Parquet file's rows, loaded on first use (by CSV COPY)
     and kept for later runs; its name comes from the file's (``bench_train_1m``)."""
@@ -284,6 +353,8 @@ def run_side(side: str, args: argparse.Namespace, train: str, test: str) -> dict
     cmd += ["--pruning", args.pruning]
     if not args.score:
         cmd.append("--no-score")
+    if args.defaults:
+        cmd.append("--defaults")
     if args.subtree_raising:
         cmd.append("--subtree-raising")
     env = dict(os.environ)
@@ -320,6 +391,39 @@ def markdown(results: list[dict[str, Any]], rows: int, args: argparse.Namespace)
             f"{r['peak_rss_mb']:.0f} | {rss_ratio} | {r['nodes']} / {r['leaves']} | "
             f"{r['depth']} | {score} | {per_level} | "
             f"{_fmt(r.get('predict_seconds'))} |"
+        )
+    return "\n".join(lines)
+
+
+def defaults_markdown(results: list[dict[str, Any]], rows: int) -> str:
+    """The ``--defaults`` table: both sides, the ratios from this run, and where sqltree's
+    time went (read, grown levels, finishing the grown tree, pruning)."""
+    base = next((r for r in results if r["side"] == "scikit-learn"), None)
+    lines = [
+        f"{rows:,} rows, each library's defaults; load average at the end: "
+        f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}",
+        "",
+        "| side | wall s | x sklearn | peak RSS MB | x sklearn | leaves | depth "
+        "| held-out acc. | where the time went |",
+        "|" + " --- |" * 9,
+    ]
+    for r in results:
+        ratio = f"{r['seconds'] / base['seconds']:.2f}" if base else ""
+        rss_ratio = f"{r['peak_rss_mb'] / base['peak_rss_mb']:.2f}" if base else ""
+        if r["side"] == "sqltree":
+            split = (
+                f"read {r['read_seconds']:.1f}, grow {r['grow_seconds']:.1f} "
+                f"({len(r['levels'])} levels, {r['grown_leaves']:,} leaves), finish "
+                f"{r['finish_seconds']:.1f}, prune {r['prune_seconds']:.1f} "
+                f"({100 * r['prune_seconds'] / r['seconds']:.0f}%, {r['prune_queries']} "
+                f"queries); longest silence {r['longest_silence'][0]:.1f} s"
+            )
+        else:
+            split = f"read + encode {r['read_seconds']:.1f}, fit {r['fit_seconds']:.1f}"
+        lines.append(
+            f"| {r['label']} | {r['seconds']:.1f} | {ratio} | {r['peak_rss_mb']:.0f} | "
+            f"{rss_ratio} | {r['leaves']:,} | {r['depth']} | {100 * r['accuracy']:.2f}% | "
+            f"{split} |"
         )
     return "\n".join(lines)
 
@@ -415,6 +519,13 @@ def parser() -> argparse.ArgumentParser:
         help="folder for the generated Parquet files, reused across runs (default: "
         "$SQLTREE_BENCH_DATA or sqltree-bench in the temporary folder: %(default)s)",
     )
+    p.add_argument(
+        "--defaults", action="store_true",
+        help="each library's defaults: sqltree.train(path, target) with no option (C4.5, "
+        "J48's pruning with subtree raising, its own DuckDB database) against scikit-learn's "
+        "DecisionTreeClassifier(criterion='entropy') with no depth or leaf limit; ignores the "
+        "options that shape either side",
+    )
     p.add_argument("--json", help="also write the raw results to this file")
     p.add_argument("--keep-tree", action="store_true", help="put sqltree's tree in --json")
     worker = p.add_argument_group("one side in this process (the driver runs these)")
@@ -432,7 +543,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.worker:
         if not (args.train and args.test):
             parser().error("--worker needs --train and --test")
-        worker = {"sqltree": sqltree_worker, "sklearn": sklearn_worker}[args.worker]
+        workers = {"sqltree": sqltree_worker, "sklearn": sklearn_worker}
+        if args.defaults:
+            workers["sqltree"] = defaults_worker
+        worker = workers[args.worker]
         print(json.dumps(worker(args)))
         return
 
@@ -453,8 +567,17 @@ def main(argv: list[str] | None = None) -> None:
             f"sqltree {algorithm} {mode}{where}" if side == "sqltree"
             else "scikit-learn " + _sklearn_kind(args)
         )
+        if args.defaults:
+            result["label"] = (
+                "sqltree `train(path, target)`" if side == "sqltree"
+                else "scikit-learn `DecisionTreeClassifier(criterion='entropy')`"
+            )
         results.append(result)
         print(f"{result['label']}: {result['seconds']:.1f} s", file=sys.stderr, flush=True)
+    if args.defaults:
+        print(defaults_markdown(results, args.rows))
+        _write_json(args.json, results)
+        return
     print(
         f"{args.rows:,} rows, max_depth={args.max_depth}, threads={args.threads}"
         + (f", memory_limit={args.memory_limit}" if args.memory_limit else "")
@@ -473,8 +596,12 @@ def main(argv: list[str] | None = None) -> None:
                     f"| {lv['depth']} | {lv['nodes']} | {lv['splits']} | {lv['queries']} | "
                     f"{lv['scans']} | {lv['seconds']:.2f} |"
                 )
-    if args.json:
-        with open(args.json, "w") as f:
+    _write_json(args.json, results)
+
+
+def _write_json(path: str | None, results: list[dict[str, Any]]) -> None:
+    if path:
+        with open(path, "w") as f:
             json.dump(results, f, indent=1)
 
 

@@ -5,10 +5,12 @@ other processes of a shared machine disturb less):
 
 - iris (150 rows, 4 continuous features): ``sqltree.DecisionTreeClassifier``,
   ``sqltree.C45Classifier`` and scikit-learn's ``DecisionTreeClassifier``;
+- iris through ``sqltree.train`` on a DataFrame, on the memory and the tables plan;
 - 10,000 rows (``--rows``) of the benchmark table (``generate.py``: 10 continuous and 6
   nominal features, NULLs), ``max_depth=10``: the estimators on the DataFrame (nominal
-  columns as text), ``sqltree.train`` on the same DataFrame and on its Parquet file,
-  scikit-learn on the matrix (nominal columns ordinal-encoded);
+  columns as text), ``sqltree.train`` on the same DataFrame (the plan ``auto`` picks, and
+  each plan asked for) and on its Parquet file, scikit-learn on the matrix (nominal columns
+  ordinal-encoded);
 - ``GridSearchCV`` of 20 settings x 5 folds on iris (101 fits).
 
 Targets (issue "a true scikit-learn drop-in"): an iris fit within 20 ms, the grid search within
@@ -91,7 +93,8 @@ def iris_lines(repeat: int) -> list[tuple[str, float, float]]:
     import sqltree
 
     X, y = datasets.load_iris(return_X_y=True)
-    return [
+    frame = datasets.load_iris(as_frame=True).frame
+    lines = [
         (name, *timed(lambda make=make: make().fit(X, y), repeat))
         for name, make in (
             ("iris: sqltree DecisionTreeClassifier", sqltree.DecisionTreeClassifier),
@@ -99,6 +102,13 @@ def iris_lines(repeat: int) -> list[tuple[str, float, float]]:
             ("iris: scikit-learn DecisionTreeClassifier", SKTree),
         )
     ]
+    for plan in ("memory", "tables"):
+        lines.append((
+            f"iris: sqltree.train (CART) on the DataFrame, plan={plan!r}",
+            *timed(lambda plan=plan: sqltree.train(frame, target="target", algorithm="cart",
+                                                   plan=plan), repeat),
+        ))
+    return lines
 
 
 def table_lines(rows: int, repeat: int, data_dir: str) -> list[tuple[str, float, float]]:
@@ -115,13 +125,20 @@ def table_lines(rows: int, repeat: int, data_dir: str) -> list[tuple[str, float,
          lambda: sqltree.DecisionTreeClassifier(max_depth=10).fit(features, target)),
         (f"{size}: sqltree C45Classifier",
          lambda: sqltree.C45Classifier(max_depth=10).fit(features, target)),
-        (f"{size}: sqltree.train (CART) on the DataFrame",
+        (f"{size}: sqltree.train (CART) on the DataFrame (plan 'auto')",
          lambda: sqltree.train(frame, target="y", algorithm="cart", max_depth=10)),
         (f"{size}: sqltree.train (CART) on the Parquet file",
          lambda: sqltree.train(path, target="y", algorithm="cart", max_depth=10)),
         (f"{size}: scikit-learn DecisionTreeClassifier",
          lambda: SKTree(max_depth=10).fit(matrix, target)),
     ]
+    if rows <= 100_000:  # each plan asked for (auto picks the tables plan above that)
+        cases[3:3] = [
+            (f"{size}: sqltree.train (CART) on the DataFrame, plan={plan!r}",
+             lambda plan=plan: sqltree.train(frame, target="y", algorithm="cart",
+                                             max_depth=10, plan=plan))
+            for plan in ("tables", "memory")
+        ]
     # Large tables are timed once, without a warm-up fit: a fit's fixed cost is lost in them.
     warm = rows <= 100_000
     return [(name, *timed(fit, repeat, warm)) for name, fit in cases]

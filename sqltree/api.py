@@ -15,9 +15,10 @@ from . import queries as q
 from .algorithms import grow_and_prune
 from .algorithms.c45 import score_options
 from .algorithms.c45_scores import SCORE_COLUMNS, build_split_scores
+from .algorithms.memory import MEMORY, check_train_plan, memory_reason
 from .dataset import Dataset, describe, describe_source
 from .engines import get_engine
-from .engines.select_plan import check_plan
+from .engines.select_plan import AUTO, check_plan
 from .grower import GrowOptions
 from .model import Model, features_info
 from .options import (
@@ -100,10 +101,11 @@ def train(
         ``sqltree.progress.Event`` (reading, growth per level with its plan, pruning per round),
         which also go to the ``logging`` logger ``"sqltree"``. What the callable raises stops
         training.
-    plan : {"auto", "tables", "select"}, default="auto"
-        Each level's rows in temporary tables, or only SELECT statements over the source
-        (for a connection that may not create tables); ``"auto"`` asks the connection once.
-        The same tree either way.
+    plan : {"auto", "tables", "select", "memory"}, default="auto"
+        Levels in temporary tables, only SELECTs (a connection that may not create tables),
+        or level 0 read once and the tree grown in Python (CART; others train in SQL).
+        ``"auto"``: memory for a small DataFrame (``docs/memory-plan.md``), else asks the
+        connection. The same tree; ``stats["plan"]`` and ``stats["plan_reason"]`` say which.
     **cart_options
         ``algorithm="cart"`` only, with scikit-learn's names and meanings: ``criterion``,
         ``min_samples_leaf``, ``min_weight_fraction_leaf``, ``min_impurity_decrease``,
@@ -112,7 +114,7 @@ def train(
     """
     task, algorithm = resolve_task(task, algorithm, cart_options)
     check_keywords("train", cart_options, [*inspect.signature(train).parameters, *CART_OPTIONS])
-    check_plan(plan)
+    check_train_plan(plan)
     check_train_options(
         algorithm, target=target, features=features, nominal=nominal, continuous=continuous,
         weight=weight, min_cases=min_cases, max_depth=max_depth,
@@ -161,9 +163,11 @@ def _fit(
         engine = get_engine(connection)
         started = time.perf_counter()
         try:
-            engine.use_plan(plan)
+            engine.use_plan(AUTO if plan == MEMORY else plan)
             data = _read(source, engine, target, roles, options.task)
-            root, grow_stats, prune_stats = grow_and_prune(data, options)
+            memory = memory_reason(plan, isinstance(source, pd.DataFrame), data.n_rows,
+                                   len(data.features))
+            root, grow_stats, prune_stats = grow_and_prune(data, options, memory=memory)
             if options.algorithm == "c4.5" or post.method is not None:
                 prune_stats = prune(root, data, post.method, cf=post.cf,
                                     subtree_raising=post.subtree_raising,
@@ -177,6 +181,7 @@ def _fit(
         "rows_null_target": data.n_null_target,
         "training_weight": sum(data.class_weights),
         **grow_stats.to_dict(),
+        "plan_reason": memory if grow_stats.plan == MEMORY else _sql_reason(engine, memory),
         "pruning": vars(prune_stats) if prune_stats is not None else None,
         "seconds": round(time.perf_counter() - started, 6),
         "sqltree_version": __version__,
@@ -191,6 +196,14 @@ def _fit(
                                  "cf": post.cf, "subtree_raising": post.subtree_raising},
         stats=stats,
     )
+
+
+def _sql_reason(engine: Any, memory: str | None) -> str:
+    """Why the tree grew on the engine's plan (an algorithm without an in-memory scorer
+    asked for memory falls back to it)."""
+    if memory is None:
+        return str(engine.plan_reason)
+    return f"no in-memory scorer for this algorithm or criterion; {engine.plan_reason}"
 
 
 def _read(

@@ -615,18 +615,25 @@ def _check_rows(
 
 
 def _count_when(condition: exp.Expression) -> exp.Expression:
-    return exp.func(
-        "SUM",
-        exp.Case().when(condition, exp.Literal.number(1)).else_(exp.Literal.number(0)),
-    )
+    # Built from constructors: the builders parse and copy every argument, which took a
+    # tenth of a small fit (a dozen of these per continuous feature).
+    return exp.Sum(this=exp.Case(
+        ifs=[exp.If(this=condition, true=exp.Literal.number(1))],
+        default=exp.Literal.number(0),
+    ))
 
 
 def _is_special(e: exp.Expression, names: Sequence[str]) -> exp.Expression:
     """``e`` equals one of the special DOUBLEs ``'NaN'``, ``'Infinity'``, ``'-Infinity'``."""
-    return exp.or_(*(
-        exp.EQ(this=e.copy(), expression=exp.cast(exp.Literal.string(n), "DOUBLE"))
+    tests: list[exp.Expression] = [
+        exp.EQ(this=e.copy(), expression=exp.Cast(
+            this=exp.Literal.string(n), to=exp.DataType(this=exp.DataType.Type.DOUBLE)))
         for n in names
-    ))
+    ]
+    out = tests[0]
+    for t in tests[1:]:
+        out = exp.Or(this=out, expression=t)
+    return out
 
 
 def _read_schema(engine: Engine, relation: exp.Expression) -> list[tuple[str, exp.DataType]]:

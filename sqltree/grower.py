@@ -280,6 +280,37 @@ class Strategy:
         """Post-process the grown tree (pruning, numbering), before ``close``; returns the root."""
         return root
 
+    # -- where the stages run: the engine, unless a plug-in keeps the level in memory ----------
+    plan_name: str | None = None
+    """The training plan if the strategy runs the stages itself (``"memory"``), else None: the
+    engine's plan (``sqltree.algorithms.memory``)."""
+    plan_reason: str = ""
+
+    def materialize_level0(self) -> Any:
+        """The root level's rows (a table in the engine by default)."""
+        return self.data.engine.materialize("level", self.build_level0())
+
+    def materialize_histogram(self, level: Any, features: list[Feature], nodes: int) -> Any:
+        """The level's histogram (a table in the engine by default)."""
+        return self.data.engine.materialize("hist", self.build_histogram(level, features, nodes))
+
+    def score_rows(self, hist: Any, features: list[Feature]) -> list[Sequence[Any]]:
+        """The scored rows of a level (``score_columns``), by default ``build_scores`` run."""
+        return self.data.engine.execute(self.build_scores(hist, features))
+
+    def materialize_partition(
+        self, level: Any, tests: list[TestRow], routes: list[RouteRow], ordered: bool
+    ) -> Any:
+        """The next level's rows (``build_partition``; sorted by node if ``ordered``)."""
+        partition = self.build_partition(level, self.data.features, tests, routes)
+        if ordered:
+            partition = q.ordered_by_node(partition)
+        return self.data.engine.materialize("level", partition)
+
+    def drop(self, table: Any) -> None:
+        """Let go of a level or histogram made by the methods above."""
+        self.data.engine.drop(table)
+
     def close(self, engine: Any) -> None:
         """Drop whatever the strategy materialised."""
 
@@ -317,12 +348,14 @@ def grow_with(strategy: Strategy, progress: Progress | None = None) -> tuple[Nod
     # ``_grow`` collects the young generations once per level, which frees the level's
     # expressions and moves the nodes out of the way of later collections.
     data, options = strategy.data, strategy.options
-    plan = plan_note(data.engine.plan, data.engine.plan_reason)
+    plan_name = strategy.plan_name or data.engine.plan
+    reason = strategy.plan_reason if strategy.plan_name else data.engine.plan_reason
+    plan = plan_note(plan_name, reason)
     start = (
         f"growing a {options.algorithm} tree on {reporting.rows(sum(data.class_weights))} rows"
         f" ({plan})"
     )
-    with collector_paused(), reporting.phase("grow", start, plan=data.engine.plan) as phase:
+    with collector_paused(), reporting.phase("grow", start, plan=plan_name) as phase:
         root, stats = _grow(strategy, progress)
         leaves = sum(1 for _ in root.leaves())
         phase.done(
@@ -342,7 +375,7 @@ def _choose(
 ) -> dict[int, Any]:
     """Score the level's splits and let the strategy choose one per splittable node."""
     by_node: dict[int, list[dict[str, Any]]] = {}
-    for row in strategy.data.engine.execute(strategy.build_scores(hist, features)):
+    for row in strategy.score_rows(hist, features):
         by_node.setdefault(int(row[0]), []).append(
             dict(zip(strategy.score_columns, row, strict=True))
         )
@@ -357,15 +390,16 @@ def _choose(
 
 def _grow(strategy: Strategy, progress: Progress | None) -> tuple[Node, GrowStats]:
     engine = strategy.data.engine
-    stats = GrowStats(plan=engine.plan)
+    stats = GrowStats(plan=strategy.plan_name or engine.plan)
     start_all = time.perf_counter()
     prior = strategy.prior()
     root = Node(counts=[0.0] * len(strategy.data.classes), proba=prior, node_id=0)
     frontier: dict[int, Pending] = {0: Pending(root, 0, frozenset(), prior)}
     grower = _LevelGrower(strategy)
     queries_before = engine.stats.queries
-    level: exp.Table | None = engine.materialize("level", strategy.build_level0())
-    stats.scans += engine.plan == TABLES  # the select plan reads the source in every statement
+    level: exp.Table | None = strategy.materialize_level0()
+    # the select plan reads the source in every statement; the memory plan reads it once here
+    stats.scans += engine.plan == TABLES or strategy.plan_name is not None
     depth = 0
     try:
         while frontier:
@@ -373,7 +407,7 @@ def _grow(strategy: Strategy, progress: Progress | None) -> tuple[Node, GrowStat
             start = time.perf_counter()
             queries_at_start, scans_at_start = engine.stats.queries, engine.stats.scans
             splits, next_frontier, new_level, scans = grower.grow_level(level, frontier, depth)
-            if engine.plan != TABLES:
+            if engine.plan != TABLES or strategy.plan_name:
                 scans = engine.stats.scans - scans_at_start
             level_stats = LevelStats(
                 depth=depth,
@@ -389,11 +423,12 @@ def _grow(strategy: Strategy, progress: Progress | None) -> tuple[Node, GrowStat
             frontier = next_frontier
             level = new_level
             depth += 1
-            gc.collect(1)
+            if strategy.plan_name is None:  # no query expressions to free on the memory plan
+                gc.collect(1)
         root = strategy.finish(root)
     finally:
         if level is not None and frontier:
-            engine.drop(level)
+            strategy.drop(level)
         strategy.close(engine)
     stats.queries = engine.stats.queries - queries_before
     stats.seconds = time.perf_counter() - start_all
@@ -421,9 +456,7 @@ class _LevelGrower:
         next level table (None when no row goes on) and the full scans made. Drops ``level``."""
         strategy, engine = self.strategy, self.engine
         features = strategy.data.features if self.can_grow(depth) else []
-        hist = engine.materialize(
-            "hist", strategy.build_histogram(level, features, len(frontier))
-        )
+        hist = strategy.materialize_histogram(level, features, len(frontier))
         scans = 1
         strategy.on_histogram(engine, hist, depth)
         for node_id, counts in strategy.read_counts(engine, hist).items():
@@ -443,13 +476,11 @@ class _LevelGrower:
             plans = strategy.plan(engine, hist, choices, frontier)
             next_frontier, tests, routes = self.branch_out(plans, frontier, depth + 1)
             if routes:
-                partition = strategy.build_partition(level, strategy.data.features, tests, routes)
-                if self.clustering.wants(engine, len(next_frontier)):
-                    partition = q.ordered_by_node(partition)
-                new_level = engine.materialize("level", partition)
+                ordered = self.clustering.wants(engine, len(next_frontier))
+                new_level = strategy.materialize_partition(level, tests, routes, ordered)
                 scans += 1
-        engine.drop(hist)
-        engine.drop(level)
+        strategy.drop(hist)
+        strategy.drop(level)
         return len(choices), next_frontier, new_level, scans
 
     def branch_out(

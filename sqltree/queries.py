@@ -588,9 +588,9 @@ def build_keyed_counts(
     keyed = (
         exp.select(col("node", "l"), col("w", "l"), col("y", "l"), alias(value, "v"),
                    alias(col("thr", "n"), "thr"))
-        .from_(alias(level.copy(), "l"))
+        .from_(alias(level.copy(), "l"), copy=False)
         .join(n_table, on=exp.EQ(this=col("node", "l"), expression=col("node", "n")),
-              join_type="left")
+              join_type="left", copy=False)
     )
     classes = class_columns(n_classes)
     unit: exp.Expression = num(2.0**bits) if bits is not None else col("unit", "sc")
@@ -600,22 +600,25 @@ def build_keyed_counts(
         for name, weight in zip(classes, per_class(n_classes, fixed, num(0)), strict=True)
     ]
     grouped = exp.select(col("node"), alias(key, "key"), *sums).from_(
-        alias(exp.Subquery(this=keyed), "k")
-    ).group_by(col("node"), key.copy())
+        alias(exp.Subquery(this=keyed), "k"), copy=False
+    ).group_by(col("node"), key.copy(), copy=False)
     scale = unit.copy()
     if bits is None:
         scale = col("unit", "g")
-        grouped = grouped.select(col("unit", "sc")).join(
-            alias(exp.Subquery(this=_fixed_point_unit(level)), "sc"), join_type="cross"
-        ).group_by(col("unit", "sc"))
+        # copy=False: sqlglot's builders copy the whole query at each call otherwise (most
+        # of the time of building this statement, which pruning runs a few times per level)
+        grouped = grouped.select(col("unit", "sc"), copy=False).join(
+            alias(exp.Subquery(this=_fixed_point_unit(level)), "sc"), join_type="cross",
+            copy=False,
+        ).group_by(col("unit", "sc"), copy=False)
     return (
         exp.select(
             col("node"),
             col("key"),
             *[alias(paren(as_double(col(c)) / scale.copy()), c) for c in classes],
         )
-        .from_(alias(exp.Subquery(this=grouped), "g"))
-        .order_by(col("node"), col("key"))
+        .from_(alias(exp.Subquery(this=grouped), "g"), copy=False)
+        .order_by(col("node"), col("key"), copy=False)
     )
 
 
@@ -674,23 +677,27 @@ def build_partition(
         *[col(f.column, "l") for f in features],
         alias(value, "v"),
         alias(col("thr", "n"), "thr"),
-    ).from_(alias(level.copy(), "l")).join(
-        n_table, on=exp.EQ(this=col("node", "l"), expression=col("node", "n"))
+    ).from_(alias(level.copy(), "l"), copy=False).join(
+        n_table, on=exp.EQ(this=col("node", "l"), expression=col("node", "n")), copy=False
     )
+    # copy=False: the builders would copy the whole query, ``level`` included, at each call
+    # (pruning passes a chain of levels' partitions as ``level``)
     keyed2 = exp.select("*", alias(key, "key")).from_(
-        alias(exp.Subquery(this=keyed), "k")
+        alias(exp.Subquery(this=keyed), "k"), copy=False
     )
     return exp.select(
         alias(exp.cast(col("child", "r"), "INT"), "node"),
         alias(col("w", "x") * col("factor", "r"), "w"),
         col("y", "x"),
         *[col(f.column, "x") for f in features],
-    ).from_(alias(exp.Subquery(this=keyed2), "x")).join(
+    ).from_(alias(exp.Subquery(this=keyed2), "x"), copy=False).join(
         r_table,
         on=exp.and_(
             exp.EQ(this=col("node", "x"), expression=col("node", "r")),
             exp.EQ(this=col("key", "x"), expression=col("key", "r")),
+            copy=False,
         ),
+        copy=False,
     )
 
 

@@ -319,7 +319,9 @@ def _grouped_and_ungrouped(frame, monkeypatch, module, **options):
     for dense in (float("inf"), 0.0):
         monkeypatch.setattr(module, "DENSE_VALUES", dense)
         seen.clear()
-        trees.append(sqltree.train(frame, target="label", max_depth=6, **options).text())
+        # the SQL plan's histograms (a small DataFrame grows in memory by default)
+        trees.append(sqltree.train(frame, target="label", max_depth=6, plan="tables",
+                                   **options).text())
     return trees, seen
 
 
@@ -346,9 +348,10 @@ def test_ungrouped_cart_histograms_grow_the_grouped_tree(frame, monkeypatch, opt
 
 @pytest.mark.parametrize("algorithm", ["c4.5", "cart"])
 def test_ordered_scan_grows_the_windowed_tree(frame, monkeypatch, algorithm):
-    ordered = sqltree.train(frame, target="label", max_depth=6, algorithm=algorithm)
+    options = {"target": "label", "max_depth": 6, "algorithm": algorithm, "plan": "tables"}
+    ordered = sqltree.train(frame, **options)
     monkeypatch.setattr(DuckDBEngine, "SUPPORTS_ORDERED_SCAN", False)
-    windowed = sqltree.train(frame, target="label", max_depth=6, algorithm=algorithm)
+    windowed = sqltree.train(frame, **options)
     assert ordered.text() == windowed.text()
 
 

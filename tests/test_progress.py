@@ -69,7 +69,11 @@ def test_training_reports_reading_growth_and_pruning(engine_factory):
     (grown,) = [e for e in heard if e.phase == "grow" and e.kind == "end"]
     assert grown.details["leaves"] >= model.n_leaves and not grown.failed
 
-    rounds = [e for e in heard if e.phase == "prune" and e.kind == "step"]
+    steps = [e for e in heard if e.phase == "prune" and e.kind == "step"]
+    collapsed, rounds = steps[0], steps[1:]
+    assert collapsed.message.startswith(
+        f"collapsed {model.stats['pruning']['collapsed']} subtrees that fix no training error: "
+    )
     assert rounds and rounds[0].message.startswith("pruning round 1: ")
     assert sum(e.details["pruned"] for e in rounds) == model.stats["pruning"]["pruned"]
     assert heard[-1].message.startswith(

@@ -496,3 +496,42 @@ def test_pruning_is_the_same_on_every_engine(
     got_stats = prune_reduced_error(got, data, validation)
     assert got_stats.pruned == want_stats.pruned > 0
     _same(got.to_dict(), want.to_dict())
+
+
+# -- the recount's plan ------------------------------------------------------------------------
+def noisy_frame(rows: int = 300, seed: int = 2) -> pd.DataFrame:
+    """Random rows with a deep grown tree: two continuous and two nominal features, a label
+    that depends on them with noise, and unknown values in every feature."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(rows, 2)).round(2)
+    a = rng.choice(["p", "q", "r", "s"], size=rows)
+    b = rng.choice(["u", "v", "w"], size=rows)
+    signal = x[:, 0] + (a == "q") - x[:, 1] * (b == "w")
+    y = np.where(rng.random(rows) < 0.25, rng.choice(["k", "l", "m"], size=rows),
+                 np.where(signal > 0.5, "k", np.where(signal > -0.5, "l", "m")))
+    frame = pd.DataFrame({"x0": x[:, 0], "x1": x[:, 1], "a": a, "b": b, "y": y})
+    for column in ("x0", "x1", "a", "b"):
+        frame.loc[rng.random(rows) < 0.05, column] = None
+    return frame
+
+
+def test_recount_above_the_structures_in_one_statement_changes_nothing(monkeypatch) -> None:
+    """On DuckDB the levels above the raised structures run as one statement; stored level by
+    level (PostgreSQL, Spark), the same tree, with the counts of a Python routing of every
+    row (test_rounds_give_j48s_one_at_a_time_result compares the rounds with J48's order)."""
+    frame = noisy_frame()
+    engine = DuckDBEngine()
+    data = describe(frame, engine, "y")
+    grown, _ = grow(data, GrowOptions())
+    chained, stored = copy.deepcopy(grown), copy.deepcopy(grown)
+    by_chain = prune_c45(chained, data)
+    with monkeypatch.context() as patch:
+        patch.setattr(engine, "VECTORIZED", False)
+        by_level = prune_c45(stored, data)
+    engine.cleanup()
+    assert by_chain.raised > 0 and by_chain.leaves_after < by_chain.leaves_before
+    assert chained.to_dict() == stored.to_dict()
+    assert by_chain.queries < by_level.queries
+    assert_counts_exact(chained, frame, "y", data.classes)

@@ -51,6 +51,7 @@ class DuckDBEngine(Engine):
         *,
         threads: int | None = None,
         memory_limit: str | None = None,
+        private: bool = False,
     ) -> None:
         if threads is not None and (
             isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
@@ -63,6 +64,9 @@ class DuckDBEngine(Engine):
         self.connection = connection if connection is not None else duckdb.connect()
         self.threads = threads
         self.memory_limit = memory_limit
+        self.private = private
+        """The connection came from ``private_connection``: sqltree's settings are in force
+        for good, so they are not read again (two statements a fit)."""
         # Begun at once, so that the engine's settings are in force as soon as it exists.
         self.begin()
 
@@ -82,6 +86,8 @@ class DuckDBEngine(Engine):
         return connection
 
     def _apply_settings(self) -> None:
+        if self.private and self.threads is None and self.memory_limit is None:
+            return
         if self.threads is not None:
             self._set("threads", int(self.threads))
         if self.memory_limit is not None:

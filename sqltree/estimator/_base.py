@@ -58,7 +58,7 @@ _connections = _Connections()
 
 def fit_engine() -> DuckDBEngine:
     """The engine an estimator trains with: DuckDB on this thread's private database."""
-    return DuckDBEngine(_connections.get())
+    return DuckDBEngine(_connections.get(), private=True)
 
 
 class TrainingData:

@@ -18,7 +18,6 @@ from ..tree import Node
 from .c45 import (
     METHODS,
     PruneStats,
-    _Router,
     add_errs,
     collapse,
     count_leaves,
@@ -27,8 +26,6 @@ from .c45 import (
     prune_c45,
     prune_pessimistic,
     prune_reduced_error,
-    recount_raised,
-    route_counts,
 )
 from .cost_complexity import (
     best_first_numbering,
@@ -38,6 +35,7 @@ from .cost_complexity import (
     prune_ccp,
     prune_cost_complexity,
 )
+from .recount import _Router, recount_raised, route_counts
 
 
 def prune(

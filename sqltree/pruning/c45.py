@@ -12,7 +12,7 @@ validation rows at every node, counted the same way over the validation source.
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import math
 import time
 from collections.abc import Sequence
@@ -20,13 +20,11 @@ from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any
 
-from sqlglot import exp
-
 from .. import progress as reporting
-from .. import queries as q
 from ..criteria import J48_SMALL
-from ..dataset import Dataset, resolve_relation
-from ..tree import CONTINUOUS, Node, normalise
+from ..dataset import Dataset
+from ..tree import Node
+from .recount import _apply_counts, _Router, recount_raised, route_counts
 
 __all__ = [
     "PruneStats",
@@ -75,12 +73,19 @@ def add_errs(n: float, e: float, cf: float = 0.25) -> float:
         return base + e * (add_errs(n, 1, cf) - base)
     if e + 0.5 >= n:
         return max(n - e, 0.0)
-    z = NormalDist().inv_cdf(1 - cf)
+    z = _z(cf)
     f = (e + 0.5) / n
     r = (f + z * z / (2 * n) + z * math.sqrt(f / n - f * f / n + z * z / (4 * n * n))) / (
         1 + z * z / n
     )
     return r * n - e
+
+
+@functools.lru_cache(maxsize=8)
+def _z(cf: float) -> float:
+    """The normal quantile of ``1 - cf`` (once per confidence: a grown tree has a million
+    leaves to estimate)."""
+    return NormalDist().inv_cdf(1 - cf)
 
 
 def _incorrect(counts: Sequence[float]) -> float:
@@ -149,7 +154,16 @@ def _leaf(node: Node) -> None:
 
 
 def count_leaves(root: Node) -> int:
-    return sum(1 for _ in root.leaves())
+    """Leaves of the tree (a plain loop: grown trees have hundreds of thousands)."""
+    n = 0
+    stack = [root]
+    while stack:
+        children = stack.pop().children
+        if children:
+            stack.extend(children)
+        else:
+            n += 1
+    return n
 
 
 # -- collapse ----------------------------------------------------------------------------------
@@ -169,241 +183,6 @@ def collapse(root: Node) -> int:
         return sum(visit(child) for child in node.children)
 
     return visit(root)
-
-
-# -- routing rows through a (sub)tree in SQL ---------------------------------------------------
-class _Router:
-    """Where the training (or validation) rows are, encoded as in the grower's level tables.
-
-    ``materialize``: store the encoded rows in a temporary table on first use (pruning may
-    route them many times), or read them inline from the source (a single statement).
-    """
-
-    def __init__(self, data: Dataset, materialize: bool = True) -> None:
-        self.data = data
-        self.materialize = materialize
-        self.queries = 0
-        self._table: exp.Table | None = None
-
-    @classmethod
-    def open(cls, data: Dataset, source: Any = None, materialize: bool = True) -> _Router:
-        if source is not None:
-            relation = resolve_relation(source, data.engine)
-            data = dataclasses.replace(data, relation=relation)
-        return cls(data, materialize)
-
-    @property
-    def rows(self) -> exp.Expression:
-        if not self.materialize:
-            return q.build_level0(self.data).subquery("encoded")
-        if self._table is None:
-            self._table = self.data.engine.materialize("prune_rows", q.build_level0(self.data))
-        return self._table
-
-    def close(self) -> None:
-        if self._table is not None:
-            self.data.engine.drop(self._table)
-            self._table = None
-
-
-def route_counts(
-    router: _Router,
-    path: Sequence[tuple[Node, int]],
-    structure: Node,
-    *,
-    recompute_shares: bool = True,
-) -> dict[int, list[float]]:
-    """Class weights at every node of ``structure`` when the rows at the end of ``path`` enter
-    it, keyed by ``id()`` of each node that weight reached.
-
-    ``path`` lists (ancestor, branch) from the root to the place where ``structure`` is (or
-    would be) attached; the rows there carry their fractional weights. Inside ``structure``
-    a row whose value is unknown at a test goes down every branch with the branch's share of
-    the known weight: recomputed from the rows that reach the test (``recompute_shares``, as
-    C4.5 does when it raises a subtree), or the shares stored in the tree (scoring rows that
-    trained nothing, such as validation rows). See :func:`recount_raised`.
-    """
-    return recount_raised(router, [(path, structure)], recompute_shares=recompute_shares)
-
-
-@dataclass
-class _Position:
-    """A place in the tree that rows are routed to while recounting raised branches.
-
-    ``node`` is the tree node whose test routes the rows on (or a leaf); inside a raised
-    branch (``raised``) unknown values are spread by shares recomputed from the rows that
-    reach the test, as J48 does when it raises a subtree, and class weights are counted;
-    on the path down to a branch the tree's stored shares apply.
-    """
-
-    node: Node
-    raised: bool
-    children: dict[int, _Position] = dataclasses.field(default_factory=dict)
-
-
-def _positions(entries: Sequence[tuple[Sequence[tuple[Node, int]], Node]]) -> _Position:
-    """The routing tree: every entry's path from the root, ending in its raised structure."""
-
-    def raised(node: Node) -> _Position:
-        return _Position(node, True, {b: raised(c) for b, c in enumerate(node.children)})
-
-    root: _Position | None = None
-    for path, structure in entries:
-        if not path:
-            return raised(structure)  # raising at the root: the only entry of its round
-        if root is None:
-            root = _Position(path[0][0], False)
-        at = root
-        for depth, (ancestor, branch) in enumerate(path):
-            assert at.node is ancestor and not at.raised
-            if depth + 1 < len(path):
-                at = at.children.setdefault(branch, _Position(path[depth + 1][0], False))
-            else:
-                at.children[branch] = raised(structure)
-    assert root is not None
-    return root
-
-
-def recount_raised(
-    router: _Router,
-    entries: Sequence[tuple[Sequence[tuple[Node, int]], Node]],
-    *,
-    recompute_shares: bool = True,
-) -> dict[int, list[float]]:
-    """Class weights at every node of each structure receiving the rows at its path's end.
-
-    :func:`route_counts` for several (path, structure) pairs at once; the structures must be
-    distinct subtrees (no node in two of them). Level by level like the grower, the rows move
-    down the tree through loaded tests and routes tables (``queries.build_partition``), and
-    one grouped count per level gives the structures' class weights and the known weight of
-    each branch, from which the next level's shares come. Each statement stays small
-    whatever the tree's size, and rows are read once per level, not once per entry. A
-    nominal value that no branch lists is unknown at that test. Keyed by ``id()`` of the
-    structures' nodes that weight reached.
-    """
-    data = router.data
-    engine = data.engine
-    k = len(data.classes)
-    features = {f.name: f for f in data.features}
-    counts: dict[int, list[float]] = {}
-    frontier = {0: _positions(entries)}
-    level = router.rows
-    owned: list[exp.Table] = []
-    next_id = 1
-    try:
-        while frontier:
-            tests = []
-            for local, at in sorted(frontier.items()):
-                if at.children:
-                    split = at.node.split
-                    assert split is not None
-                    f = features[split.feature]
-                    tests.append((local, f.index, split.threshold))
-            tests_table = engine.load_rows(
-                "tests", [c for c, _ in q.TESTS_COLUMNS], [t for _, t in q.TESTS_COLUMNS], tests
-            )
-            owned.append(tests_table)
-            keyed: dict[int, dict[int, list[float]]] = {}
-            query = q.build_keyed_counts(level, data.features, tests_table, k)
-            for node, key, *weights in engine.execute(query):
-                keyed.setdefault(int(node), {})[int(key)] = [float(w or 0.0) for w in weights]
-            router.queries += 1
-            routes: list[tuple[int, int, int, float]] = []
-            below: dict[int, _Position] = {}
-            for local, at in sorted(frontier.items()):
-                by_key = keyed.get(local, {})
-                if at.raised:
-                    counts[id(at.node)] = [
-                        sum(w[c] for w in by_key.values()) for c in range(k)
-                    ]
-                if not at.children:
-                    continue
-                feature = features[at.node.split.feature]
-                keys_of_branch = _keys_of_branches(at.node, feature)
-                known = [
-                    sum(sum(by_key.get(key, [0.0])) for key in keys) for keys in keys_of_branch
-                ]
-                recompute = recompute_shares and at.raised
-                unknown_keys = [q.UNKNOWN_KEY, *_unlisted_codes(feature, keys_of_branch)]
-                for branch, child in sorted(at.children.items()):
-                    below[next_id] = child
-                    for key in keys_of_branch[branch]:
-                        routes.append((local, key, next_id, 1.0))
-                    factor = _unknown_share(at.node, branch, known, recompute)
-                    if factor > (SMALL if recompute else 0.0):
-                        routes += [(local, key, next_id, factor) for key in unknown_keys]
-                    next_id += 1
-            if not routes:
-                break
-            routes_table = engine.load_rows(
-                "routes", [c for c, _ in q.ROUTES_COLUMNS], [t for _, t in q.ROUTES_COLUMNS],
-                routes,
-            )
-            owned.append(routes_table)
-            level = engine.materialize(
-                "raise", q.build_partition(level, data.features, tests_table, routes_table)
-            )
-            owned.append(level)
-            router.queries += 1
-            frontier = below
-    finally:
-        for table in owned:
-            engine.drop(table)
-    return counts
-
-
-def _keys_of_branches(node: Node, feature: Any) -> list[list[int]]:
-    """Partition keys (``queries.build_partition``) that each branch of ``node``'s test takes."""
-    split = node.split
-    assert split is not None
-    if split.kind == CONTINUOUS:
-        return [[0], [1]]
-    assert split.groups is not None
-    code = {v: i for i, v in enumerate(feature.values)}
-    return [[code[v] for v in group if v in code] for group in split.groups]
-
-
-def _unlisted_codes(feature: Any, keys_of_branch: list[list[int]]) -> list[int]:
-    """Codes of a nominal feature's values that no branch of a test lists."""
-    if feature.kind == CONTINUOUS:
-        return []
-    listed = {key for keys in keys_of_branch for key in keys}
-    return [code for code in range(len(feature.values)) if code not in listed]
-
-
-def _unknown_share(node: Node, branch: int, known: list[float], recompute: bool) -> float:
-    """The fraction of a row with an unknown value that ``branch`` of ``node``'s test receives:
-    from the known weight of each branch (``recompute``), or the share stored in the tree."""
-    if node.unknown_branch is not None:
-        return 1.0 if branch == node.unknown_branch else 0.0
-    if recompute:
-        total = sum(known)
-        return known[branch] / total if total > 0 else 1.0 / len(node.children)
-    return float(node.shares[branch]) if node.shares else 1.0 / len(node.children)
-
-
-def _apply_counts(structure: Node, counts: dict[int, list[float]], parent_proba: list[float]
-                  ) -> None:
-    """Store recounted class weights in ``structure``'s nodes; shares follow the new weights."""
-    k = len(structure.counts)
-
-    def visit(node: Node, fallback: list[float]) -> None:
-        node.counts = counts.get(id(node), [0.0] * k)
-        node.proba = normalise(node.counts, fallback)
-        if node.is_leaf:
-            return
-        for child in node.children:
-            visit(child, node.proba)
-        total = node.weight
-        n = len(node.children)
-        # A branch's share of a node's rows equals its share of the known weight (unknown
-        # rows were spread in that proportion), or uniform when no known weight arrived.
-        # (Nodes with an unknown_branch route by it; their shares are then approximate.)
-        known = [c.weight for c in node.children]
-        s = sum(known)
-        node.shares = [w / s for w in known] if s > SMALL and total > SMALL else [1.0 / n] * n
-
-    visit(structure, parent_proba)
 
 
 # -- C4.5 error-based pruning ------------------------------------------------------------------
@@ -442,7 +221,16 @@ def prune_c45(
     """
     stats = PruneStats("c4.5", leaves_before=count_leaves(root))
     if collapse_first:
+        started = time.perf_counter()
         stats.collapsed = collapse(root)
+        if stats.collapsed:  # a walk over every node of the grown tree: seconds at 1M rows
+            reporting.step(
+                "prune",
+                f"collapsed {reporting.count(stats.collapsed, 'subtree')} that fix no "
+                f"training error: {count_leaves(root):,} leaves, "
+                f"{time.perf_counter() - started:.2f} s",
+                collapsed=stats.collapsed,
+            )
     router = None
     if subtree_raising and not root.is_leaf:
         if data is None:
@@ -538,24 +326,15 @@ def _prune_c45_rounds(
 
     The nodes of a round head disjoint subtrees, and a decision changes only the subtree of
     its node (a raise recounts it; its ancestors' counts and shares stay the same), so each
-    node sees exactly the tree J48's one-at-a-time visit shows it.
+    node sees exactly the tree J48's one-at-a-time visit shows it. A node's children are all
+    final once every internal one has been decided, whatever the decision, so round ``r``
+    holds the nodes of height ``r``, known before the first round; and the ancestors of an
+    undecided node are undecided, so its path is the one the tree had then.
     """
-    done: set[int] = set()
-
-    def ready(node: Node, path: list[tuple[Node, int]], out: list) -> bool:
-        """Collect undecided nodes whose children are final; True when ``node`` is final."""
-        if node.is_leaf or id(node) in done:
-            return True
-        final = True
-        for i, child in enumerate(node.children):
-            final = ready(child, [*path, (node, i)], out) and final
-        if final:
-            out.append((node, path))
-        return False
-
-    rounds = 0
-    while not ready(root, [], round_ := []):
+    rounds, parents = _by_height(root)
+    for number, nodes in enumerate(rounds, 1):
         started, before = time.perf_counter(), (stats.pruned, stats.raised)
+        round_ = [(node, _path(node, parents)) for node in nodes]
         entries = [
             (path, node.children[_max_bag(node)])
             for node, path in round_
@@ -568,9 +347,44 @@ def _prune_c45_rounds(
             if not branch.is_leaf:
                 own = {id(n): raised[id(n)] for n in branch.walk() if id(n) in raised}
             _decide(node, path, estimates, router, stats, own)
-            done.add(id(node))
-        rounds += 1
-        _report_round(rounds, len(round_), stats, before, time.perf_counter() - started)
+        _report_round(number, len(round_), stats, before, time.perf_counter() - started)
+
+
+def _by_height(root: Node) -> tuple[list[list[Node]], dict[int, tuple[Node, int]]]:
+    """The internal nodes by height (a node whose children are leaves has height 1), and the
+    parent and branch of every internal node but the root, in one walk."""
+    parents: dict[int, tuple[Node, int]] = {}
+    order: list[Node] = []
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.is_leaf:
+            continue
+        order.append(node)
+        for i, child in enumerate(node.children):
+            if not child.is_leaf:
+                parents[id(child)] = (node, i)
+                stack.append(child)
+    height: dict[int, int] = {}
+    rounds: list[list[Node]] = []
+    for node in reversed(order):  # every child before its parent
+        h = 1 + max((height.get(id(c), 0) for c in node.children), default=0)
+        height[id(node)] = h
+        if h > len(rounds):
+            rounds.append([])
+        rounds[h - 1].append(node)
+    return rounds, parents
+
+
+def _path(node: Node, parents: dict[int, tuple[Node, int]]) -> list[tuple[Node, int]]:
+    """(ancestor, branch) pairs from the root down to ``node``."""
+    path = []
+    at = parents.get(id(node))
+    while at is not None:
+        path.append(at)
+        at = parents.get(id(at[0]))
+    path.reverse()
+    return path
 
 
 def _report_round(

@@ -113,13 +113,15 @@ class RegressionStrategy(CARTStrategy):
         return q.build_histogram(level, features, q.MOMENTS, counts=True, moments=moments)
 
     def read_counts(self, engine: Any, hist: exp.Table) -> dict[int, list[float]]:
-        """Each node's weight as its one count; its impurity and mean kept aside."""
+        return self.take_counts(engine.execute(q.build_node_counts(hist, q.MOMENTS, counts=True)))
+
+    def take_counts(self, rows: Any) -> dict[int, list[float]]:
+        """Each node's weight as its one count, from rows ``(node, n, w, w*y, c2)``; its
+        impurity and mean kept aside."""
         impurity = half_poisson_deviance if self.poisson else variance
         assert self.centre is not None
         out: dict[int, list[float]] = {}
-        for node_id, n, w, s1, s2 in engine.execute(
-            q.build_node_counts(hist, q.MOMENTS, counts=True)
-        ):
+        for node_id, n, w, s1, s2 in rows:
             w, s1, s2 = float(w), float(s1), float(s2)
             out[int(node_id)] = [w]
             info = self.info.setdefault(int(node_id), NodeInfo())

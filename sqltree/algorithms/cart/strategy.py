@@ -162,9 +162,13 @@ class CARTStrategy(Strategy):
         )
 
     def read_counts(self, engine: Any, hist: exp.Table) -> dict[int, list[float]]:
-        rows = engine.execute(
-            q.build_node_counts(hist, self.n_classes, self.hist_bits, counts=True)
+        return self.take_counts(
+            engine.execute(q.build_node_counts(hist, self.n_classes, self.hist_bits, counts=True))
         )
+
+    def take_counts(self, rows: Any) -> dict[int, list[float]]:
+        """Each node's class counts from rows ``(node, n, count per class...)``; its row count
+        and impurity kept aside, and at the root the options resolved against the data."""
         out: dict[int, list[float]] = {}
         for node_id, n, *counts in rows:
             counts_f = [float(c) for c in counts]
@@ -276,9 +280,7 @@ class CARTStrategy(Strategy):
         nominal_pairs = [
             (n, c.feature.index) for n, c in choices.items() if c.feature.kind == NOMINAL
         ]
-        ranks = read_nominal_ranks(
-            engine, hist, nominal_pairs, self.n_classes, self.hist_bits, self.nominal_orders
-        )
+        ranks = self.nominal_ranks(engine, hist, nominal_pairs)
         plans: dict[int, Plan] = {}
         for node_id, choice in choices.items():
             row = choice.row
@@ -322,6 +324,15 @@ class CARTStrategy(Strategy):
                 unknown_branch=unknown_branch,
             )
         return plans
+
+    def nominal_ranks(
+        self, engine: Any, hist: Any, pairs: list[tuple[int, int]]
+    ) -> dict[tuple[int, int], list[tuple[int, int, int, int]]]:
+        """Per chosen (node, nominal feature): its values' (code, rank by code, order, rank in
+        the order), which name the values a nominal candidate sends left (``left_codes``)."""
+        return read_nominal_ranks(
+            engine, hist, pairs, self.n_classes, self.hist_bits, self.nominal_orders
+        )
 
     def finish(self, root: Node) -> Node:
         """Keep on every node what scikit-learn's tree arrays hold (row count, impurity) and on

@@ -1,0 +1,342 @@
+"""CART's scoring query (``cart.scores.build_cart_scores``) computed in numpy.
+
+The same candidates, the same double arithmetic in the same order, and the same choice per
+(node, feature): continuous cuts between adjacent values more than ``FEATURE_THRESHOLD``
+apart, nominal values ordered by class proportion (or mean target) and cut, every two-way
+partition of at most ``EXACT_SUBSETS_MAX`` values for more than two classes, all known values
+left; each with the unknown rows right and, where there are some, left; the leaf rules; the
+impurity decrease; the best candidate per (node, feature), first in ``TIE_ORDER`` among those
+within the tie tolerance, with ``n_near``. Rows come out as the query's (``SCORE_COLUMNS``),
+so the strategy chooses from them exactly as from the engine's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ...dataset import Feature
+from ...tree import CONTINUOUS
+from ..cart.scores import (
+    CONTINUOUS_CUT,
+    FEATURE_THRESHOLD,
+    KNOWN_LEFT,
+    ORDERED_CUT,
+    REGRESSION,
+    SUBSET,
+)
+from ..cart.subsets import EXACT_SUBSETS_MAX, MEAN_ORDER, orders
+from .level import Groups, Histogram, _group, as_weight
+
+LN2 = float(np.log(2.0))
+
+
+@dataclass
+class Segments:
+    """A feature's groups split by node: ``seg`` (each group's segment), ``starts`` (each
+    segment's first group), ``m`` (values per segment)."""
+
+    seg: np.ndarray
+    starts: np.ndarray
+    m: np.ndarray
+
+    @classmethod
+    def of(cls, g: Groups) -> Segments:
+        starts = _group([g.node], len(g.node))
+        seg = np.zeros(len(g.node), dtype=np.int64)
+        seg[starts[1:]] = 1
+        seg = np.cumsum(seg)
+        return cls(seg, starts, np.diff(np.append(starts, len(g.node))))
+
+
+def _running(values: np.ndarray, seg: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Running sums of ``values`` (rows in order) restarting at each segment."""
+    cum = np.cumsum(values, axis=0)
+    before = np.zeros_like(cum[:1]).repeat(len(starts), axis=0)
+    before[1:] = cum[starts[1:] - 1]
+    return cum - before[seg]
+
+
+def _left_sum(columns: np.ndarray) -> np.ndarray:
+    """``(c0 + c1 + ...)`` added left to right, as ``sqlexpr.add_all`` writes it."""
+    out = columns[:, 0].copy()
+    for j in range(1, columns.shape[1]):
+        out = out + columns[:, j]
+    return out
+
+
+def proportion(h: Histogram, g: Groups, o: int) -> np.ndarray:
+    """Each group's proportion of class ``o`` (its mean target for ``MEAN_ORDER``), 0 where
+    its weight is not positive (``subsets._proportion``)."""
+    if o == MEAN_ORDER:
+        num, den = g.sums[:, 1], g.sums[:, 0]
+    else:
+        num = as_weight(g.sums[:, o], h.bits)
+        den = as_weight(g.sums.sum(axis=1), h.bits) if h.bits is not None else _left_sum(g.sums)
+    out = np.zeros(len(num))
+    positive = den > 0
+    out[positive] = num[positive] / den[positive]
+    return out
+
+
+def in_order(h: Histogram, g: Groups, s: Segments, o: int) -> np.ndarray:
+    """The groups sorted by segment, then proportion of ``o``, then value code."""
+    return np.lexsort((g.v, proportion(h, g, o), s.seg))
+
+
+@dataclass
+class Candidates:
+    """Every candidate of a level, column by column (``CANDIDATE_COLUMNS`` before the unknown
+    sides), with the known totals of its (node, feature): ``kn``, ``k``."""
+
+    node: list[np.ndarray]
+    attr: list[np.ndarray]
+    kind: list[np.ndarray]
+    o: list[np.ndarray]
+    cut: list[np.ndarray]
+    thr: list[np.ndarray]
+    nxt: list[np.ndarray]
+    ln: list[np.ndarray]
+    l: list[np.ndarray]  # noqa: E741
+    kn: list[np.ndarray]
+    k: list[np.ndarray]
+
+    @classmethod
+    def empty(cls) -> Candidates:
+        return cls(*[[] for _ in range(11)])
+
+    def add(self, *, node: np.ndarray, attr: int, kind: int, ln: np.ndarray, l: np.ndarray,  # noqa: E741
+            kn: np.ndarray, k: np.ndarray, o: Any = -1, cut: Any = 0, thr: Any = np.nan,
+            nxt: Any = np.nan) -> None:
+        size = len(node)
+        self.node.append(node)
+        self.attr.append(np.full(size, attr, dtype=np.int64))
+        self.kind.append(np.full(size, kind, dtype=np.int64))
+        for name, value in (("o", o), ("cut", cut), ("thr", thr), ("nxt", nxt)):
+            getattr(self, name).append(np.broadcast_to(value, (size,)))
+        self.ln.append(ln)
+        self.l.append(l)
+        self.kn.append(kn)
+        self.k.append(k)
+
+
+def collect(h: Histogram, features: Sequence[Feature], criterion: str) -> Candidates:
+    """Every candidate of every node and feature of the histogram's level."""
+    out = Candidates.empty()
+    regression = criterion in REGRESSION
+    for f in features:
+        g = h.groups(f)
+        if len(g.node) == 0:
+            continue
+        s = Segments.of(g)
+        kn = np.add.reduceat(g.n, s.starts)
+        k_sums = np.add.reduceat(g.sums, s.starts, axis=0)
+        k_w = as_weight(k_sums, h.bits)
+        seg_node = g.node[s.starts]
+        if f.kind == CONTINUOUS:
+            _continuous(out, h, g, s, f.index, kn, k_w)
+        else:
+            _nominal(out, h, g, s, f.index, kn, k_w, regression)
+        out.add(node=seg_node, attr=f.index, kind=KNOWN_LEFT, ln=kn.astype(np.float64),
+                l=k_w, kn=kn, k=k_w)
+    return out
+
+
+def _continuous(out: Candidates, h: Histogram, g: Groups, s: Segments, attr: int,
+                kn: np.ndarray, k_w: np.ndarray) -> None:
+    run_n = _running(g.n, s.seg, s.starts)
+    run_s = as_weight(_running(g.sums, s.seg, s.starts), h.bits)
+    nxt = np.append(g.v[1:], np.nan)
+    same = np.append(s.seg[1:] == s.seg[:-1], False)
+    with np.errstate(invalid="ignore"):
+        cut = np.flatnonzero(same & (nxt > g.v + FEATURE_THRESHOLD))
+    seg = s.seg[cut]
+    out.add(node=g.node[cut], attr=attr, kind=CONTINUOUS_CUT, ln=run_n[cut].astype(np.float64),
+            l=run_s[cut], kn=kn[seg], k=k_w[seg], thr=g.v[cut], nxt=nxt[cut])
+
+
+def _nominal(out: Candidates, h: Histogram, g: Groups, s: Segments, attr: int,
+             kn: np.ndarray, k_w: np.ndarray, regression: bool) -> None:
+    if regression:
+        by, scanned = [MEAN_ORDER], np.ones(len(s.m), dtype=bool)
+    elif h.n_classes == 2:
+        by, scanned = orders(2), np.ones(len(s.m), dtype=bool)
+    else:
+        by, scanned = orders(h.n_classes), s.m > EXACT_SUBSETS_MAX
+    for o in by:
+        order = in_order(h, g, s, o)
+        seg = s.seg[order]
+        rank = np.arange(len(order)) - s.starts[seg] + 1
+        run_n = _running(g.n[order], seg, s.starts)
+        run_s = as_weight(_running(g.sums[order], seg, s.starts), h.bits)
+        cut = np.flatnonzero(scanned[seg] & (rank < s.m[seg]))
+        out.add(node=g.node[order][cut], attr=attr, kind=ORDERED_CUT, ln=run_n[cut].astype(
+            np.float64), l=run_s[cut], kn=kn[seg[cut]], k=k_w[seg[cut]], o=o, cut=rank[cut])
+    if regression or h.n_classes == 2:
+        return
+    for i in np.flatnonzero((s.m <= EXACT_SUBSETS_MAX) & (s.m >= 2)):
+        first, m = s.starts[i], int(s.m[i])
+        masks = np.arange(1, 1 << (m - 1), dtype=np.int64)
+        bits = (masks[:, None] >> np.arange(m)[None, :]) & 1
+        rows = slice(first, first + m)
+        ln = bits @ g.n[rows]
+        sums = bits.astype(g.sums.dtype) @ g.sums[rows]
+        size = len(masks)
+        out.add(node=np.full(size, g.node[first]), attr=attr, kind=SUBSET,
+                ln=ln.astype(np.float64), l=as_weight(sums, h.bits),
+                kn=np.full(size, kn[i]), k=np.repeat(k_w[i : i + 1], size, axis=0), cut=masks)
+
+
+def impurity(c: np.ndarray, w: np.ndarray, criterion: str) -> np.ndarray:
+    """``build_impurity``: Gini or entropy of count columns ``c`` of weight ``w``, 0 for none."""
+    positive = w > 0
+    safe_w = np.where(positive, w, 1.0)
+    if criterion == "gini":
+        squares = c * c
+        value = 1.0 - _left_sum(squares) / (safe_w * safe_w)
+    else:
+        p = c / safe_w[:, None]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            terms = np.where(c > 0, p * (np.log(np.where(c > 0, p, 1.0)) / LN2), 0.0)
+        value = 0.0 - _left_sum(terms)
+    return np.where(positive, value, 0.0)
+
+
+def _variance(c: np.ndarray, w: np.ndarray) -> np.ndarray:
+    mean = c[:, 1] / w
+    value = c[:, 2] / w - mean * mean
+    return np.where(value > 0.0, value, 0.0)
+
+
+@dataclass
+class Rules:
+    """What ``_gains`` compares with: the leaf rules, the criterion and the tie tolerance."""
+
+    criterion: str
+    min_samples_leaf: int
+    min_weight_leaf: float
+    tie_tolerance: float
+
+
+def score(
+    h: Histogram,
+    features: Sequence[Feature],
+    totals: tuple[np.ndarray, np.ndarray, np.ndarray],
+    rules: Rules,
+) -> list[tuple[Any, ...]]:
+    """The scoring query's rows: the best candidate per (node, feature), by node and feature."""
+    c = collect(h, features, rules.criterion)
+    if not c.node:
+        return []
+    cat = {name: np.concatenate(getattr(c, name)) for name in vars(c)}
+    t_node, t_n, t_sums = totals
+    at = np.searchsorted(t_node, cat["node"])
+    tn, t = t_n[at], as_weight(t_sums, h.bits)[at]
+    kn, kind = cat["kn"], cat["kind"]
+    unknown = tn - kn
+    # _unknown_sides: side 0 for every candidate (known-left only with unknown rows), side 1
+    # where some rows are unknown, except for known-left
+    some = unknown > 0
+    side0 = np.flatnonzero((kind != KNOWN_LEFT) | some)
+    side1 = np.flatnonzero((kind != KNOWN_LEFT) & some)
+    idx = np.concatenate([side0, side1])
+    side = np.concatenate([np.zeros(len(side0), dtype=np.int64), np.ones(len(side1), np.int64)])
+    ln, unk = cat["ln"][idx], unknown[idx]
+    n_left = ln + side * unk
+    n_right = tn[idx] - ln - side * unk
+    a = cat["l"][idx] + side[:, None] * (t[idx] - cat["k"][idx])
+    b = t[idx] - a
+    regression = rules.criterion in REGRESSION
+    if regression:
+        wl, wr, wn = a[:, 0], b[:, 0], t[idx][:, 0]
+    else:
+        wl, wr, wn = _left_sum(a), _left_sum(b), _left_sum(t[idx])
+    keep = (
+        (n_left >= rules.min_samples_leaf) & (n_right >= rules.min_samples_leaf)
+        & (wl > 0) & (wr > 0) & (wl >= rules.min_weight_leaf) & (wr >= rules.min_weight_leaf)
+    )
+    k = np.flatnonzero(keep)
+    idx, side, n_left, n_right, a, b = idx[k], side[k], n_left[k], n_right[k], a[k], b[k]
+    wl, wr, wn, unk = wl[k], wr[k], wn[k], unk[k]
+    if regression:
+        imp_l, imp_r = _variance(a, wl), _variance(b, wr)
+        gap = a[:, 1] / wl - b[:, 1] / wr
+        gain = (wl / wn) * (wr / wn) * (gap * gap)
+        after = (wr / wn) * imp_r + (wl / wn) * imp_l
+    else:
+        imp_l = impurity(a, wl, rules.criterion)
+        imp_r = impurity(b, wr, rules.criterion)
+        # a node's impurity is the same on each of its candidates: computed once per node
+        node_imp = impurity(as_weight(t_sums, h.bits), _left_sum(as_weight(t_sums, h.bits)),
+                            rules.criterion)
+        imp_node = node_imp[at[idx]]
+        right_part, left_part = (wr / wn) * imp_r, (wl / wn) * imp_l
+        gain = imp_node - right_part - left_part
+        after = right_part + left_part
+    columns = {
+        "node": cat["node"][idx], "attr": cat["attr"][idx], "kind": kind[idx],
+        "o": cat["o"][idx], "cut": cat["cut"][idx], "threshold": cat["thr"][idx],
+        "next_value": cat["nxt"][idx], "side": side, "n_left": n_left, "w_left": wl,
+        "n_right": n_right, "w_right": wr, "n_unknown": unk, "impurity_left": imp_l,
+        "impurity_right": imp_r, "gain": gain, "impurity_after": after,
+    }
+    return _best_per_feature(columns, rules.tie_tolerance)
+
+
+INTEGER_COLUMNS = ("node", "attr", "kind", "o", "cut", "side", "n_unknown")
+
+
+def _best_per_feature(columns: dict[str, np.ndarray], tolerance: float) -> list[tuple[Any, ...]]:
+    """Per (node, feature): the first candidate in ``TIE_ORDER`` among those within
+    ``tolerance`` of the best gain, and ``n_near``, how many those are."""
+    node, attr, gain = columns["node"], columns["attr"], columns["gain"]
+    if len(node) == 0:
+        return []
+    by_pair = np.lexsort((attr, node))
+    pair_starts = _group([node[by_pair], attr[by_pair]], len(by_pair))
+    best = np.maximum.reduceat(gain[by_pair], pair_starts)
+    pair = np.empty(len(node), dtype=np.int64)
+    pair[by_pair] = np.repeat(np.arange(len(pair_starts)), np.diff(np.append(pair_starts,
+                                                                            len(node))))
+    near = np.flatnonzero(gain >= best[pair] - tolerance)
+    order = near[np.lexsort((columns["cut"][near], columns["o"][near],
+                             columns["threshold"][near], columns["kind"][near],
+                             columns["side"][near], pair[near]))]
+    firsts = _group([pair[order]], len(order))
+    n_near = np.diff(np.append(firsts, len(order)))
+    chosen = order[firsts]
+    out: list[list[Any]] = []
+    for name, values in columns.items():
+        picked = values[chosen]
+        if name in INTEGER_COLUMNS:
+            out.append(picked.astype(np.int64).tolist())
+        else:
+            # NULL where the query has one (a nominal candidate's threshold)
+            out.append([None if v != v else v for v in picked.astype(np.float64).tolist()])
+    out.append(n_near.tolist())
+    return list(zip(*out, strict=True))
+
+
+def nominal_ranks(
+    h: Histogram, features: dict[int, Feature], pairs: Sequence[tuple[int, int]],
+    by: Sequence[int],
+) -> dict[tuple[int, int], list[tuple[int, int, int, int]]]:
+    """``subsets.read_nominal_ranks`` over the histogram: per (node, nominal feature), each
+    value's (code, rank by code, order, rank in that order)."""
+    out: dict[tuple[int, int], list[tuple[int, int, int, int]]] = {}
+    wanted = set(pairs)
+    for attr in sorted({a for _, a in pairs}):
+        g = h.groups(features[attr])
+        s = Segments.of(g)
+        rank_v = np.arange(len(g.node)) - s.starts[s.seg]
+        for o in by:
+            order = in_order(h, g, s, o)
+            rank_o = np.arange(len(order)) - s.starts[s.seg[order]] + 1
+            for i, r in zip(order.tolist(), rank_o.tolist(), strict=True):
+                key = (int(g.node[i]), attr)
+                if key in wanted:
+                    out.setdefault(key, []).append((int(g.v[i]), int(rank_v[i]), o, int(r)))
+    return out

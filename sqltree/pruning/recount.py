@@ -1,0 +1,291 @@
+"""Routing rows through a (sub)tree in SQL: the counts subtree raising recounts, and the
+validation rows reduced-error pruning counts.
+
+Rows move down level by level as in growth (``queries.build_partition``), through small loaded
+tests and routes tables, and one grouped count per level gives the class weights at the
+level's nodes; a row whose value is unknown at a test goes down every branch with the branch's
+share of the known weight: recomputed from the rows that reach the test, as J48 does when it
+raises a subtree, or the share stored in the tree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlglot import exp
+
+from .. import queries as q
+from ..criteria import J48_SMALL
+from ..dataset import Dataset, resolve_relation
+from ..tree import CONTINUOUS, Node, normalise
+
+__all__ = ["recount_raised", "route_counts"]
+
+SMALL = J48_SMALL
+"""J48 compares weights with ``Utils.SMALL``."""
+
+class _Router:
+    """Where the training (or validation) rows are, encoded as in the grower's level tables.
+
+    ``materialize``: store the encoded rows in a temporary table on first use (pruning may
+    route them many times), or read them inline from the source (a single statement).
+    """
+
+    def __init__(self, data: Dataset, materialize: bool = True) -> None:
+        self.data = data
+        self.materialize = materialize
+        self.queries = 0
+        self._table: exp.Table | None = None
+
+    @classmethod
+    def open(cls, data: Dataset, source: Any = None, materialize: bool = True) -> _Router:
+        if source is not None:
+            relation = resolve_relation(source, data.engine)
+            data = dataclasses.replace(data, relation=relation)
+        return cls(data, materialize)
+
+    @property
+    def rows(self) -> exp.Expression:
+        if not self.materialize:
+            return q.build_level0(self.data).subquery("encoded")
+        if self._table is None:
+            self._table = self.data.engine.materialize("prune_rows", q.build_level0(self.data))
+        return self._table
+
+    def close(self) -> None:
+        if self._table is not None:
+            self.data.engine.drop(self._table)
+            self._table = None
+
+
+def route_counts(
+    router: _Router,
+    path: Sequence[tuple[Node, int]],
+    structure: Node,
+    *,
+    recompute_shares: bool = True,
+) -> dict[int, list[float]]:
+    """Class weights at every node of ``structure`` when the rows at the end of ``path`` enter
+    it, keyed by ``id()`` of each node that weight reached.
+
+    ``path`` lists (ancestor, branch) from the root to the place where ``structure`` is (or
+    would be) attached; the rows there carry their fractional weights. Inside ``structure``
+    a row whose value is unknown at a test goes down every branch with the branch's share of
+    the known weight: recomputed from the rows that reach the test (``recompute_shares``, as
+    C4.5 does when it raises a subtree), or the shares stored in the tree (scoring rows that
+    trained nothing, such as validation rows). See :func:`recount_raised`.
+    """
+    return recount_raised(router, [(path, structure)], recompute_shares=recompute_shares)
+
+
+@dataclass
+class _Position:
+    """A place in the tree that rows are routed to while recounting raised branches.
+
+    ``node`` is the tree node whose test routes the rows on (or a leaf); inside a raised
+    branch (``raised``) unknown values are spread by shares recomputed from the rows that
+    reach the test, as J48 does when it raises a subtree, and class weights are counted;
+    on the path down to a branch the tree's stored shares apply.
+    """
+
+    node: Node
+    raised: bool
+    children: dict[int, _Position] = dataclasses.field(default_factory=dict)
+
+
+def _positions(entries: Sequence[tuple[Sequence[tuple[Node, int]], Node]]) -> _Position:
+    """The routing tree: every entry's path from the root, ending in its raised structure."""
+
+    def raised(node: Node) -> _Position:
+        return _Position(node, True, {b: raised(c) for b, c in enumerate(node.children)})
+
+    root: _Position | None = None
+    for path, structure in entries:
+        if not path:
+            return raised(structure)  # raising at the root: the only entry of its round
+        if root is None:
+            root = _Position(path[0][0], False)
+        at = root
+        for depth, (ancestor, branch) in enumerate(path):
+            assert at.node is ancestor and not at.raised
+            if depth + 1 < len(path):
+                at = at.children.setdefault(branch, _Position(path[depth + 1][0], False))
+            else:
+                at.children[branch] = raised(structure)
+    assert root is not None
+    return root
+
+
+def recount_raised(
+    router: _Router,
+    entries: Sequence[tuple[Sequence[tuple[Node, int]], Node]],
+    *,
+    recompute_shares: bool = True,
+) -> dict[int, list[float]]:
+    """Class weights at every node of each structure receiving the rows at its path's end.
+
+    :func:`route_counts` for several (path, structure) pairs at once; the structures must be
+    distinct subtrees (no node in two of them). Level by level like the grower, the rows move
+    down the tree through loaded tests and routes tables (``queries.build_partition``), and
+    one grouped count per level gives the structures' class weights and the known weight of
+    each branch, from which the next level's shares come. Each statement stays small
+    whatever the tree's size, and rows are read once per level, not once per entry. A
+    nominal value that no branch lists is unknown at that test. Keyed by ``id()`` of the
+    structures' nodes that weight reached.
+    """
+    data = router.data
+    engine = data.engine
+    k = len(data.classes)
+    features = {f.name: f for f in data.features}
+    counts: dict[int, list[float]] = {}
+    frontier = {0: _positions(entries)}
+    level: exp.Expression = router.rows
+    # PostgreSQL's estimates of chained joins fall to one row (see the select plan), so only
+    # DuckDB runs the levels above the structures in one statement.
+    chained = engine.VECTORIZED
+    pending = False  # whether ``level`` is a query of levels not stored yet
+    owned: list[exp.Table] = []
+    next_id = 1
+    try:
+        while frontier:
+            tests = []
+            for local, at in sorted(frontier.items()):
+                if at.children:
+                    split = at.node.split
+                    assert split is not None
+                    f = features[split.feature]
+                    tests.append((local, f.index, split.threshold))
+            tests_table = engine.load_rows(
+                "tests", [c for c, _ in q.TESTS_COLUMNS], [t for _, t in q.TESTS_COLUMNS], tests
+            )
+            owned.append(tests_table)
+            keyed: dict[int, dict[int, list[float]]] = {}
+            # On the way down to the structures, rows go by the tree's stored shares: their
+            # counts would decide nothing.
+            if any(at.raised for at in frontier.values()):
+                if pending:  # read twice below: stored first
+                    stored = engine.materialize("raise", level.this)
+                    owned.append(stored)
+                    level, pending = stored, False
+                    router.queries += 1
+                query = q.build_keyed_counts(level, data.features, tests_table, k)
+                for node, key, *weights in engine.execute(query):
+                    keyed.setdefault(int(node), {})[int(key)] = [float(w or 0.0) for w in weights]
+                router.queries += 1
+            for local, at in frontier.items():
+                if at.raised:
+                    by_key = keyed.get(local, {})
+                    counts[id(at.node)] = [
+                        sum(w[c] for w in by_key.values()) for c in range(k)
+                    ]
+            routes, below = _level_routes(frontier, keyed, features, recompute_shares, next_id)
+            next_id += len(below)
+            if not routes:
+                break
+            routes_table = engine.load_rows(
+                "routes", [c for c, _ in q.ROUTES_COLUMNS], [t for _, t in q.ROUTES_COLUMNS],
+                routes,
+            )
+            owned.append(routes_table)
+            partition = q.build_partition(level, data.features, tests_table, routes_table)
+            if chained and not any(at.raised for at in below.values()):
+                # Not stored: the path's levels run as one statement, which DuckDB pipelines.
+                level, pending = exp.Subquery(this=partition), True
+            else:
+                stored = engine.materialize("raise", partition)
+                owned.append(stored)
+                level, pending = stored, False
+                router.queries += 1
+            frontier = below
+    finally:
+        for table in owned:
+            engine.drop(table)
+    return counts
+
+
+def _level_routes(
+    frontier: dict[int, _Position],
+    keyed: dict[int, dict[int, list[float]]],
+    features: dict[str, Any],
+    recompute_shares: bool,
+    next_id: int,
+) -> tuple[list[tuple[int, int, int, float]], dict[int, _Position]]:
+    """The routes of a level's rows into the next level, and the next level's positions,
+    numbered from ``next_id``; ``keyed`` holds the class weights per (position, key)."""
+    routes: list[tuple[int, int, int, float]] = []
+    below: dict[int, _Position] = {}
+    for local, at in sorted(frontier.items()):
+        if not at.children:
+            continue
+        by_key = keyed.get(local, {})
+        feature = features[at.node.split.feature]
+        keys_of_branch = _keys_of_branches(at.node, feature)
+        known = [sum(sum(by_key.get(key, [0.0])) for key in keys) for keys in keys_of_branch]
+        recompute = recompute_shares and at.raised
+        unknown_keys = [q.UNKNOWN_KEY, *_unlisted_codes(feature, keys_of_branch)]
+        for branch, child in sorted(at.children.items()):
+            below[next_id] = child
+            for key in keys_of_branch[branch]:
+                routes.append((local, key, next_id, 1.0))
+            factor = _unknown_share(at.node, branch, known, recompute)
+            if factor > (SMALL if recompute else 0.0):
+                routes += [(local, key, next_id, factor) for key in unknown_keys]
+            next_id += 1
+    return routes, below
+
+
+def _keys_of_branches(node: Node, feature: Any) -> list[list[int]]:
+    """Partition keys (``queries.build_partition``) that each branch of ``node``'s test takes."""
+    split = node.split
+    assert split is not None
+    if split.kind == CONTINUOUS:
+        return [[0], [1]]
+    assert split.groups is not None
+    code = {v: i for i, v in enumerate(feature.values)}
+    return [[code[v] for v in group if v in code] for group in split.groups]
+
+
+def _unlisted_codes(feature: Any, keys_of_branch: list[list[int]]) -> list[int]:
+    """Codes of a nominal feature's values that no branch of a test lists."""
+    if feature.kind == CONTINUOUS:
+        return []
+    listed = {key for keys in keys_of_branch for key in keys}
+    return [code for code in range(len(feature.values)) if code not in listed]
+
+
+def _unknown_share(node: Node, branch: int, known: list[float], recompute: bool) -> float:
+    """The fraction of a row with an unknown value that ``branch`` of ``node``'s test receives:
+    from the known weight of each branch (``recompute``), or the share stored in the tree."""
+    if node.unknown_branch is not None:
+        return 1.0 if branch == node.unknown_branch else 0.0
+    if recompute:
+        total = sum(known)
+        return known[branch] / total if total > 0 else 1.0 / len(node.children)
+    return float(node.shares[branch]) if node.shares else 1.0 / len(node.children)
+
+
+def _apply_counts(structure: Node, counts: dict[int, list[float]], parent_proba: list[float]
+                  ) -> None:
+    """Store recounted class weights in ``structure``'s nodes; shares follow the new weights."""
+    k = len(structure.counts)
+
+    def visit(node: Node, fallback: list[float]) -> None:
+        node.counts = counts.get(id(node), [0.0] * k)
+        node.proba = normalise(node.counts, fallback)
+        if node.is_leaf:
+            return
+        for child in node.children:
+            visit(child, node.proba)
+        total = node.weight
+        n = len(node.children)
+        # A branch's share of a node's rows equals its share of the known weight (unknown
+        # rows were spread in that proportion), or uniform when no known weight arrived.
+        # (Nodes with an unknown_branch route by it; their shares are then approximate.)
+        known = [c.weight for c in node.children]
+        s = sum(known)
+        node.shares = [w / s for w in known] if s > SMALL and total > SMALL else [1.0 / n] * n
+
+    visit(structure, parent_proba)

@@ -1,0 +1,215 @@
+"""The memory plan grows the tree the SQL plans grow: same tests, thresholds and weights.
+
+Every parity case of CART's tests (``test_cart``, ``test_regression``, the CART cases of
+``test_engines``) is trained twice on DuckDB, on the tables plan and on the memory plan, and
+the two trees must be the same node for node (tests and thresholds exactly; counts, shares,
+impurities and improvements to 1e-9) and predict the same; so must random hostile tables.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import warnings
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+
+import sqltree
+from sqltree import progress
+from sqltree.algorithms.memory import MEMORY_MAX_CELLS, NO_MEMORY_CRITERIA
+from tests import test_cart, test_regression
+from tests.helpers import assert_same_tree
+from tests.strategies import TableSpec, trained_cases
+from tests.test_engines import API_CASES, DATASETS, frame_of
+from tests.test_properties import duckdb_with, free_name, same_tree
+
+TOL = 1e-9
+NODE_FACTS = ("n_samples", "impurity", "improvement", "tied", "value")
+
+
+def both_plans(source: Any, target: str, **options: Any) -> tuple[Any, Any]:
+    """The model of the tables plan and that of the memory plan, checked to be the same."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*NULL target")
+        sql = sqltree.train(source, target, plan="tables", **options)
+        memory = sqltree.train(source, target, plan="memory", **options)
+    assert sql.stats["plan"] == "tables"
+    assert memory.stats["plan"] == "memory"
+    assert_same_tree(memory.root.to_dict(), sql.root.to_dict(), TOL, memory.text())
+    for a, b in zip(memory.root.walk(), sql.root.walk(), strict=True):
+        for fact in NODE_FACTS:
+            x, y = getattr(a, fact, None), getattr(b, fact, None)
+            if isinstance(x, float) and isinstance(y, float):
+                assert math.isclose(x, y, rel_tol=TOL, abs_tol=TOL), (fact, x, y)
+            else:
+                assert x == y, (fact, x, y)
+    return sql, memory
+
+
+def same_predictions(a: Any, b: Any, frame: pd.DataFrame) -> None:
+    pa, pb = a.predict(frame)["prediction"], b.predict(frame)["prediction"]
+    assert pa.tolist() == pb.tolist()
+
+
+@pytest.mark.parametrize(("name", "params"), test_cart.CASES,
+                         ids=[f"{n}-{p}" for n, p in test_cart.CASES])
+def test_cart_cases(name, params):
+    X_train, X_test, y_train, _ = test_cart.split(name)
+    frame = pd.DataFrame(X_train).rename(columns=str).assign(y=y_train)
+    sql, memory = both_plans(frame, "y", algorithm="cart", **params)
+    same_predictions(sql, memory, pd.DataFrame(X_test).rename(columns=str))
+
+
+REGRESSION_CASES = [(n, p) for n, p in test_regression.CASES
+                    if p.get("criterion") not in NO_MEMORY_CRITERIA]
+
+
+@pytest.mark.parametrize(("name", "params"), REGRESSION_CASES,
+                         ids=[f"{n}-{p}" for n, p in REGRESSION_CASES])
+def test_regression_cases(name, params):
+    X, y = test_regression.DATA[name]()
+    sql, memory = both_plans(X.assign(target=y), "target", task="regression", **params)
+    np.testing.assert_allclose(test_regression.predictions(memory, X),
+                               test_regression.predictions(sql, X), rtol=TOL)
+
+
+def test_regression_sample_weight():
+    X, y = test_regression.diabetes()
+    weight = np.random.default_rng(3).uniform(0.1, 3.0, len(y))
+    both_plans(X.assign(target=y, w=weight), "target", task="regression", weight="w",
+               max_depth=5)
+
+
+@pytest.mark.parametrize("case", [c for c, (_, o) in API_CASES.items()
+                                  if o["algorithm"] == "cart"])
+def test_engine_cases(case):
+    name, options = API_CASES[case]
+    sql, memory = both_plans(frame_of(name), DATASETS[name][1], **options)
+    same_predictions(sql, memory, frame_of(name))
+
+
+def test_level0_read_once_from_every_engine(engine_factory):
+    """On any engine the memory plan reads level 0 with one statement and grows the tables
+    plan's tree (SQLite's select plan reads it as well: the same query)."""
+    name, options = API_CASES["cart-nulls"]
+    engine, source = engine_factory(frame_of(name), name)
+    target = DATASETS[name][1]
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*NULL target")
+        model = sqltree.train(source, target, connection=engine, plan="memory", **options)
+        sql = sqltree.train(frame_of(name), target, plan="tables", **options)
+    assert model.stats["plan"] == "memory"
+    assert sum(level["queries"] for level in model.stats["levels"]) == 0
+    assert_same_tree(model.root.to_dict(), sql.root.to_dict())
+
+
+@pytest.mark.parametrize("options", [
+    {"class_weight": {"setosa": 3.0}, "criterion": "entropy"},
+    {"max_bins": 4},
+    {"max_leaf_nodes": 5, "min_samples_leaf": 3},
+])
+def test_nominal_and_weighted_cases(options):
+    """Nominal features of many values (subsets and ordered cuts), weights, bins."""
+    rng = np.random.default_rng(11)
+    n = 200
+    frame = pd.DataFrame({
+        "colour": rng.choice([f"c{i}" for i in range(14)], n),
+        "shape": rng.choice(["a", "b", "c", "d", None], n),
+        "size": np.where(rng.random(n) < 0.1, np.nan, rng.normal(0, 1, n).round(2)),
+        "w": rng.uniform(0.2, 2.0, n),
+    })
+    frame["y"] = np.where(frame["colour"].isin(["c1", "c3", "c5"]), "setosa",
+                          np.where(frame["size"] > 0.3, "virginica", "versicolor"))
+    flip = rng.random(n) < 0.2
+    frame.loc[flip, "y"] = rng.choice(["setosa", "virginica", "versicolor"], flip.sum())
+    both_plans(frame, "y", algorithm="cart", weight="w", max_depth=4, **options)
+    both_plans(frame[frame["y"] != "setosa"], "y", algorithm="cart", max_depth=4, **options)
+
+
+@given(case=trained_cases(TableSpec(infinities=(), max_rows=60), algorithm="cart"))
+@settings(max_examples=12, deadline=None)
+def test_random_tables(case):
+    table, opts = case
+    opts = {k: v for k, v in opts.items() if k != "algorithm"}
+    with contextlib.closing(duckdb_with(table)) as con:
+        source = "SELECT * FROM t"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                sql = sqltree.train(source, table.target, weight=table.weight, connection=con,
+                                    algorithm="cart", plan="tables", **opts)
+            except sqltree.SqlTreeError:
+                return  # a table training refuses: the refusal tests cover it
+            memory = sqltree.train(source, table.target, weight=table.weight, connection=con,
+                                   algorithm="cart", plan="memory", **opts)
+        same_tree(sql, memory)
+        frame, column = table.frame(), free_name(table, "prediction")
+        assert sql.predict(frame, column=column)[column].tolist() == \
+            memory.predict(frame, column=column)[column].tolist()
+
+
+# -- choosing the plan -------------------------------------------------------------------------
+def _iris() -> pd.DataFrame:
+    return frame_of("iris")
+
+
+def test_auto_grows_a_small_dataframe_in_memory_and_says_why():
+    events: list[progress.Event] = []
+    model = sqltree.train(_iris(), DATASETS["iris"][1], algorithm="cart",
+                          progress=events.append)
+    assert model.stats["plan"] == "memory"
+    assert "data in Python memory" in model.stats["plan_reason"]
+    assert model.stats["levels"] and all(lv["queries"] == 0 for lv in model.stats["levels"])
+    grow = [e.message for e in events if e.phase == "grow" and e.kind == "start"]
+    assert grow and "memory plan: data in Python memory" in grow[0]
+
+
+def test_auto_keeps_a_table_query_or_file_in_sql(tmp_path):
+    import duckdb
+
+    con = duckdb.connect()
+    con.register("src", _iris())
+    con.execute("CREATE TABLE iris AS SELECT * FROM src")
+    target = DATASETS["iris"][1]
+    for source in ("iris", "SELECT * FROM iris"):
+        model = sqltree.train(source, target, algorithm="cart", connection=con)
+        assert model.stats["plan"] == "tables"
+    path = tmp_path / "iris.parquet"
+    _iris().to_parquet(path)
+    assert sqltree.train(str(path), target, algorithm="cart").stats["plan"] == "tables"
+    memory = sqltree.train("iris", target, algorithm="cart", connection=con, plan="memory")
+    assert memory.stats["plan"] == "memory"
+
+
+def test_auto_keeps_a_large_dataframe_in_sql(monkeypatch):
+    monkeypatch.setattr("sqltree.algorithms.memory.MEMORY_MAX_CELLS", 100)
+    model = sqltree.train(_iris(), DATASETS["iris"][1], algorithm="cart")
+    assert model.stats["plan"] == "tables"
+    assert MEMORY_MAX_CELLS > 100
+
+
+def test_algorithm_without_in_memory_scorer_falls_back_to_sql():
+    model = sqltree.train(_iris(), DATASETS["iris"][1], algorithm="c4.5", plan="memory")
+    assert model.stats["plan"] == "tables"
+    assert model.stats["plan_reason"].startswith("no in-memory scorer")
+    auto = sqltree.train(_iris(), DATASETS["iris"][1], algorithm="c4.5")
+    assert auto.stats["plan"] == "tables"
+    assert_same_tree(model.root.to_dict(), auto.root.to_dict())
+
+
+def test_friedman_mse_in_memory_and_poisson_in_sql():
+    X, y = test_regression.diabetes()
+    both_plans(X.assign(target=y), "target", criterion="friedman_mse", max_depth=4)
+    poisson = sqltree.train(X.assign(target=y), "target", criterion="poisson", max_depth=3,
+                            plan="memory")
+    assert poisson.stats["plan"] == "tables"
+    assert poisson.stats["plan_reason"].startswith("no in-memory scorer")
+
+
+def test_unknown_plan_is_refused():
+    with pytest.raises(sqltree.OptionError, match="plan must be one of"):
+        sqltree.train(_iris(), DATASETS["iris"][1], plan="ram")
