@@ -22,7 +22,7 @@ integers where the scan sums in fixed point, so scores are the full scan's to th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from sqlglot import exp
 
@@ -45,17 +45,34 @@ too large to pay; those trees use the full scan."""
 Edges = Mapping[int, Sequence[float]]
 
 
-def bin_column(edges: Edges, lookup: bool) -> Callable[[Feature | None], exp.Expression]:
-    """The histogram's bin column (``queries.build_histogram``'s ``bins``): a continuous
-    value's bin by ``bin_value`` (by ``bin_by_lookup`` with ``lookup``, DuckDB), else NULL."""
+def with_bins(
+    histogram: exp.Expression, features: Sequence[Feature], edges: Edges, lookup: bool
+) -> exp.Expression:
+    """``queries.build_histogram``'s histogram of ``features`` with a last column ``b``: a
+    continuous value's bin by ``bin_value`` (by ``bin_by_lookup`` with ``lookup``, DuckDB),
+    else NULL. Computed once per level here, for the readers that group by it and join on it.
 
-    def of(f: Feature | None) -> exp.Expression:
-        if f is None or f.index not in edges:
-            return exp.cast(exp.null(), "SMALLINT")
-        binned = bin_by_lookup(col(f.column), edges[f.index]) if lookup else None
-        return binned if binned is not None else bin_value(col(f.column), edges[f.index])
+    The histogram is a UNION ALL of one SELECT for the node totals, then one per feature in
+    order; each gets the column (the value's column is a group key of its SELECT).
+    """
+    parts: list[exp.Select] = []
 
-    return of
+    def flatten(e: exp.Expression) -> None:
+        if isinstance(e, exp.Union):
+            flatten(e.this)
+            flatten(e.expression)
+        else:
+            parts.append(e)  # type: ignore[arg-type]
+
+    flatten(histogram)
+    assert len(parts) == len(features) + 1, "one part per feature after the node totals"
+    for part, f in zip(parts, [None, *features], strict=True):
+        b: exp.Expression = exp.cast(exp.null(), "SMALLINT")
+        if f is not None and f.index in edges:
+            binned = bin_by_lookup(col(f.column), edges[f.index]) if lookup else None
+            b = binned if binned is not None else bin_value(col(f.column), edges[f.index])
+        part.select(alias(b, "b"), copy=False)
+    return histogram
 
 
 def _known_continuous(edges: Edges, table: str | None = None) -> exp.Expression:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 
 from sqlglot import exp
 
@@ -318,7 +318,6 @@ def build_histogram(
     *,
     counts: bool = False,
     moments: Sequence[exp.Expression] | None = None,
-    bins: Callable[[Feature | None], exp.Expression] | None = None,
 ) -> exp.Expression:
     """Weighted class counts per (node, feature, value); ``attr = -1`` rows hold node totals.
 
@@ -343,17 +342,14 @@ def build_histogram(
 
     ``moments``: a regression histogram, whose ``n_classes`` (``MOMENTS``) columns sum these
     terms of a level row (``moment_terms``; DOUBLE; ``by_class`` and ``bits`` do not apply).
-    ``bins``: a column ``b`` after ``v``, ``bins(f)`` of feature f (None: node totals).
     """
-    parts = [_histogram_part(level, None, n_classes, bits, counts, moments=moments,
-                             bin_of=bins and bins(None))]
+    parts = [_histogram_part(level, None, n_classes, bits, counts, moments=moments)]
     for f in features:
         if f.index in rowwise and f.kind == CONTINUOUS:
             how = "rows"
         else:
             how = "by_class" if f.index in by_class and not moments else "grouped"
-        parts.append(_histogram_part(level, f, n_classes, bits, counts, how, moments,
-                                     bins and bins(f)))
+        parts.append(_histogram_part(level, f, n_classes, bits, counts, how, moments))
     return parts[0] if len(parts) == 1 else exp.union(*parts, distinct=False, copy=False)
 
 
@@ -365,18 +361,15 @@ def _histogram_part(
     counts: bool,
     how: str = "grouped",
     moments: Sequence[exp.Expression] | None = None,
-    bin_of: exp.Expression | None = None,
 ) -> exp.Select:
     """The histogram rows of feature ``f`` (None: the node totals, ``attr = -1``), grouped by
-    (node, value), summed per class first (``by_class``), or a row per level row (``rows``);
-    ``bin_of``: the ``b`` column (``build_histogram``'s ``bins``)."""
+    (node, value), summed per class first (``by_class``), or a row per level row (``rows``)."""
     classes = class_columns(n_classes)
     key = [col("node")] if f is None else [col("node"), col(f.column)]
     head = [
         col("node"),
         alias(exp.cast(num(-1 if f is None else f.index), "INT"), "attr"),
         alias(exp.cast(exp.null(), "DOUBLE") if f is None else col(f.column), "v"),
-        *([alias(bin_of, "b")] if bin_of is not None else []),
     ]
     weights = [m.copy() for m in moments] if moments else class_weights(n_classes, bits)
     if how == "rows":

@@ -110,7 +110,7 @@ def test_fewer_candidates_same_best() -> None:
     import duckdb
 
     from sqltree.algorithms.cart import scores
-    from sqltree.bounded_search import bin_column
+    from sqltree.bounded_search import with_bins
     from sqltree.dataset import describe
     from sqltree.engines.duckdb import DuckDBEngine
     from sqltree.grower import bin_edges
@@ -125,8 +125,8 @@ def test_fewer_candidates_same_best() -> None:
     edges = bin_edges(data, 64)
     assert edges is not None
     level = engine.materialize("level", build_level0(data))
-    hist = engine.materialize("hist", build_histogram(
-        level, data.features, 3, counts=True, bins=bin_column(edges, lookup=True)))
+    hist = engine.materialize("hist", with_bins(
+        build_histogram(level, data.features, 3, counts=True), data.features, edges, True))
 
     def count(candidates: Any, ctes: list[Any]) -> int:
         query = exp.select(exp.func("COUNT", exp.Star())).from_(candidates.subquery("c"))

@@ -13,7 +13,7 @@ from typing import Any
 from sqlglot import exp
 
 from ... import queries as q
-from ...bounded_search import MAX_BOUND_CLASSES, SEARCH_BINS, SEARCH_SAMPLE_ROWS, bin_column
+from ...bounded_search import MAX_BOUND_CLASSES, SEARCH_BINS, SEARCH_SAMPLE_ROWS, with_bins
 from ...criteria import TIE_TOLERANCE
 from ...dataset import Dataset, Feature
 from ...errors import DataError
@@ -129,8 +129,9 @@ class CARTStrategy(Strategy):
     def build_histogram(
         self, level: exp.Table, features: list[Feature], nodes: int = 1
     ) -> exp.Expression:
-        """The shared histogram with row counts (scikit-learn's ``min_samples_*`` count rows)."""
-        return q.build_histogram(
+        """The shared histogram with row counts (scikit-learn's ``min_samples_*`` count rows),
+        and the bounded search's bins."""
+        histogram = q.build_histogram(
             level,
             features,
             self.n_classes,
@@ -138,8 +139,10 @@ class CARTStrategy(Strategy):
             self.rowwise(features),
             self.hist_bits,
             counts=True,
-            bins=self.search_edges and bin_column(self.search_edges, self.data.engine.VECTORIZED),
         )
+        if self.search_edges is None:
+            return histogram
+        return with_bins(histogram, features, self.search_edges, self.data.engine.VECTORIZED)
 
     def _measure_density(self, engine: Any, hist: exp.Table) -> None:
         """Density from the histogram: its rows per feature against the level's rows."""
