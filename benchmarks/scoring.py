@@ -51,7 +51,8 @@ TARGET = "y"
 
 def data_file(rows: int, data_dir: str) -> str:
     os.makedirs(data_dir, exist_ok=True)
-    name = f"train_{rows // 1_000_000}m.parquet" if rows % 1_000_000 == 0 else f"train_{rows}.parquet"
+    millions, rest = divmod(rows, 1_000_000)
+    name = f"train_{millions}m.parquet" if not rest else f"train_{rows}.parquet"
     path = os.path.join(data_dir, name)
     if not os.path.exists(path):
         generate.generate(rows, path)
