@@ -163,8 +163,7 @@ def _fit(
         try:
             engine.use_plan(plan)
             data = _read(source, engine, target, roles, options.task)
-            root, grow_stats = grow_and_prune(data, options)
-            prune_stats = None
+            root, grow_stats, prune_stats = grow_and_prune(data, options)
             if options.algorithm == "c4.5" or post.method is not None:
                 prune_stats = prune(root, data, post.method, cf=post.cf,
                                     subtree_raising=post.subtree_raising,

@@ -29,7 +29,6 @@ from __future__ import annotations
 import inspect
 import math
 import statistics
-import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -39,6 +38,7 @@ from typing import Any
 import pandas as pd
 from sqlglot import exp
 
+from . import progress as reporting
 from .api import train
 from .compiler.blocks import column as quoted
 from .compiler.blocks import dnum, literal
@@ -421,8 +421,10 @@ def cross_validate(
         change; default: every column. Rows whose hashed values are equal are ordered by
         their values, so folds are the same on every engine.
     progress : bool or callable
-        True writes a line per fold to standard error; a callable gets each fold's
-        ``Evaluation`` (its ``extra`` holds the fold number, training rows and leaves).
+        True shows the command line's progress display (a bar over the folds, each fold's
+        training inside it); a callable gets each fold's ``Evaluation`` (its ``extra``
+        holds the fold number, training rows and leaves). Either way the folds are reported
+        to ``sqltree.progress`` as the steps of the phase ``"cross-validation"``.
     **train_options
         Any option of ``sqltree.train`` (``algorithm``, ``max_depth``, ``weight``, ...); a
         ``weight`` column weighs the evaluation too.
@@ -436,26 +438,24 @@ def cross_validate(
     check_folds(folds)
     _check_dealing(seed, key, stratified)
     _check_train_options(target, train_options)
-    report = _fold_printer if progress is True else (progress or None)
+    report = progress if callable(progress) else None
     evaluations: list[Evaluation] = []
     models: list[Model] = []
-    with dealt(source, target, fold_rule(folds), connection=connection, stratified=stratified,
-               seed=seed, key=key, least_rows=folds) as parts:
+    title = "Stratified cross-validation" if stratified else "Cross-validation"
+    with reporting.reporting_to(progress is True), reporting.phase(
+        "cross-validation", f"{folds}-fold {title.lower()}", total=folds
+    ) as phase, dealt(source, target, fold_rule(folds), connection=connection,
+                      stratified=stratified, seed=seed, key=key, least_rows=folds) as parts:
         for i in range(folds):
-            started = time.perf_counter()
-            model = _train_part(parts, i, target, train_options, f"fold {i + 1}")
-            evaluation = model.evaluate(parts.rows(i, inside=True), connection=parts.connection)
-            evaluation.extra.update(
-                fold=i + 1, train_rows=int(model.stats.get("rows", 0)),
-                leaves=model.n_leaves, seconds=round(time.perf_counter() - started, 3),
-            )
-            evaluations.append(evaluation.titled(f"Fold {i + 1} of {folds}"))
-            models.append(model)
+            evaluations.append(_fold(parts, i, folds, target, train_options))
+            models.append(evaluations[-1].extra.pop("model"))
+            phase.step(_fold_line(evaluations[-1]), **evaluations[-1].extra)
             if report is not None:
                 report(evaluations[-1])
         null_rows = parts.rows_null_target
-    title = "Stratified cross-validation" if stratified else "Cross-validation"
-    pooled = replace(combine(evaluations, title), rows_null_target=null_rows)
+        pooled = replace(combine(evaluations, title), rows_null_target=null_rows)
+        phase.done(f"{folds} folds: {_percent(pooled.accuracy)} correct, "
+                   f"{phase.seconds:.2f} s", folds=folds, accuracy=pooled.accuracy)
     pooled.extra.update(folds=folds)
     settings = {"folds": folds, "stratified": stratified, "seed": seed, "key": key}
     return CrossValidation(pooled, evaluations, models, settings)
@@ -492,6 +492,21 @@ def holdout(
                                 test_fraction=test_fraction)
         evaluation = replace(evaluation, rows_null_target=parts.rows_null_target)
     return model, evaluation
+
+
+def _fold(
+    parts: Dealt, i: int, folds: int, target: str, options: dict[str, Any]
+) -> Evaluation:
+    """Fold ``i``: trained on the other folds, evaluated on its own rows; the model rides in
+    the evaluation's ``extra`` until the caller takes it."""
+    started = time.perf_counter()
+    model = _train_part(parts, i, target, options, f"fold {i + 1}")
+    evaluation = model.evaluate(parts.rows(i, inside=True), connection=parts.connection)
+    evaluation.extra.update(
+        fold=i + 1, train_rows=int(model.stats.get("rows", 0)),
+        leaves=model.n_leaves, seconds=round(time.perf_counter() - started, 3), model=model,
+    )
+    return evaluation.titled(f"Fold {i + 1} of {folds}")
 
 
 def _train_part(
@@ -537,11 +552,12 @@ def assign_folds(
             reader.cleanup()
 
 
-def _fold_printer(evaluation: Evaluation) -> None:
+def _fold_line(evaluation: Evaluation) -> str:
     e = evaluation
-    print(
-        f"fold {e.extra['fold']}: {e.extra['train_rows']} training rows, {e.rows} test rows, "
-        f"{e.extra['leaves']} leaves, accuracy {weka_number(100 * e.accuracy).strip()}%, "
-        f"{e.extra['seconds']:.2f} s",
-        file=sys.stderr, flush=True,
-    )
+    return (f"fold {e.extra['fold']}: {e.extra['train_rows']:,} training rows, {e.rows:,} "
+            f"test rows, {e.extra['leaves']} leaves, {_percent(e.accuracy)} correct, "
+            f"{e.extra['seconds']:.2f} s")
+
+
+def _percent(fraction: float) -> str:
+    return f"{weka_number(100 * fraction).strip()}%"

@@ -462,14 +462,14 @@ def _checks(
         checks["special_weights"] = _count_when(_is_special(w, ("NaN", "Infinity", "-Infinity")))
     for f in feats:
         checks[f"values {f.index}"] = exp.func("COUNT", col(f.name))
-        if f.kind != CONTINUOUS:
-            continue
         # NaN orders above every number in DuckDB, PostgreSQL and Spark, where it also equals
-        # itself; it would be a value above the largest, not a missing one.
+        # itself; it would be a value above the largest (or a category), not a missing one.
         if types[f.name].is_type(*FLOAT_TYPES):
             checks[f"nan {f.index}"] = _count_when(_is_special(col(f.name), ("NaN",)))
             checks[f"inf {f.index}"] = _count_when(_is_special(col(f.name), ("Infinity",)))
             checks[f"-inf {f.index}"] = _count_when(_is_special(col(f.name), ("-Infinity",)))
+        if f.kind != CONTINUOUS:
+            continue
         # Training compares continuous values as DOUBLE, where integers beyond 2^53 merge,
         # while the compiled SQL and the Python walk compare them exactly.
         if types[f.name].is_type(*INTEGER_TYPES):
@@ -571,12 +571,21 @@ def _check_rows(
             f"columns holding NaN: {with_nan}; sqltree reads a missing value as NULL, so "
             "replace NaN by NULL first (in SQL: NULLIF(x, 'NaN'))"
         )
-    # A cut is written as "x <= the value below it", and -infinity has no SQL literal.
+    # A cut is written as "x <= the value below it", and -infinity has no SQL literal; nor
+    # has infinity, which a category of a nominal column would need in the scoring SQL.
     below = [f.name for f in feats if int(row.get(f"-inf {f.index}") or 0)]
     if below:
         raise DataError(
             f"columns holding -infinity: {below}; replace it by NULL (unknown) or by a "
             "finite number in a query"
+        )
+    infinite = [f.name for f in feats
+                if f.kind != CONTINUOUS and int(row.get(f"inf {f.index}") or 0)]
+    if infinite:
+        raise DataError(
+            f"nominal columns holding infinity: {infinite}; a category is written as a SQL "
+            "literal, which infinity has in few dialects: replace it by NULL (unknown) or by "
+            "a finite number in a query"
         )
     beyond = [
         f.name for f in feats
@@ -591,7 +600,8 @@ def _check_rows(
             "values as DOUBLE, which cannot tell such integers apart. Treat them as nominal "
             "(nominal=[...]) or scale them in a query"
         )
-    return [f.name for f in feats if int(row.get(f"inf {f.index}") or 0)]
+    return [f.name for f in feats
+            if f.kind == CONTINUOUS and int(row.get(f"inf {f.index}") or 0)]
 
 
 def _count_when(condition: exp.Expression) -> exp.Expression:

@@ -19,7 +19,7 @@ from .compiler.scoring import build_scoring_query
 from .criteria import predicted_class
 from .deploy import dbt_model, dbt_ref, unquote_identifiers
 from .errors import DataError, ModelFileError, OptionError, UnsupportedError
-from .model_file import FORMAT, FORMAT_VERSION, read_json, validate
+from .model_file import FORMAT, format_version, read_json, validate
 from .options import check_dialect
 from .tree import CONTINUOUS, Node, Value, check_unknown, format_value, scoring_tree
 
@@ -503,9 +503,9 @@ class Model:
 
     # -- files -------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data = {
             "format": FORMAT,
-            "version": FORMAT_VERSION,
+            "version": None,
             "target": self.target,
             **({"task": self.task} if self.is_regression else {}),
             "classes": self.classes,
@@ -514,6 +514,8 @@ class Model:
             "stats": self.stats,
             "tree": self.root.to_dict(),
         }
+        data["version"] = format_version(data)
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Model:

@@ -16,20 +16,25 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from typing import Any, NoReturn
 
 from .errors import ModelFileError
 from .tree import CONTINUOUS, NOMINAL
 
 FORMAT = "sqltree-model"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""The newest version this sqltree writes. Version 2 added the task (regression trees) and
+the optional node fields from growth; a model that uses none of them is written as version 1,
+so that older readers still load it."""
 
 REQUIRED = ("target", "classes", "features", "tree")
 FEATURE_FIELDS = {"name", "kind", "sql_type", "values"}
-NODE_FIELDS = {
+VERSION_1_NODE_FIELDS = {
     "id", "counts", "proba", "split", "shares", "unknown_branch", "children",
-    # optional, from growth (CART): older files have none of them
+}
+NODE_FIELDS = VERSION_1_NODE_FIELDS | {
+    # optional, from growth (CART)
     "n_samples", "impurity", "improvement", "tied",
     # regression trees: every node's weighted mean target
     "value",
@@ -102,10 +107,10 @@ def validate(data: Any) -> None:
         found = f"format {_show(data['format'])}" if "format" in data else "no 'format' field"
         _fail("not a sqltree model file", f"{found}; expected {FORMAT!r}")
     version = data.get("version")
-    if not _is_int(version) or version != FORMAT_VERSION:
+    if not _is_int(version) or not 1 <= version <= FORMAT_VERSION:
         _fail(
             f"model file version {_show(version)}",
-            f"not supported (this sqltree reads version {FORMAT_VERSION})",
+            f"not supported (this sqltree reads versions 1 to {FORMAT_VERSION})",
         )
     missing = [k for k in REQUIRED if k not in data]
     if missing:
@@ -117,6 +122,8 @@ def validate(data: Any) -> None:
         if name in data and not isinstance(data[name], dict):
             _fail(name, f"is {_type(data[name])}; expected an object")
     task = data.get("task", "classification")
+    if version == 1 and "task" in data:
+        _fail("task", "is a field of version 2 files; this file says version 1")
     if task not in TASKS:
         _fail("task", f"is {_show(task)}; expected one of {', '.join(map(repr, TASKS))}")
     regression = task == "regression"
@@ -127,7 +134,15 @@ def validate(data: Any) -> None:
     else:
         n_classes = _check_classes(data["classes"])
     features = _check_features(data["features"])
-    _check_tree(data["tree"], n_classes, features, regression)
+    known = NODE_FIELDS if version >= 2 else VERSION_1_NODE_FIELDS
+    _check_tree(data["tree"], n_classes, features, regression, known)
+
+
+def format_version(data: dict[str, Any]) -> int:
+    """The oldest format version that can hold the ``to_dict`` document ``data``."""
+    if "task" in data or any(item.keys() - VERSION_1_NODE_FIELDS for item in data["tree"]):
+        return 2
+    return 1
 
 
 # -- classes and features --------------------------------------------------------------------------
@@ -199,7 +214,8 @@ def _check_values(where: str, values: list[Any]) -> str | None:
 
 # -- the tree --------------------------------------------------------------------------------------
 def _check_tree(
-    tree: Any, n_classes: int, features: dict[str, _Feature], regression: bool = False
+    tree: Any, n_classes: int, features: dict[str, _Feature], regression: bool,
+    known: Set[str],
 ) -> None:
     if not isinstance(tree, list):
         _fail("tree", f"is {_type(tree)}; expected a list of nodes")
@@ -211,7 +227,7 @@ def _check_tree(
         where = _node_name(i, item)
         if not isinstance(item, dict):
             _fail(where, f"is {_type(item)}; expected an object")
-        _known_fields(where, item, NODE_FIELDS)
+        _known_fields(where, item, known)
         node_id = item.get("id", 0)
         if not _is_int(node_id) or node_id < 0:
             _fail(where, f"id is {_show(node_id)}; expected a whole number >= 0")
@@ -376,12 +392,13 @@ def _fail(where: str, what: str) -> NoReturn:
     raise ModelFileError(f"{where} {what}" if what.startswith("is ") else f"{where}: {what}")
 
 
-def _known_fields(where: str, item: dict[str, Any], known: set[str]) -> None:
+def _known_fields(where: str, item: dict[str, Any], known: Set[str]) -> None:
     if item.keys() <= known:
         return
     unknown = sorted(str(k) for k in item if k not in known)
-    if unknown:
-        _fail(where, f"unknown field(s) {', '.join(map(repr, unknown))}")
+    newer = " (fields of version 2 files; this file says version 1)" if all(
+        k in NODE_FIELDS for k in unknown) else ""
+    _fail(where, f"unknown field(s) {', '.join(map(repr, unknown))}{newer}")
 
 
 def _node_name(i: int, item: Any) -> str:

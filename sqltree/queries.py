@@ -167,7 +167,8 @@ def bin_by_lookup(value: exp.Expression, edges: Sequence[float]) -> exp.Expressi
     ``LOOKUP_EDGES_PER_CELL`` edges per cell (edges crowded in a small part of the range).
     """
     lo, hi = float(edges[0]), float(edges[-1])
-    if len(edges) < 3 or not hi > lo:
+    # a range past the largest double (an infinite edge, or -1.8e308..1.8e308) has no grid
+    if len(edges) < 3 or not hi > lo or not math.isfinite(hi - lo):
         return None
     for per_edge in LOOKUP_CELLS:
         cells = per_edge * len(edges)

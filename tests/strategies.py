@@ -801,7 +801,7 @@ def refusals(draw: st.DrawFn, spec: TableSpec | None = None,
 # -- model files sqltree must refuse -------------------------------------------------------------
 TOP_LEVEL_BAD = {
     "format": ("sqltree", None, 1),
-    "version": (2, "1", None, 1.5, True),
+    "version": (3, 0, "1", None, 1.5, True),
     "target": (5, None, [], ""),
     "classes": ("yes", None, 5, {}, [], [[1]], [{"a": 1}]),
     "features": ("x", None, [1], [{"name": "a"}], {}),

@@ -302,6 +302,9 @@ def test_pruning_path_as_sklearn(name, params):
         pruned = DecisionTreeClassifier(ccp_alpha=alpha, **params).fit(X, y)
         reference = SKTree(random_state=seed, ccp_alpha=alpha, **params).fit(X, y)
         assert same_arrays(reference, pruned)
+        stats = pruned.model_.stats["pruning"]
+        assert stats["method"] == "cost-complexity"
+        assert stats["leaves_after"] == pruned.get_n_leaves() < stats["leaves_before"]
 
 
 def test_pruning_never_adds_leaves_and_alpha_orders_trees():

@@ -7,7 +7,7 @@ import json
 import pytest
 
 import sqltree
-from tests.helpers import mixed_table, on_engines
+from tests.helpers import GOLF, mixed_table, on_engines
 
 
 def test_save_load_round_trip(tmp_path):
@@ -20,6 +20,20 @@ def test_save_load_round_trip(tmp_path):
     assert again.to_sql("postgres") == model.to_sql("postgres")
     data = json.loads(path.read_text())
     assert data["format"] == "sqltree-model" and data["version"] == 1
+
+
+def test_a_file_is_written_in_the_oldest_version_that_holds_it():
+    """Version 2 added the task and the growth fields of CART's nodes: a model that uses
+    neither stays a version 1 file, which older readers load; a version 1 file that carries
+    a version 2 field is refused with a message that says so."""
+    c45 = sqltree.train(str(GOLF), target="play").to_dict()
+    cart = sqltree.train(str(GOLF), target="play", algorithm="cart").to_dict()
+    assert c45["version"] == 1 and cart["version"] == 2
+    assert "n_samples" in cart["tree"][0]
+    sqltree.Model.from_dict(cart)
+    cart["version"] = 1
+    with pytest.raises(sqltree.ModelFileError, match=r"'n_samples'.*fields of version 2 files"):
+        sqltree.Model.from_dict(cart)
 
 
 def test_load_rejects_other_files(tmp_path):

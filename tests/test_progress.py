@@ -32,6 +32,22 @@ def kinds(events, phase):
 
 
 # -- the events ------------------------------------------------------------------------------------
+def test_cross_validation_reports_each_fold_with_the_trainings_inside():
+    fold_evaluations = []
+    cv, heard = events_of(sqltree.cross_validate, MIXED, "label", folds=3, max_depth=2,
+                          progress=fold_evaluations.append)
+    folds = [e for e in heard if e.phase == "cross-validation"]
+    assert [e.kind for e in folds] == ["start", "step", "step", "step", "end"]
+    assert folds[0].total == 3 and folds[0].depth == 0
+    assert [e.details["fold"] for e in folds[1:4]] == [1, 2, 3]
+    assert folds[1].message.startswith("fold 1: ") and " leaves, " in folds[1].message
+    assert folds[-1].details["accuracy"] == cv.pooled.accuracy
+    # each fold's training nests inside: read, grow and prune, one level deeper
+    assert sum(e.phase == "grow" and e.kind == "start" for e in heard) == 3
+    assert all(e.depth == 1 for e in heard if e.phase != "cross-validation")
+    assert fold_evaluations == cv.folds
+
+
 def test_training_reports_reading_growth_and_pruning(engine_factory):
     engine, source = engine_factory(MIXED)
     heard: list[progress.Event] = []

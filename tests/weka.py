@@ -125,7 +125,7 @@ def write_arff(frame: pd.DataFrame, path: str | os.PathLike[str], target: str) -
         else:
             lines.append(f"@attribute {_quote(c)} numeric")
     lines += ["", "@data"]
-    for row in frame[columns].itertuples(index=False):
+    for row in frame[columns].itertuples(index=False, name=None):
         out = []
         for c, v in zip(columns, row, strict=True):
             if v is None or (isinstance(v, float) and math.isnan(v)):

@@ -73,15 +73,15 @@ given to ``sqltree.pruning.prune``)."""
 
 def grow_and_prune(
     data: Dataset, options: GrowOptions, progress: Progress | None = None
-) -> tuple[Node, GrowStats]:
+) -> tuple[Node, GrowStats, PruneStats | None]:
     """Grow a tree with ``options.algorithm``, then prune it as its grow options say (as
     scikit-learn's ``fit`` builds, then ``_prune_tree``): for CART, the ``max_leaf_nodes``
-    cut-back and cost-complexity pruning at ``ccp_alpha``."""
+    cut-back and cost-complexity pruning at ``ccp_alpha``. The pruning's statistics are None
+    for an algorithm whose grow options ask for none (C4.5's is ``train``'s own step)."""
     root, stats = grow(data, options, progress)
     post_pruning = POST_PRUNING.get(options.strategy_name)
-    if post_pruning is not None:
-        post_pruning(root, data, options)
-    return root, stats
+    pruned = post_pruning(root, data, options) if post_pruning is not None else None
+    return root, stats, pruned
 
 
 __all__ = [

@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 from sqlglot import exp
 from sqlglot.errors import ErrorLevel
 
-from ..errors import SourceError, SqlTreeError
+from ..errors import DataError, SourceError, SqlTreeError
 from ..sqlexpr import values_table
 from .select_plan import SELECT, TABLES, SelectPlan, choose_plan
 
@@ -315,9 +315,22 @@ class Engine(ABC):
         and the engine.
         """
         self.begin()
-        query = exp.select("*").from_(_as_from(relation)).limit(0)
-        with self.reading(relation.meta.get("sqltree_source", "the source")), self._statement():
+        source = relation.meta.get("sqltree_source", "the source")
+        inner = relation.this if isinstance(relation, exp.Subquery) else relation
+        if isinstance(inner, (exp.Select, exp.SetOperation)):
+            # The query itself, not a subquery of it: a subquery renames repeated names
+            # (DuckDB's x_1), which would make a second copy of the target a feature.
+            query = inner.copy().limit(0)
+        else:
+            query = exp.select("*").from_(relation).limit(0)
+        with self.reading(source), self._statement():
             described = self._run_columns(self.render(query))
+        repeated = sorted({n for n, _ in described if [m for m, _ in described].count(n) > 1})
+        if repeated:
+            raise DataError(
+                f"{source} repeats column names ({', '.join(map(repr, repeated))}): "
+                "give each column a name of its own (SELECT ... AS ...)"
+            )
         out = []
         for name, type_text in described:
             try:
@@ -464,9 +477,3 @@ def _values_select(
         ).where(exp.false())
     table = values_table("v", list(columns), [tuple(r) for r in rows], list(types))
     return exp.select(*[exp.column(c, table="v") for c in columns]).from_(table)
-
-
-def _as_from(relation: exp.Expression) -> exp.Expression:
-    if isinstance(relation, (exp.Select, exp.Union, exp.SetOperation)):
-        return relation.subquery("src")
-    return relation
