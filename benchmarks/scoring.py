@@ -149,7 +149,8 @@ def timed(con: Any, fn: Callable[[], None]) -> float:
     return time.perf_counter() - start
 
 
-def sides(con: Any, model: Any, clf: Any, table: str, forms: list[str]) -> dict[str, Callable]:
+def sides(con: Any, model: Any, clf: Any, table: str, forms: list[str], unmerged: bool = False
+          ) -> dict[str, Callable]:
     """The statements to time, each writing the table ``scored``."""
     copy = f"CREATE TABLE scored AS SELECT rid, {', '.join(FEATURES)}, {TARGET} FROM {table}"
     out: dict[str, Callable[[], None]] = {"copy": lambda: con.execute(copy)}
@@ -157,6 +158,15 @@ def sides(con: Any, model: Any, clf: Any, table: str, forms: list[str]) -> dict[
         options = {} if form == "default" else {"form": form}
         sql = model.to_sql(table=table, **options)
         out[f"sqltree {form}"] = lambda sql=sql: con.execute(f"CREATE TABLE scored AS {sql}")
+    if unmerged:  # the walk as it was before subtrees of one label were merged
+        from sqltree.compiler.blocks import literal
+        from sqltree.compiler.walk import build_case
+        from sqltree.model import render
+
+        label = render(build_case(model.root, lambda n: literal(model.classes[n.label])),
+                       "duckdb")
+        sql = f"SELECT *, {label} AS prediction FROM {table}"
+        out["sqltree unmerged walk"] = lambda: con.execute(f"CREATE TABLE scored AS {sql}")
     if clf is not None:
         orb = orbital_sql(clf, table)
         out["orbital"] = lambda: con.execute(f"CREATE TABLE scored AS {orb}")
@@ -165,7 +175,8 @@ def sides(con: Any, model: Any, clf: Any, table: str, forms: list[str]) -> dict[
 
 
 def disagreements(con: Any, table: str) -> int:
-    """Rows of ``scored`` whose prediction differs from ``table``'s ``expected``."""
+    """Rows of ``scored`` whose prediction differs from ``table``'s ``expected`` (by
+    ``rid``)."""
     return con.execute(
         f"SELECT count(*) FROM scored s JOIN {table} t USING (rid) "
         f"WHERE s.prediction IS DISTINCT FROM t.expected"
@@ -190,11 +201,10 @@ def run_cart(args: argparse.Namespace) -> list[dict[str, Any]]:
         frame = con.execute(f"SELECT rid, {', '.join(FEATURES)} FROM bench").df()
         expected = clf.predict(frame[FEATURES].to_numpy(dtype=np.float32))
         con.register("expected_frame", frame.assign(expected=expected)[["rid", "expected"]])
-        con.execute("CREATE OR REPLACE TABLE bench AS SELECT * FROM bench JOIN expected_frame "
-                    "USING (rid)")
+        con.execute("CREATE OR REPLACE TABLE expected AS SELECT * FROM expected_frame")
         con.unregister("expected_frame")
         del frame, expected
-        runs = sides(con, model, clf, "bench", args.forms)
+        runs = sides(con, model, clf, "bench", args.forms, args.unmerged)
         times: dict[str, list[float]] = {name: [] for name in runs}
         loads = []
         for _ in range(args.repeat):
@@ -202,9 +212,57 @@ def run_cart(args: argparse.Namespace) -> list[dict[str, Any]]:
                 loads.append(load_uptime())
                 times[name].append(timed(con, fn))
                 if len(times[name]) == 1 and name != "copy":
-                    times[name + " disagreements"] = [disagreements(con, "bench")]
+                    times[name + " disagreements"] = [disagreements(con, "expected")]
         results.append({"rows": rows, "leaves": model.n_leaves, "times": times,
                         "loads": loads})
+        print(table_of(results[-1]))
+    return results
+
+
+def run_c45(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """C4.5 (binned, as ``run.py --max-bins 256``) on the benchmark file as it is, NULLs
+    included: the exact label as one SELECT against ``predict``, which spreads the rows that
+    meet an unknown value by copies."""
+    import duckdb
+
+    import sqltree
+
+    con = duckdb.connect()
+    con.execute(f"SET threads = {int(args.threads)}")
+    train = data_file(TRAIN_ROWS, args.data_dir)
+    if args.model and os.path.exists(args.model):
+        model = sqltree.load(args.model)
+    else:
+        model = sqltree.train(train, target=TARGET, max_depth=10, max_bins=256,
+                              subtree_raising=False, connection=con)
+        if args.model:
+            model.save(args.model)
+    results = []
+    for rows in args.rows:
+        con.execute("CREATE OR REPLACE TABLE bench AS SELECT row_number() OVER () AS rid, * "
+                    "FROM read_parquet(?)", [data_file(rows, args.data_dir)])
+        sql = model.to_sql(table="bench")
+        runs: dict[str, Callable[[], None]] = {
+            "copy": lambda: con.execute("CREATE TABLE scored AS SELECT * FROM bench"),
+            "sqltree to_sql, one SELECT": lambda sql=sql: con.execute(
+                f"CREATE TABLE scored AS {sql}"),
+        }
+        times: dict[str, list[float]] = {name: [] for name in runs}
+        loads = []
+        for _ in range(args.repeat):
+            for name, fn in runs.items():
+                loads.append(load_uptime())
+                times[name].append(timed(con, fn))
+            con.execute("CREATE OR REPLACE TABLE one_select AS SELECT * FROM scored")
+            loads.append(load_uptime())
+            times.setdefault("sqltree predict", []).append(timed(con, lambda: model.predict(
+                "bench", connection=con, into="scored")))
+        times["sqltree predict disagreements"] = [con.execute(
+            "SELECT count(*) FROM scored s JOIN one_select o USING (rid) "
+            "WHERE s.prediction IS DISTINCT FROM o.prediction").fetchone()[0]]
+        results.append({"rows": rows, "leaves": model.n_leaves, "times": times,
+                        "loads": loads, "sql_characters": len(sql)})
+        print(f"{len(sql):,} characters of SQL")
         print(table_of(results[-1]))
     return results
 
@@ -217,7 +275,7 @@ def table_of(result: dict[str, Any]) -> str:
         f"{result['rows']:,} rows, {result['leaves']} leaves; load average during the run: "
         f"{result['loads'][0]} .. {result['loads'][-1]}",
         "",
-        "| side | median s | runs s | x copy | orbital / side | rows unlike scikit-learn |",
+        "| side | median s | runs s | x copy | orbital / side | rows unlike the reference |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for name, ts in times.items():
@@ -240,10 +298,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--forms", nargs="+", default=["default"],
                         help="sqltree to_sql forms to time ('default' is to_sql's own)")
     parser.add_argument("--data-dir", default=DEFAULT_DATA)
+    parser.add_argument("--unmerged", action="store_true",
+                        help="also time the walk without merging subtrees of one label")
+    parser.add_argument("--c45", action="store_true",
+                        help="time C4.5's exact scoring of unknown values instead")
+    parser.add_argument("--model", help="with --c45: the model file to use (trained and "
+                        "written there if it does not exist)")
     parser.add_argument("--json", help="write the raw results here")
     args = parser.parse_args(argv)
     args.rows = args.rows or [TRAIN_ROWS]
-    results = run_cart(args)
+    results = run_c45(args) if args.c45 else run_cart(args)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
