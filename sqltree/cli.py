@@ -29,6 +29,36 @@ examples:
 """
 
 
+COMMAND_EXAMPLES = {
+    "train": ["sqltree train examples/data/golf.csv --target play -o golf.json",
+              "sqltree train examples/data/golf.csv -t play -a cart --test-fraction 0.3"],
+    "predict": ["sqltree predict golf.json examples/data/golf.csv -o scored.csv",
+                "sqltree predict golf.json examples/data/golf.csv --leaf --unknown majority"],
+    "sql": ["sqltree sql golf.json --dialect snowflake --unknown majority",
+            "sqltree sql golf.json -d postgres --table sales --view scored_sales"],
+    "show": ["sqltree show golf.json --max-depth 1", "sqltree show golf.json --summary"],
+    "rules": ["sqltree rules golf.json --ids"],
+    "dot": ["sqltree dot golf.json -o tree.svg --filled"],
+    "evaluate": ["sqltree evaluate golf.json examples/data/golf.csv --unknown majority"],
+    "scores": ["sqltree scores examples/data/golf.csv --target play"],
+}
+"""Each command's ``--help`` ends with these; tests/test_cli_workflow.py runs every one."""
+
+
+class _Formatter(argparse.HelpFormatter):
+    """Descriptions wrapped as usual; an examples epilog kept line by line."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith("examples:"):
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
+def _command(sub: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+    epilog = "examples:\n" + "".join(f"  {line}\n" for line in COMMAND_EXAMPLES[name])
+    return sub.add_parser(name, epilog=epilog, formatter_class=_Formatter, **kwargs)
+
+
 def _csv(text: str | None) -> list[str] | None:
     return None if text is None else [t.strip() for t in text.split(",") if t.strip()]
 
@@ -47,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train ID3, C4.5 and CART decision trees inside SQL engines, "
         "and compile them to SQL.",
         epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_Formatter,
     )
     parser.add_argument("--version", action="version", version=f"sqltree {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -65,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
             help="with --connect FILE: create the DuckDB database if the file does not exist",
         )
 
-    t = sub.add_parser("train", help="train a tree and save it as JSON",
+    t = _command(sub, "train", help="train a tree and save it as JSON",
                        description="Train a tree on a table, query, Parquet/CSV path or glob.")
     t.add_argument("source", help="table or view name, SELECT query, or Parquet/CSV path/glob")
     t.add_argument("--target", "-t", required=True, help="the class column")
@@ -100,16 +130,18 @@ def build_parser() -> argparse.ArgumentParser:
     _add_evaluation_flags(t)
     add_connection(t)
 
-    p = sub.add_parser("predict", help="score a source with a saved model (CSV to stdout)")
+    p = _command(sub, "predict", help="score a source with a saved model (CSV to stdout)")
     p.add_argument("model", help="model file written by 'sqltree train'")
     p.add_argument("source", help="table, query, or Parquet/CSV path to score")
     p.add_argument("--output", "-o", metavar="FILE", help="write .csv or .parquet instead")
     p.add_argument("--proba", action="store_true", help="add one probability column per class")
     p.add_argument("--into", metavar="TABLE", help="write the scored rows to a table")
+    _add_leaf_flag(p)
+    _add_unknown_flag(p)
     p.add_argument("--quiet", "-q", action="store_true", help="print no progress")
     add_connection(p)
 
-    s = sub.add_parser("sql", help="print the scoring SQL for a dialect")
+    s = _command(sub, "sql", help="print the scoring SQL for a dialect")
     s.add_argument("model")
     s.add_argument("--dialect", "-d", default="duckdb",
                    help="any sqlglot dialect (duckdb, postgres, spark, snowflake, bigquery, ...)")
@@ -124,7 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_connection(_add_evaluate_parser(sub))
 
-    sc = sub.add_parser("scores", help="score every candidate split at the root")
+    sc = _command(sub, "scores", help="score every candidate split at the root")
     sc.add_argument("source")
     sc.add_argument("--target", "-t", required=True)
     add_connection(sc)
@@ -134,19 +166,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_reading_parsers(sub: Any) -> None:
     """``show``, ``rules`` and ``dot``: a saved tree as text, rules or a picture."""
-    show = sub.add_parser("show", help="print a saved tree as text")
+    show = _command(sub, "show", help="print a saved tree as text")
     show.add_argument("model")
     _add_max_depth(show)
     show.add_argument("--summary", action="store_true",
                       help="print what the model was trained on and how, not the tree")
 
-    r = sub.add_parser("rules", help="print one IF ... THEN rule per leaf")
+    r = _command(sub, "rules", help="print one IF ... THEN rule per leaf")
     r.add_argument("model")
     _add_max_depth(r)
     r.add_argument("--ids", action="store_true",
                    help="start each rule with its leaf's id (what 'sqltree sql --leaf' gives)")
 
-    d = sub.add_parser("dot", help="print the tree as Graphviz DOT, or draw it",
+    d = _command(sub, "dot", help="print the tree as Graphviz DOT, or draw it",
                        description="Print the tree as Graphviz DOT text, or with -o write it "
                        "to a .dot file or draw it as .svg, .png or .pdf through Graphviz.")
     d.add_argument("model")
@@ -160,13 +192,8 @@ def _add_reading_parsers(sub: Any) -> None:
 
 def _add_deploy_flags(s: argparse.ArgumentParser) -> None:
     """``sql``'s choices of what the SQL computes and where it goes."""
-    s.add_argument("--leaf", action="store_true",
-                   help="the id of the leaf each row reaches instead of its class (the ids "
-                        "'sqltree rules --ids' prints)")
-    s.add_argument("--unknown", choices=["fractional", "majority"], default="fractional",
-                   help="at a C4.5 test that meets an unknown value: C4.5's exact weighted "
-                        "sum over the branches (default), or the heaviest branch (a plain, "
-                        "much shorter CASE)")
+    _add_leaf_flag(s)
+    _add_unknown_flag(s)
     s.add_argument("--no-quote", action="store_true",
                    help="write identifiers unquoted, in the case the dialect folds them to "
                         "(OUTLOOK on Snowflake), for tables created with unquoted names")
@@ -175,6 +202,20 @@ def _add_deploy_flags(s: argparse.ArgumentParser) -> None:
     s.add_argument("--source-ref", metavar="NAME",
                    help="with --dbt: the dbt model (or seed) whose rows are scored")
     s.add_argument("--output", "-o", metavar="FILE", help="write the SQL to FILE")
+
+
+def _add_leaf_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--leaf", action="store_true",
+                   help="the id of the leaf each row reaches instead of its class, in a column "
+                        "'leaf' (the ids 'sqltree rules --ids' prints)")
+
+
+def _add_unknown_flag(p: argparse.ArgumentParser) -> None:
+    """``--unknown`` for sql, predict and evaluate: what is deployed can be scored first."""
+    p.add_argument("--unknown", choices=["fractional", "majority"], default="fractional",
+                   help="at a C4.5 test that meets an unknown value: C4.5's exact weighted "
+                        "sum over the branches (default), or the heaviest branch (a plain, "
+                        "much shorter CASE)")
 
 
 def _add_max_depth(p: argparse.ArgumentParser) -> None:
@@ -224,7 +265,7 @@ def _add_evaluation_flags(t: argparse.ArgumentParser) -> None:
 
 def _add_evaluate_parser(sub: Any) -> argparse.ArgumentParser:
     """``sqltree evaluate MODEL SOURCE``; the caller adds the connection flags."""
-    e = sub.add_parser("evaluate", help="evaluate a saved model on a source, in the engine",
+    e = _command(sub, "evaluate", help="evaluate a saved model on a source, in the engine",
                        description="Accuracy, kappa, per-class precision/recall/F1, log loss "
                        "and the confusion matrix, counted by one GROUP BY query.")
     e.add_argument("model", help="model file written by 'sqltree train'")
@@ -235,6 +276,7 @@ def _add_evaluate_parser(sub: Any) -> argparse.ArgumentParser:
                               "column, if any)")
     weights.add_argument("--unweighted", action="store_true", help="count every row as 1")
     e.add_argument("--json", action="store_true", help="print every figure as JSON")
+    _add_unknown_flag(e)
     return e
 
 
@@ -431,7 +473,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         model = sqltree.load(args.model)
         scored = model.predict(
             args.source, connection=_connection(args.connect, args.create_db), proba=args.proba,
-            into=args.into,
+            into=args.into, unknown=args.unknown,
+            **({"output": "leaf", "column": "leaf"} if args.leaf else {}),
         )
         if scored is None:
             return 0
@@ -607,7 +650,7 @@ def _evaluate_command(args: argparse.Namespace) -> int:
     weight: str | bool = False if args.unweighted else (args.weight or True)
     shown = " ".join(args.source.split())
     title = f"Evaluation on {shown if len(shown) <= 60 else shown[:57] + '...'}"
-    evaluation = model.evaluate(args.source, weight=weight, title=title,
+    evaluation = model.evaluate(args.source, weight=weight, title=title, unknown=args.unknown,
                                 connection=_connection(args.connect, args.create_db))
     print(evaluation.to_json() if args.json else evaluation)
     return 0

@@ -407,6 +407,7 @@ class Model:
         column: str = "prediction",
         into: str | None = None,
         unknown: str = "fractional",
+        output: str = "label",
     ) -> pd.DataFrame | None:
         """Score ``source`` in the engine with the compiled SQL.
 
@@ -414,7 +415,8 @@ class Model:
         ``proba=True``) as a pandas DataFrame in the source's row order, or, with ``into``,
         writes them to that table and returns None (the table's rows are in no particular
         order: restoring it would sort the whole table). ``unknown="majority"`` scores as
-        ``to_sql(unknown="majority")`` does.
+        ``to_sql(unknown="majority")`` does; ``output="leaf"`` gives the id of the leaf each
+        row reaches instead of its prediction, as ``to_sql(output="leaf")`` does.
         """
         from .dataset import resolve_relation
         from .engines import get_engine
@@ -434,7 +436,7 @@ class Model:
                     f"the source already has columns {clash}; choose another name with column="
                 )
             query = self.scoring_query(
-                relation, column=column, proba=proba, source_columns=names,
+                relation, output=output, column=column, proba=proba, source_columns=names,
                 expand=engine.VECTORIZED, ordered=into is None, unknown=unknown,
             )
             # The engine copies the query before rendering it; see compiler.collector_paused.

@@ -91,6 +91,10 @@ def test_scoring_sql_equals_the_python_walk_on_every_engine(engine_factory, trai
                  lambda text: run_sql(engine, text), unknown)
     scored = trained.predict(source, connection=engine, unknown=unknown).sort_values("rid")
     assert list(scored["prediction"]) == walk(trained, frame, unknown)[0]
+    leaves = trained.predict(source, connection=engine, unknown=unknown, output="leaf",
+                             column="leaf").sort_values("rid")
+    assert [None if pd.isna(v) else int(v) for v in leaves["leaf"]] == walk(
+        trained, frame, unknown)[1]
 
 
 @pytest.mark.parametrize("unknown", ["majority", "fractional"])
