@@ -3,7 +3,8 @@
 16 features: ``x0``..``x9`` continuous (``x0``, ``x1``, ``x5`` and ``x6`` have up to a distinct
 value per row, the others 20 to 50,001 values), ``n0``..``n5`` nominal with 3, 5, 8, 12, 20 and
 50 values; a 3-class target ``y`` that depends on several features, with 5% label noise;
-about 2% NULLs in every feature. Row ``i`` draws its independent uniform numbers from
+about 2% NULLs in every feature (``--task regression``: a numeric target, the same hidden
+score plus noise). Row ``i`` draws its independent uniform numbers from
 ``hash(i * 64 + k)``, one stream per ``k`` (DuckDB's two-argument ``hash(i, k)`` gives
 correlated streams). The same ``--rows`` always gives the same file; the held-out file holds
 rows from a disjoint range of ``i``.
@@ -73,7 +74,7 @@ def continuous_features() -> list[exp.Expression]:
     ]
 
 
-def build_query(rows: int, start: int) -> exp.Select:
+def build_query(rows: int, start: int, task: str = "classification") -> exp.Select:
     u = uniform
     xs = continuous_features()
     codes = [code(20 + j, levels) for j, levels in enumerate(NOMINAL_LEVELS)]
@@ -128,7 +129,13 @@ def build_query(rows: int, start: int) -> exp.Select:
             safe=True,
         )
         columns.append(exp.alias_(with_nulls(text, 30 + j), f"n{j}"))
-    columns.append(exp.alias_(noisy, "y"))
+    if task == "regression":
+        # the same hidden score, plus noise of about 0.3 standard deviations (a sum of three
+        # uniforms: bell-shaped, bounded)
+        spread = u(40) + u(41) + u(42) - lit(1.5)
+        columns.append(exp.alias_(exp.paren(score.copy() + lit(0.6) * spread), "y"))
+    else:
+        columns.append(exp.alias_(noisy, "y"))
     series = exp.Table(
         this=exp.func("range", lit(start), lit(start + rows)),
         alias=exp.TableAlias(this=exp.to_identifier("r"), columns=[exp.to_identifier("i")]),
@@ -136,13 +143,17 @@ def build_query(rows: int, start: int) -> exp.Select:
     return exp.select(*columns).from_(series)
 
 
-def generate(rows: int, out: str, test: bool = False, threads: int | None = None) -> float:
-    """Write the table to ``out``; return the seconds it took."""
+def generate(
+    rows: int, out: str, test: bool = False, threads: int | None = None,
+    task: str = "classification",
+) -> float:
+    """Write the table to ``out``; return the seconds it took. ``task="regression"``: the
+    target ``y`` is the hidden score itself plus noise, a number."""
     con = duckdb.connect()
     if threads:
         con.execute(f"SET threads = {int(threads)}")
     start = time.perf_counter()
-    sql = build_query(rows, TEST_OFFSET if test else 0).sql(dialect="duckdb")
+    sql = build_query(rows, TEST_OFFSET if test else 0, task).sql(dialect="duckdb")
     tmp = out + ".tmp"
     con.sql(sql).write_parquet(tmp, compression="snappy")
     os.replace(tmp, out)
@@ -159,8 +170,12 @@ def main(argv: list[str] | None = None) -> None:
         help="write held-out rows (drawn from a range of row numbers no training file uses)",
     )
     parser.add_argument("--threads", type=int, help="DuckDB threads (default: DuckDB's own)")
+    parser.add_argument(
+        "--task", default="classification", choices=["classification", "regression"],
+        help="a 3-class target, or a numeric one: the hidden score plus noise",
+    )
     args = parser.parse_args(argv)
-    seconds = generate(args.rows, args.out, args.test, args.threads)
+    seconds = generate(args.rows, args.out, args.test, args.threads, args.task)
     print(f"wrote {args.rows:,} rows to {args.out} in {seconds:.1f} s")
 
 

@@ -14,6 +14,7 @@ Usage::
 
     python benchmarks/run.py --rows 1000000
     python benchmarks/run.py --rows 10000000 --max-bins 256 --sides sqltree
+    python benchmarks/run.py --rows 1000000 --task regression --max-bins 256
 """
 
 from __future__ import annotations
@@ -62,22 +63,35 @@ def human_rows(n: int) -> str:
     return str(n)
 
 
-def ensure_data(rows: int, data_dir: str) -> tuple[str, str]:
+def ensure_data(rows: int, data_dir: str, task: str = "classification") -> tuple[str, str]:
     os.makedirs(data_dir, exist_ok=True)
-    train = os.path.join(data_dir, f"train_{human_rows(rows)}.parquet")
-    test = os.path.join(data_dir, f"test_{human_rows(TEST_ROWS)}.parquet")
+    kind = "reg_" if task == "regression" else ""
+    train = os.path.join(data_dir, f"train_{kind}{human_rows(rows)}.parquet")
+    test = os.path.join(data_dir, f"test_{kind}{human_rows(TEST_ROWS)}.parquet")
     if not os.path.exists(train):
-        generate.generate(rows, train)
+        generate.generate(rows, train, task=task)
     if not os.path.exists(test):
-        generate.generate(TEST_ROWS, test, test=True)
+        generate.generate(TEST_ROWS, test, test=True, task=task)
     return train, test
+
+
+def held_out(predicted: Any, truth: Any, regression: bool) -> dict[str, float]:
+    """Accuracy of labels, or RMSE and R² of numbers, on the held-out rows."""
+    import numpy as np
+
+    if not regression:
+        return {"accuracy": float((np.asarray(predicted) == truth).mean())}
+    error = np.asarray(predicted, dtype=float) - truth
+    rmse = float(np.sqrt(np.mean(error * error)))
+    spread = float(np.mean((truth - truth.mean()) ** 2))
+    return {"rmse": rmse, "r2": 1.0 - rmse * rmse / spread}
 
 
 # -- scikit-learn side -------------------------------------------------------------------------
 def sklearn_worker(args: argparse.Namespace) -> dict[str, Any]:
     import numpy as np
     import pandas as pd
-    from sklearn.tree import DecisionTreeClassifier
+    from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 
     def encode(frame: Any, categories: dict[str, Any]) -> Any:
         out = {}
@@ -98,12 +112,16 @@ def sklearn_worker(args: argparse.Namespace) -> dict[str, Any]:
     y = frame[TARGET].to_numpy()
     del frame
     read_seconds = time.perf_counter() - start
-    clf = DecisionTreeClassifier(
-        criterion="gini" if args.algorithm == "cart" else "entropy",
-        max_depth=args.max_depth,
-        min_samples_leaf=2,
-        random_state=0,
-    )
+    regression = args.task == "regression"
+    if regression:
+        clf: Any = DecisionTreeRegressor(max_depth=args.max_depth, random_state=0)
+    else:
+        clf = DecisionTreeClassifier(
+            criterion="gini" if args.algorithm == "cart" else "entropy",
+            max_depth=args.max_depth,
+            min_samples_leaf=2,
+            random_state=0,
+        )
     clf.fit(x, y)
     seconds = time.perf_counter() - start
     rss = peak_rss_mb()
@@ -112,7 +130,7 @@ def sklearn_worker(args: argparse.Namespace) -> dict[str, Any]:
     clf.predict(x)
     predict_seconds = time.perf_counter() - t
     test = pd.read_parquet(args.test)
-    accuracy = float((clf.predict(encode(test, categories)) == test[TARGET].to_numpy()).mean())
+    scores = held_out(clf.predict(encode(test, categories)), test[TARGET].to_numpy(), regression)
     return {
         "side": "scikit-learn",
         "seconds": seconds,
@@ -121,7 +139,7 @@ def sklearn_worker(args: argparse.Namespace) -> dict[str, Any]:
         "nodes": int(clf.tree_.node_count),
         "leaves": int(clf.get_n_leaves()),
         "depth": int(clf.get_depth()),
-        "accuracy": accuracy,
+        **scores,
         "predict_seconds": predict_seconds,
         "predict_rows": int(x.shape[0]),
     }
@@ -138,12 +156,15 @@ def sqltree_worker(args: argparse.Namespace) -> dict[str, Any]:
     con.execute(f"SET threads = {int(args.threads)}")
     if args.memory_limit:
         con.execute("SET memory_limit = ?", [args.memory_limit])
+    regression = args.task == "regression"
     options: dict[str, Any] = {"algorithm": args.algorithm, "max_depth": args.max_depth}
+    if regression:
+        options = {"task": "regression", "max_depth": args.max_depth}
     if args.max_bins:
         options["max_bins"] = args.max_bins
     if args.pruning != "default":
         options["pruning"] = None if args.pruning == "none" else args.pruning
-    if args.algorithm == "c4.5":
+    if args.algorithm == "c4.5" and not regression:
         options["subtree_raising"] = args.subtree_raising
     truth = pd.read_parquet(args.test, columns=[TARGET])[TARGET].to_numpy()
     source: Any = args.train
@@ -179,7 +200,7 @@ def sqltree_worker(args: argparse.Namespace) -> dict[str, Any]:
         test = pd.read_parquet(args.test)
         rows = test.astype(object).where(test.notna(), None).to_dict("records")
         labels = [model.predict_row(r) for r in rows]
-    accuracy = float((pd.Series(labels).to_numpy() == truth).mean())
+    scores = held_out(pd.Series(labels).to_numpy(), truth, regression)
     nodes = list(root.walk())
     return {
         "side": "sqltree",
@@ -188,7 +209,7 @@ def sqltree_worker(args: argparse.Namespace) -> dict[str, Any]:
         "nodes": len(nodes),
         "leaves": sum(1 for n in nodes if n.is_leaf),
         "depth": _depth(root),
-        "accuracy": accuracy,
+        **scores,
         "predict_seconds": predict_seconds,
         "grow_seconds": sum(lv["seconds"] for lv in stats["levels"]),
         "levels": stats.get("levels", []),
@@ -245,7 +266,7 @@ def run_side(side: str, args: argparse.Namespace, train: str, test: str) -> dict
         sys.executable, os.path.abspath(__file__), "--worker", side,
         "--train", train, "--test", test,
         "--max-depth", str(args.max_depth), "--algorithm", args.algorithm,
-        "--threads", str(args.threads),
+        "--threads", str(args.threads), "--task", args.task,
     ]
     if args.max_bins:
         cmd += ["--max-bins", str(args.max_bins)]
@@ -273,9 +294,11 @@ def run_side(side: str, args: argparse.Namespace, train: str, test: str) -> dict
 
 def markdown(results: list[dict[str, Any]], rows: int, args: argparse.Namespace) -> str:
     base = next((r for r in results if r["side"] == "scikit-learn"), None)
+    regression = args.task == "regression"
+    held = "held-out RMSE / R²" if regression else "held-out acc."
     head = (
         "| side | rows | wall s | x sklearn | peak RSS MB | x sklearn | nodes / leaves "
-        "| depth | held-out acc. | queries / scans per level | score s |"
+        f"| depth | {held} | queries / scans per level | score s |"
     )
     lines = [head, "|" + " --- |" * 11]
     for r in results:
@@ -286,13 +309,21 @@ def markdown(results: list[dict[str, Any]], rows: int, args: argparse.Namespace)
             qs = sorted({lv["queries"] for lv in r["levels"]})
             ss = sorted({lv["scans"] for lv in r["levels"]})
             per_level = f"{_span(qs)} / {_span(ss)}"
+        score = (f"{r['rmse']:.4f} / {r['r2']:.4f}" if regression
+                 else f"{100 * r['accuracy']:.2f}%")
         lines.append(
             f"| {r['label']} | {rows:,} | {r['seconds']:.1f} | {ratio} | "
             f"{r['peak_rss_mb']:.0f} | {rss_ratio} | {r['nodes']} / {r['leaves']} | "
-            f"{r['depth']} | {100 * r['accuracy']:.2f}% | {per_level} | "
+            f"{r['depth']} | {score} | {per_level} | "
             f"{_fmt(r.get('predict_seconds'))} |"
         )
     return "\n".join(lines)
+
+
+def _sklearn_kind(args: argparse.Namespace) -> str:
+    if args.task == "regression":
+        return "squared error"
+    return "gini" if args.algorithm == "cart" else "entropy"
 
 
 def _fmt(x: float | None) -> str:
@@ -326,6 +357,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--algorithm", default="c4.5", choices=["c4.5", "id3", "cart"],
         help="sqltree's algorithm; scikit-learn grows an entropy tree, or a gini tree for cart "
+        "(default: %(default)s)",
+    )
+    p.add_argument(
+        "--task", default="classification", choices=["classification", "regression"],
+        help="regression: a numeric target (the hidden score plus noise), sqltree's CART "
+        "regression tree against scikit-learn's DecisionTreeRegressor, held-out RMSE and R² "
         "(default: %(default)s)",
     )
     p.add_argument(
@@ -390,7 +427,7 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(worker(args)))
         return
 
-    train, test = ensure_data(args.rows, args.data_dir)
+    train, test = ensure_data(args.rows, args.data_dir, args.task)
     results = []
     for side in args.sides:
         result = run_side(side, args, train, test)
@@ -398,9 +435,10 @@ def main(argv: list[str] | None = None) -> None:
         where = (" on PostgreSQL" if args.postgres else "") + (
             f", {args.plan} plan" if args.plan != "auto" else ""
         )
+        algorithm = "regression" if args.task == "regression" else args.algorithm
         result["label"] = (
-            f"sqltree {args.algorithm} {mode}{where}" if side == "sqltree"
-            else "scikit-learn " + ("gini" if args.algorithm == "cart" else "entropy")
+            f"sqltree {algorithm} {mode}{where}" if side == "sqltree"
+            else "scikit-learn " + _sklearn_kind(args)
         )
         results.append(result)
         print(f"{result['label']}: {result['seconds']:.1f} s", file=sys.stderr, flush=True)

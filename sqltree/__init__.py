@@ -11,7 +11,7 @@ Examples
 
 scikit-learn users switch with one import (needs scikit-learn; loaded on first use):
 
->>> from sqltree import DecisionTreeClassifier, C45Classifier        # doctest: +SKIP
+>>> from sqltree import DecisionTreeClassifier, DecisionTreeRegressor  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from .model import Model, load
 from .tree import Node, Split
 from .version import __version__
 
-_ESTIMATORS = ("C45Classifier", "DecisionTreeClassifier")
+_ESTIMATORS = ("C45Classifier", "DecisionTreeClassifier", "DecisionTreeRegressor")
 
 
 def __getattr__(name: str) -> Any:
@@ -54,6 +54,7 @@ __all__ = [
     "CrossValidation",
     "DataError",
     "DecisionTreeClassifier",
+    "DecisionTreeRegressor",
     "EngineConnectionError",
     "Model",
     "ModelFileError",

@@ -98,9 +98,14 @@ def build_parser() -> argparse.ArgumentParser:
     t = _command(sub, "train", help="train a tree and save it as JSON",
                        description="Train a tree on a table, query, Parquet/CSV path or glob.")
     t.add_argument("source", help="table or view name, SELECT query, or Parquet/CSV path/glob")
-    t.add_argument("--target", "-t", required=True, help="the class column")
+    t.add_argument("--target", "-t", required=True,
+                   help="the class column (with --task regression, a numeric column)")
+    t.add_argument("--task", choices=["classification", "regression"],
+                   help="regression grows a CART regression tree (default: classification, "
+                        "or regression for a regression --criterion)")
     t.add_argument("--output", "-o", metavar="MODEL.json", help="where to save the model")
-    t.add_argument("--algorithm", "-a", default="c4.5", choices=["c4.5", "id3", "cart"])
+    t.add_argument("--algorithm", "-a", choices=["c4.5", "id3", "cart"],
+                   help="default: c4.5, or cart for --task regression")
     t.add_argument("--features", metavar="A,B,...", help="feature columns (default: all others)")
     t.add_argument("--nominal", metavar="A,B,...", help="treat these columns as nominal")
     t.add_argument("--continuous", metavar="A,B,...", help="treat these columns as continuous")
@@ -116,7 +121,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="post-pruning (default: c4.5 for C4.5, none otherwise)")
     t.add_argument("--cf", type=float, default=0.25, help="C4.5 pruning confidence (J48 -C)")
     cart = t.add_argument_group("CART (scikit-learn's names and meanings)")
-    cart.add_argument("--criterion", choices=["gini", "entropy"])
+    cart.add_argument("--criterion", choices=["gini", "entropy", "squared_error",
+                                              "friedman_mse", "poisson", "absolute_error"],
+                      help="gini or entropy for classes; squared_error (the default), "
+                           "friedman_mse or poisson for --task regression")
     cart.add_argument("--min-samples-leaf", type=float, metavar="N")
     cart.add_argument("--max-leaf-nodes", type=int, metavar="N")
     cart.add_argument("--ccp-alpha", type=float, metavar="ALPHA")
@@ -446,6 +454,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         options = dict(
             target=args.target,
             algorithm=args.algorithm,
+            task=args.task,
             features=_csv(args.features),
             nominal=_csv(args.nominal) or (),
             continuous=_csv(args.continuous) or (),

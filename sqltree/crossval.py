@@ -56,6 +56,7 @@ from .errors import DataError, OptionError, UnsupportedError, UnsupportedOptionE
 from .evaluation import Evaluation, combine, weka_number
 from .model import Model
 from .options import CART_OPTIONS, check_train_options, resolve_task
+from .regression_evaluation import RegressionEvaluation, combine_regression
 from .tree import Value
 
 FLOAT_MULTIPLIER = 0.6180339887498949
@@ -64,7 +65,7 @@ steps of any size over [0, 1) (a Weyl sequence)."""
 _EXACT = 2.0**52
 """Below this magnitude a double's integer part, and so its fraction, is exact."""
 
-FoldProgress = Callable[[Evaluation], None]
+FoldProgress = Callable[[Evaluation | RegressionEvaluation], None]
 
 
 @dataclass
@@ -83,14 +84,16 @@ class CrossValidation:
         ``folds``, ``stratified``, ``seed`` and ``key``.
     """
 
-    pooled: Evaluation
-    folds: list[Evaluation]
+    pooled: Evaluation | RegressionEvaluation
+    folds: list[Any]
     models: list[Model] = field(repr=False)
     settings: dict[str, Any]
 
     def fold_table(self) -> str:
-        """One line per fold (rows, leaves, accuracy, kappa, log loss), then mean and
-        standard deviation of the folds' figures."""
+        """One line per fold (rows, leaves, accuracy, kappa, log loss; a regression tree's
+        RMSE, MAE and R²), then mean and standard deviation of the folds' figures."""
+        if isinstance(self.pooled, RegressionEvaluation):
+            return _regression_fold_table(self.folds)
         lines = [f"{'Fold':>4}  {'Train rows':>10}  {'Test rows':>9}  {'Leaves':>6}  "
                  f"{'Accuracy':>9}  {'Kappa':>7}  {'Log loss':>8}"]
         for f in self.folds:
@@ -123,13 +126,31 @@ class CrossValidation:
         return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False, default=str)
 
 
+def _regression_fold_table(folds: Sequence[RegressionEvaluation]) -> str:
+    lines = [f"{'Fold':>4}  {'Train rows':>10}  {'Test rows':>9}  {'Leaves':>6}  "
+             f"{'RMSE':>12}  {'MAE':>12}  {'R2':>8}"]
+    for f in folds:
+        lines.append(
+            f"{f.extra['fold']:>4}  {f.extra['train_rows']:>10}  {f.rows:>9}  "
+            f"{f.extra['leaves']:>6}  {f.root_mean_squared_error:>12.6g}  "
+            f"{f.mean_absolute_error:>12.6g}  {f.r2:>8.4f}"
+        )
+    for name, agg in (("Mean", statistics.fmean), ("Std. dev.", _stdev)):
+        lines.append(
+            f"{name:<35}  {agg([f.root_mean_squared_error for f in folds]):>12.6g}  "
+            f"{agg([f.mean_absolute_error for f in folds]):>12.6g}  "
+            f"{agg([f.r2 for f in folds]):>8.4f}"
+        )
+    return "\n".join(lines)
+
+
 def _stdev(values: Sequence[float]) -> float:
     return statistics.stdev(values) if len(values) > 1 else 0.0
 
 
 # -- checks before any query ---------------------------------------------------------------------
-def _check_train_options(target: str, options: dict[str, Any]) -> None:
-    """Refuse what ``train`` would refuse, before the rows are dealt."""
+def _check_train_options(target: str, options: dict[str, Any]) -> str:
+    """Refuse what ``train`` would refuse, before the rows are dealt; returns the task."""
     params = inspect.signature(train).parameters
     named = {n for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
     unknown = sorted(set(options) - (named - {"connection"}) - set(CART_OPTIONS))
@@ -146,6 +167,7 @@ def _check_train_options(target: str, options: dict[str, Any]) -> None:
         **{k: v for k, v in values.items()
            if k in checked and k not in {"algorithm", "target", "cart_options", "task"}},
     )
+    return task
 
 
 def _check_dealing(seed: Any, key: Any, stratified: Any) -> None:
@@ -365,17 +387,26 @@ def dealt(
             if name is not None and name not in names:
                 raise DataError(f"{what} column {name!r} is not in the source; columns: {names}")
         y = quoted(target)
-        counted = engine.execute(
-            exp.select(y.copy(), exp.Count(this=exp.Star())).from_(relation.copy())
-            .group_by(y.copy())
-        )
-        class_rows = sorted(((v, int(n)) for v, n in counted if v is not None),
-                            key=lambda c: sort_key(c[0]))
-        labelled = sum(n for _, n in class_rows)
+        if stratified:
+            counted = engine.execute(
+                exp.select(y.copy(), exp.Count(this=exp.Star())).from_(relation.copy())
+                .group_by(y.copy())
+            )
+            class_rows = sorted(((v, int(n)) for v, n in counted if v is not None),
+                                key=lambda c: sort_key(c[0]))
+            labelled = sum(n for _, n in class_rows)
+            null_rows = sum(int(n) for v, n in counted if v is None)
+        else:  # one count: a numeric target has about as many values as rows
+            ((known, every),) = engine.execute(
+                exp.select(exp.Count(this=y.copy()), exp.Count(this=exp.Star()))
+                .from_(relation.copy())
+            )
+            class_rows, labelled, null_rows = [], int(known), int(every) - int(known)
         if labelled < least_rows:
             raise DataError(
-                f"the source has {labelled} rows with a known class; dealing them into parts "
-                f"needs at least {least_rows}"
+                f"the source has {labelled} rows with a known "
+                f"{'class' if stratified else 'target'}; dealing them into parts needs at "
+                f"least {least_rows}"
             )
         offsets, before = [], 0
         for value, n in class_rows:
@@ -387,8 +418,7 @@ def dealt(
             offsets=offsets if stratified else None, seed=seed, key=key,
         )
         table = engine.materialize("parts", query)
-        yield Dealt(table, names, part_column, class_rows,
-                    sum(int(n) for v, n in counted if v is None), shared)
+        yield Dealt(table, names, part_column, class_rows, null_rows, shared)
 
 
 # -- the entry points ----------------------------------------------------------------------------
@@ -437,9 +467,10 @@ def cross_validate(
     """
     check_folds(folds)
     _check_dealing(seed, key, stratified)
-    _check_train_options(target, train_options)
+    regression = _check_train_options(target, train_options) == "regression"
+    stratified = stratified and not regression  # a number has no classes to deal by
     report = progress if callable(progress) else None
-    evaluations: list[Evaluation] = []
+    evaluations: list[Any] = []
     models: list[Model] = []
     title = "Stratified cross-validation" if stratified else "Cross-validation"
     with reporting.reporting_to(progress is True), reporting.phase(
@@ -453,9 +484,10 @@ def cross_validate(
             if report is not None:
                 report(evaluations[-1])
         null_rows = parts.rows_null_target
-        pooled = replace(combine(evaluations, title), rows_null_target=null_rows)
-        phase.done(f"{folds} folds: {_percent(pooled.accuracy)} correct, "
-                   f"{phase.seconds:.2f} s", folds=folds, accuracy=pooled.accuracy)
+        pooled = replace((combine_regression if regression else combine)(evaluations, title),
+                         rows_null_target=null_rows)
+        phase.done(f"{folds} folds: {_headline(pooled)}, {phase.seconds:.2f} s", folds=folds,
+                   **_figures(pooled))
     pooled.extra.update(folds=folds)
     settings = {"folds": folds, "stratified": stratified, "seed": seed, "key": key}
     return CrossValidation(pooled, evaluations, models, settings)
@@ -481,7 +513,8 @@ def holdout(
     """
     check_fraction(test_fraction)
     _check_dealing(seed, key, stratified)
-    _check_train_options(target, train_options)
+    if _check_train_options(target, train_options) == "regression":
+        stratified = False  # a number has no classes to deal by
     with dealt(source, target, split_rule(test_fraction), connection=connection,
                stratified=stratified, seed=seed, key=key,
                least_rows=math.ceil(1 / min(test_fraction, 1 - test_fraction))) as parts:
@@ -552,11 +585,24 @@ def assign_folds(
             reader.cleanup()
 
 
-def _fold_line(evaluation: Evaluation) -> str:
+def _fold_line(evaluation: Evaluation | RegressionEvaluation) -> str:
     e = evaluation
     return (f"fold {e.extra['fold']}: {e.extra['train_rows']:,} training rows, {e.rows:,} "
-            f"test rows, {e.extra['leaves']} leaves, {_percent(e.accuracy)} correct, "
+            f"test rows, {e.extra['leaves']} leaves, {_headline(e)}, "
             f"{e.extra['seconds']:.2f} s")
+
+
+def _headline(e: Evaluation | RegressionEvaluation) -> str:
+    """The figure a progress line shows: accuracy, or a regression tree's RMSE and R²."""
+    if isinstance(e, RegressionEvaluation):
+        return f"RMSE {e.root_mean_squared_error:.6g}, R2 {e.r2:.4f}"
+    return f"{_percent(e.accuracy)} correct"
+
+
+def _figures(e: Evaluation | RegressionEvaluation) -> dict[str, float]:
+    if isinstance(e, RegressionEvaluation):
+        return {"rmse": e.root_mean_squared_error, "r2": e.r2}
+    return {"accuracy": e.accuracy}
 
 
 def _percent(fraction: float) -> str:

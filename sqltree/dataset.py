@@ -63,6 +63,9 @@ class Dataset:
     target_mean: float | None = None
     """A regression target's weighted mean (None for classes); ``classes`` is then empty and
     ``class_weights`` holds the total weight."""
+    target_min: float | None = None
+    target_sum: float | None = None
+    """A regression target's least value and unweighted sum (the Poisson deviance's checks)."""
 
     def feature(self, name: str) -> Feature:
         for f in self.features:
@@ -358,10 +361,11 @@ def describe(
             f"target {target!r} has a type the engine does not name; cast it to text or integer"
         )
     if task == "regression":
-        mean, total_weight = _read_target_mean(engine, relation, target, w)
+        mean, total_weight, least, total = _read_target_mean(engine, relation, target, w)
         pairs = [(None, total_weight)]
     else:
         mean, pairs = None, _read_classes(engine, relation, target, w)
+        least = total = None
     n_null = n_rows - int(row["labelled"])
     if n_null:
         warnings.warn(
@@ -381,6 +385,8 @@ def describe(
         n_null_target=n_null,
         infinite=infinite,
         target_mean=mean,
+        target_min=least,
+        target_sum=total,
     )
 
 
@@ -513,22 +519,26 @@ def _read_classes(
 
 def _read_target_mean(
     engine: Engine, relation: exp.Expression, target: str, w: exp.Expression
-) -> tuple[float, float]:
-    """A numeric target's weighted mean and total weight, refusing NaN and infinities."""
+) -> tuple[float, float, float, float]:
+    """A numeric target's weighted mean, total weight, least value and unweighted sum,
+    refusing NaN and infinities."""
     y = exp.cast(_column(target), "DOUBLE")
     known = _column(target).is_(exp.null()).not_()
     query = exp.select(
         exp.func("SUM", w.copy() * y.copy()),
         exp.func("SUM", w.copy()),
         _count_when(_is_special(y, ("NaN", "Infinity", "-Infinity"))),
+        exp.func("MIN", y.copy()),
+        exp.func("SUM", y.copy()),
     ).from_(relation).where(known)
-    ((weighted, total_weight, special),) = engine.execute(query)
+    ((weighted, total_weight, special, least, total),) = engine.execute(query)
     if int(special or 0):
         raise DataError(
             f"the target {target!r} holds NaN or infinite values in {int(special)} rows; "
             "a missing target is NULL (NULLIF(y, 'NaN'))"
         )
-    return float(weighted) / float(total_weight), float(total_weight)
+    return (float(weighted) / float(total_weight), float(total_weight), float(least),
+            float(total))
 
 
 def _read_domains(engine: Engine, relation: exp.Expression, feats: list[Feature]) -> None:

@@ -41,13 +41,16 @@ def _number(x: float, decimals: int | None) -> str:
     return weka_number(x, decimals) if decimals is not None else repr(float(x))
 
 
-def _value_label(node: Node, decimals: int | None, sd: bool) -> str:
-    """A regression leaf: ``value 96.31 (weight 171.0[, sd 55.2])``."""
+def _value_label(node: Node, decimals: int | None, sd: bool | str) -> str:
+    """A regression leaf: ``value 96.31 (weight 171.0[, sd 55.2])``; with ``sd="deviance"``
+    (a Poisson tree, whose impurity is its mean half deviance), ``deviance 0.31`` instead."""
     assert node.value is not None
     text = f"value {_number(node.value, decimals)} (weight {_java_double(_round2(node.weight))}"
-    if sd:
-        variance = node.impurity if node.impurity is not None else 0.0
-        text += f", sd {_number(math.sqrt(max(variance, 0.0)), decimals)}"
+    impurity = max(node.impurity if node.impurity is not None else 0.0, 0.0)
+    if sd == "deviance":
+        text += f", deviance {_number(impurity, decimals)}"
+    elif sd:
+        text += f", sd {_number(math.sqrt(impurity), decimals)}"
     return text + ")"
 
 
@@ -100,7 +103,7 @@ def condition(split: Split, branch: int, decimals: int | None = 6) -> str:
 
 
 def _label(
-    node: Node, classes: list[Value], decimals: int | None = 6, sd: bool = False
+    node: Node, classes: list[Value], decimals: int | None = 6, sd: bool | str = False
 ) -> str:
     if _is_regression(node, classes):
         return _value_label(node, decimals, sd)
@@ -172,6 +175,8 @@ def text(
     root, labels = resolve_tree(model_or_root, classes)
     limit = check_depth(max_depth)
     lines: list[str] = []
+    options = getattr(model_or_root, "options", None) or {}
+    spread: bool | str = "deviance" if options.get("criterion") == "poisson" else True
 
     # An explicit stack of (test node, depth, next branch): trees of any depth print.
     stack: list[tuple[Node, int, int]] = [] if shown_as_label(root, 0, limit) else [(root, 0, 0)]
@@ -184,14 +189,14 @@ def text(
         child = node.children[branch]
         line = "|   " * depth + condition(node.split, branch, decimals)
         if shown_as_label(child, depth + 1, limit):
-            lines.append(f"{line}: {_label(child, labels, decimals, sd=True)}"
+            lines.append(f"{line}: {_label(child, labels, decimals, sd=spread)}"
                          f"{cut_mark(child, depth + 1, limit)}")
         else:
             lines.append(line)
             stack.append((child, depth + 1, 0))
 
     if shown_as_label(root, 0, limit):
-        body = f": {_label(root, labels, decimals, sd=True)}{cut_mark(root, 0, limit)}"
+        body = f": {_label(root, labels, decimals, sd=spread)}{cut_mark(root, 0, limit)}"
     else:
         body = "\n".join(lines)
     if not summary:

@@ -25,6 +25,7 @@ from .tree import CONTINUOUS, Node, Value, check_unknown, format_value, scoring_
 
 if TYPE_CHECKING:
     from .evaluation import Evaluation
+    from .regression_evaluation import RegressionEvaluation
 
 
 @dataclass
@@ -480,7 +481,7 @@ class Model:
         weight: str | bool = True,
         title: str = "Evaluation",
         unknown: str = "fractional",
-    ) -> Evaluation:
+    ) -> Evaluation | RegressionEvaluation:
         """Evaluate the tree on ``source`` with one ``GROUP BY actual, predicted`` query.
 
         The source (a table, query, path or DataFrame, as for ``predict``) must hold the
@@ -491,6 +492,9 @@ class Model:
         measures; ``str()`` prints it as Weka's evaluation block, ``to_dict()``/``to_json()``
         give every figure. Rows with a NULL target are left out and counted.
 
+        A regression tree's evaluation (``RegressionEvaluation``) is one aggregate query over
+        the scoring SQL: root mean squared error, mean absolute error, R² and the count.
+
         ``weight``: True counts each row with the model's training weight column (when it
         was trained with one), False counts rows, a column name weighs by that column.
         ``unknown="majority"`` evaluates the SQL ``to_sql(unknown="majority")`` deploys.
@@ -498,8 +502,15 @@ class Model:
         from .evaluation import evaluate
 
         if self.is_regression:
-            raise UnsupportedError("evaluate() counts classes; a regression tree's evaluation "
-                                   "is not implemented yet")
+            from .regression_evaluation import evaluate_regression
+
+            if unknown != "fractional":
+                raise UnsupportedError(
+                    "a regression tree routes unknown values to one branch at every test: "
+                    "unknown= does not apply"
+                )
+            return evaluate_regression(self, source, connection=connection, weight=weight,
+                                       title=title)
         return evaluate(self, source, connection=connection, weight=weight, title=title,
                         unknown=unknown)
 

@@ -20,7 +20,7 @@ ALGORITHMS = ("c4.5", "id3", "cart")
 MISSING = ("fractional", "majority", "drop")
 PRUNING = ("c4.5", "pessimistic", "reduced-error")
 CART_CRITERIA = ("gini", "entropy", "log_loss")
-REGRESSION_CRITERIA = ("squared_error",)
+REGRESSION_CRITERIA = ("squared_error", "friedman_mse", "poisson")
 TASKS = ("classification", "regression")
 CART_OPTIONS = (
     "criterion", "min_samples_leaf", "min_weight_fraction_leaf", "min_impurity_decrease",
@@ -182,7 +182,7 @@ def _refuse_for_cart(
 def is_regression_criterion(criterion: Any) -> bool:
     """Whether ``criterion`` names a regression criterion (absolute_error and poisson too,
     so that a numeric target given them is read as a regression task and refused clearly)."""
-    return criterion in (*REGRESSION_CRITERIA, "friedman_mse", "absolute_error", "poisson")
+    return criterion in (*REGRESSION_CRITERIA, "absolute_error")
 
 
 def resolve_task(task: str | None, algorithm: Any, cart_options: Mapping[str, Any]
@@ -203,11 +203,8 @@ def _check_regression(options: Mapping[str, Any]) -> None:
         raise UnsupportedOptionError(
             "criterion='absolute_error' is not supported: its leaves and split scores need the "
             "median of every candidate side, a sort of the target per node and cut, which the "
-            "histogram's running sums cannot give; use 'squared_error' or 'friedman_mse'"
-        )
-    if criterion in ("poisson", "friedman_mse"):
-        raise UnsupportedOptionError(
-            f"criterion={criterion!r} is not supported yet; use 'squared_error'"
+            "histogram's running sums cannot give; use 'squared_error', 'friedman_mse' or "
+            "'poisson'"
         )
     if criterion not in REGRESSION_CRITERIA:
         raise OptionError(

@@ -317,7 +317,7 @@ def build_histogram(
     bits: int | None = None,
     *,
     counts: bool = False,
-    moments: bool = False,
+    moments: Sequence[exp.Expression] | None = None,
 ) -> exp.Expression:
     """Weighted class counts per (node, feature, value); ``attr = -1`` rows hold node totals.
 
@@ -340,8 +340,8 @@ def build_histogram(
     ``counts`` adds ``n``, the number of level rows per group (a BIGINT after ``v``), for
     rules that count rows rather than weight (CART's ``min_samples_*``, as scikit-learn's).
 
-    ``moments``: a regression histogram, whose ``n_classes`` (``MOMENTS``) columns are the sums
-    of ``moment_terms`` (DOUBLE; ``by_class`` and ``bits`` do not apply).
+    ``moments``: a regression histogram, whose ``n_classes`` (``MOMENTS``) columns sum these
+    terms of a level row (``moment_terms``; DOUBLE; ``by_class`` and ``bits`` do not apply).
     """
     parts = [_histogram_part(level, None, n_classes, bits, counts, moments=moments)]
     for f in features:
@@ -360,7 +360,7 @@ def _histogram_part(
     bits: int | None,
     counts: bool,
     how: str = "grouped",
-    moments: bool = False,
+    moments: Sequence[exp.Expression] | None = None,
 ) -> exp.Select:
     """The histogram rows of feature ``f`` (None: the node totals, ``attr = -1``), grouped by
     (node, value), summed per class first (``by_class``), or a row per level row (``rows``)."""
@@ -371,7 +371,7 @@ def _histogram_part(
         alias(exp.cast(num(-1 if f is None else f.index), "INT"), "attr"),
         alias(exp.cast(exp.null(), "DOUBLE") if f is None else col(f.column), "v"),
     ]
-    weights = moment_terms() if moments else class_weights(n_classes, bits)
+    weights = [m.copy() for m in moments] if moments else class_weights(n_classes, bits)
     if how == "rows":
         return exp.select(
             *head,

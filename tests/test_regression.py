@@ -42,11 +42,35 @@ def with_nulls() -> tuple[pd.DataFrame, np.ndarray]:
     return X.mask(rng.random(X.shape) < 0.15), y
 
 
-DATA = {"diabetes": diabetes, "friedman1": friedman, "nulls": with_nulls}
+def indicators() -> tuple[pd.DataFrame, np.ndarray]:
+    """Nominal features one-hot encoded (scikit-learn's way to take them) beside numbers."""
+    rng = np.random.default_rng(8)
+    n = 500
+    colour = rng.choice(["red", "green", "blue", "grey"], n)
+    size = rng.choice(["s", "m", "l"], n)
+    x = rng.normal(size=n).round(3)
+    effect = {"red": 2.0, "green": -1.0, "blue": 0.5, "grey": 0.0}
+    y = np.array([effect[c] for c in colour]) + (size == "l") * 1.5 + x + rng.normal(0, 0.3, n)
+    frame = pd.get_dummies(pd.DataFrame({"colour": colour, "size": size}), dtype=float)
+    return _float32(frame.assign(x=x)), y
 
 
-def same_tree(sk: DecisionTreeRegressor, model: Model, columns: list[str]) -> str | None:
-    """The first difference between scikit-learn's tree and ours, or None."""
+def counts() -> tuple[pd.DataFrame, np.ndarray]:
+    """A count target, more than half zeros: Poisson's rule against sides that sum to zero."""
+    rng = np.random.default_rng(7)
+    X = _float32(pd.DataFrame(rng.random((500, 4)), columns=list("abcd")))
+    return X, rng.poisson(np.exp(3 * X.a - 2.5 + (X.b > 0.7))).astype(float)
+
+
+DATA = {"diabetes": diabetes, "friedman1": friedman, "nulls": with_nulls,
+        "indicators": indicators, "counts": counts}
+
+
+def same_tree(
+    sk: DecisionTreeRegressor, model: Model, columns: list[str], offset: float = 0.0
+) -> str | None:
+    """The first difference between scikit-learn's tree and ours (grown on the target plus
+    ``offset``), or None."""
     t = sk.tree_
     index = {c: i for i, c in enumerate(columns)}
     stack = [(0, model.root)]
@@ -59,7 +83,7 @@ def same_tree(sk: DecisionTreeRegressor, model: Model, columns: list[str]) -> st
             return f"node {i}: {t.n_node_samples[i]} rows, ours {node.n_samples}"
         if not np.isclose(t.weighted_n_node_samples[i], node.weight, rtol=1e-12):
             return f"node {i}: weight"
-        if abs(t.value[i][0][0] - node.value) > ATOL * max(1.0, abs(node.value)):
+        if abs(t.value[i][0][0] + offset - node.value) > ATOL * max(1.0, abs(node.value)):
             return f"node {i}: value {t.value[i][0][0]!r}, ours {node.value!r}"
         if not np.isclose(t.impurity[i], node.impurity, rtol=1e-7, atol=1e-9):
             return f"node {i}: impurity {t.impurity[i]!r}, ours {node.impurity!r}"
@@ -100,6 +124,14 @@ def _our_decrease(node) -> float:
     return node.impurity - sum(c.weight / node.weight * c.impurity for c in node.children)
 
 
+def sklearn_tree(**params) -> DecisionTreeRegressor:
+    """scikit-learn's regressor; ``friedman_mse`` as the ``squared_error`` it maps to since
+    1.9 (the same splits; sqltree's improvement stays Friedman's, ``test_friedman_*``)."""
+    if params.get("criterion") == "friedman_mse":
+        params["criterion"] = "squared_error"
+    return DecisionTreeRegressor(**params)
+
+
 def fit_both(X: pd.DataFrame, y: np.ndarray, connection=None, source=None, **params):
     """Our tree and scikit-learn's; where our tree records a tie, scikit-learn's with the
     first ``random_state`` whose random tie-breaking grows the same tree, if any."""
@@ -114,7 +146,7 @@ def fit_both(X: pd.DataFrame, y: np.ndarray, connection=None, source=None, **par
     columns = list(X.columns)
     first = None
     for seed in range(20 if any(n.tied for n in ours.root.walk()) else 1):
-        theirs = DecisionTreeRegressor(random_state=seed, **params).fit(
+        theirs = sklearn_tree(random_state=seed, **params).fit(
             X, y, sample_weight=weight
         )
         first = first or theirs
@@ -153,6 +185,16 @@ CASES = [
     ("nulls", {"max_depth": 5}),
     ("nulls", {"min_samples_leaf": 10}),
     ("nulls", {"max_leaf_nodes": 15}),
+    ("indicators", {"max_depth": 6}),
+    ("indicators", {"min_samples_leaf": 4, "ccp_alpha": 0.01}),
+    ("diabetes", {"criterion": "friedman_mse", "max_depth": 5}),
+    ("nulls", {"criterion": "friedman_mse", "max_leaf_nodes": 12}),
+    ("diabetes", {"criterion": "poisson", "max_depth": 5}),
+    ("diabetes", {"criterion": "poisson", "max_leaf_nodes": 10, "min_samples_leaf": 3}),
+    ("friedman1", {"criterion": "poisson", "ccp_alpha": 0.01}),
+    ("nulls", {"criterion": "poisson", "min_samples_leaf": 5}),
+    ("counts", {"criterion": "poisson"}),
+    ("counts", {"criterion": "poisson", "max_depth": 4, "min_weight_fraction_leaf": 0.01}),
 ]
 
 
@@ -174,27 +216,96 @@ def test_sample_weight_as_sklearn():
     assert same_tree(theirs, ours, list(X.columns)) is None
 
 
-def test_pruning_path_as_sklearn():
+@pytest.mark.parametrize("criterion", ["squared_error", "poisson"])
+def test_pruning_path_as_sklearn(criterion):
     X, y = diabetes()
-    ours, theirs = fit_both(X, y, min_samples_leaf=5)
+    ours, theirs = fit_both(X, y, min_samples_leaf=5, criterion=criterion)
     path = theirs.cost_complexity_pruning_path(X, y)
     from sqltree.pruning import cost_complexity_pruning_path
 
-    mine = cost_complexity_pruning_path(ours.root, "squared_error")
+    mine = cost_complexity_pruning_path(ours.root, criterion)
     np.testing.assert_allclose(mine["ccp_alphas"], path.ccp_alphas, rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(mine["impurities"], path.impurities, rtol=1e-9)
 
 
 def test_target_offset_by_1e9_grows_the_same_tree():
     X, y = diabetes()
-    near, _ = fit_both(X, y, max_depth=6)
+    near, theirs = fit_both(X, y, max_depth=6)
     far = sqltree.train(X.assign(target=y + 1e9), "target", task="regression", max_depth=6)
+    assert same_tree(theirs, near, list(X.columns)) is None
+    # scikit-learn's tree of the unshifted target is the right one: its own sums of y*y near
+    # 1e18 keep no digit of a spread near 100
+    assert same_tree(theirs, far, list(X.columns), offset=1e9) is None
     a, b = list(near.root.walk()), list(far.root.walk())
     assert [n.split for n in a] == [n.split for n in b]
     assert [n.n_samples for n in a] == [n.n_samples for n in b]
     for m, n in zip(a, b, strict=True):
         assert abs((n.value - 1e9) - m.value) < 1e-5
         assert n.impurity == pytest.approx(m.impurity, rel=1e-6, abs=1e-6)
+
+
+def test_friedman_improvement_is_friedmans_score():
+    """Friedman's improvement ``wl wr (mean_l - mean_r)^2 / (wl + wr)``, which
+    ``min_impurity_decrease`` compares with: the same splits as squared error, and a threshold
+    that stops them where Friedman's score falls below it."""
+    X, y = diabetes()
+    model = sqltree.train(X.assign(target=y), "target", criterion="friedman_mse", max_depth=3)
+    plain = sqltree.train(X.assign(target=y), "target", criterion="squared_error", max_depth=3)
+    assert model.text() == plain.text()
+    scores = []
+    for node in model.root.walk():
+        if node.is_leaf:
+            continue
+        left, right = node.children
+        gap = left.value - right.value
+        score = left.weight * right.weight * gap * gap / node.weight
+        assert node.improvement == pytest.approx(score, rel=1e-9)
+        scores.append(score)
+    threshold = float(np.median(scores))
+    cut = sqltree.train(X.assign(target=y), "target", criterion="friedman_mse", max_depth=3,
+                        min_impurity_decrease=threshold)
+    kept = [n.improvement for n in cut.root.walk() if not n.is_leaf]
+    assert kept and min(kept) >= threshold and len(kept) < len(scores)
+
+
+def test_binned_tree_cuts_where_sklearn_cuts():
+    """With fewer distinct values than ``max_bins``, each bin is a value: the binned tree is
+    scikit-learn's (the exact one), cut at bin edges (training values) that part each node's
+    rows as its midpoints do."""
+    X, y = friedman()
+    X = _float32(X.round(1))
+    exact, theirs = fit_both(X, y, max_depth=5)
+    assert same_tree(theirs, exact, list(X.columns)) is None
+    binned = sqltree.train(X.assign(target=y), "target", task="regression", max_depth=5,
+                           max_bins=32)
+    stack = [(exact.root, binned.root, np.ones(len(X), dtype=bool))]
+    while stack:
+        a, b, rows = stack.pop()
+        assert a.n_samples == b.n_samples == rows.sum()
+        assert a.value == pytest.approx(b.value, rel=1e-12)
+        assert a.is_leaf == b.is_leaf
+        if a.is_leaf:
+            continue
+        assert a.split.feature == b.split.feature
+        values = X[a.split.feature].to_numpy()
+        left = rows & (values <= a.split.threshold)
+        assert b.split.threshold in set(values)
+        assert (left == (rows & (values <= b.split.threshold))).all()
+        stack += [(a.children[0], b.children[0], left),
+                  (a.children[1], b.children[1], rows & ~left)]
+    np.testing.assert_allclose(predictions(binned, X), predictions(exact, X), rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("target", "match"),
+    [(np.r_[-1.0, np.ones(99)], "negative"), (np.zeros(100), "positive sum")],
+)
+def test_poisson_refuses_what_sklearn_refuses(target, match):
+    frame = pd.DataFrame({"x": np.arange(100.0), "target": target})
+    with pytest.raises(DataError, match=match):
+        sqltree.train(frame, "target", criterion="poisson")
+    with pytest.raises(ValueError, match="Poisson"):
+        DecisionTreeRegressor(criterion="poisson").fit(frame[["x"]], target)
 
 
 def test_nominal_values_ordered_by_mean_target():
@@ -246,6 +357,10 @@ def test_text_rules_and_dot_show_value_weight_and_sd():
     assert "value " in model.rules() and "coverage" in model.rules()
     assert "value " in model.graphviz()
     assert "task='regression'" in repr(model)
+    # a Poisson tree's impurity is a deviance, not a variance: it prints as one
+    poisson = sqltree.train(X.assign(target=y), "target", criterion="poisson", max_depth=1)
+    leaf = poisson.root.children[0]
+    assert f"deviance {leaf.impurity:.6f}" in poisson.text() and ", sd " not in poisson.text()
 
 
 def test_model_file_round_trip(tmp_path):
@@ -281,7 +396,6 @@ class _NoQueries:
     ("kwargs", "error", "match"),
     [
         ({"criterion": "absolute_error"}, UnsupportedError, "median"),
-        ({"criterion": "poisson"}, UnsupportedError, "poisson"),
         ({"criterion": "gini"}, ValueError, "criterion"),
         ({"class_weight": "balanced"}, UnsupportedError, "class_weight"),
         ({"algorithm": "c4.5"}, UnsupportedError, "CART"),
@@ -310,13 +424,11 @@ def test_nan_target_refused():
         sqltree.train("t", "target", task="regression", connection=conn)
 
 
-def test_probabilities_and_evaluation_refused():
+def test_probabilities_refused():
     X, y = diabetes()
     model, _ = fit_both(X, y, max_depth=1)
     with pytest.raises(UnsupportedError):
         model.predict(X.head(), proba=True)
-    with pytest.raises(UnsupportedError):
-        model.evaluate(X.assign(target=y))
 
 
 # -- engines -----------------------------------------------------------------------------------
@@ -339,6 +451,20 @@ def test_same_tree_on_every_engine(engine_factory):
         by_row["prediction"].to_numpy(dtype=float),
         expected["prediction"].to_numpy(), rtol=1e-12,
     )
+    evaluation = ours.evaluate(source, connection=engine)
+    assert evaluation.r2 == pytest.approx(theirs.score(X, y), rel=1e-9)
+    assert evaluation.count == len(y)
+
+
+def test_poisson_tree_on_every_engine(engine_factory):
+    """The Poisson histogram's ``w*y*LN(y)`` (0 for y = 0) and the zero-sum rule in each
+    engine's SQL: a count target with many zeros."""
+    X, y = counts()
+    X, y = X.head(200).reset_index(drop=True), y[:200]
+    engine, source = engine_factory(X.assign(target=y), "poisson_reg")
+    ours, theirs = fit_both(X, y, connection=engine, source=source, criterion="poisson",
+                            max_depth=3, min_samples_leaf=2)
+    assert same_tree(theirs, ours, list(X.columns)) is None
 
 
 def test_nominal_tree_on_every_engine(engine_factory):

@@ -1,4 +1,4 @@
-"""What both estimators share: input checks, the fit pipeline's ends, prediction, SQL.
+"""What the estimators share: input checks, the fit pipeline's ends, prediction, SQL.
 
 A fitted estimator is a ``Model`` underneath (``model_``): the tree that ``sqltree.train``
 returns for the same data and options, with its SQL (``to_sql``), text, rules, DOT and file
@@ -14,15 +14,24 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
-from sklearn.base import BaseEstimator, ClassifierMixin
+from scipy.sparse import csr_matrix
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
 from ..engines.duckdb import DuckDBEngine
 from ..evaluation import Evaluation
 from ..model import Model
+from ..regression_evaluation import RegressionEvaluation
 from ..tree import Node
 from . import _tree
-from ._inputs import frame_of, labels_of, nominal_columns, unused_name, weights_of
+from ._inputs import (
+    frame_of,
+    labels_of,
+    nominal_columns,
+    targets_of,
+    unused_name,
+    weights_of,
+)
 
 
 class _Connections(threading.local):
@@ -65,40 +74,24 @@ class TrainingData:
         self.continuous = continuous
 
 
-class SQLTreeClassifier(ClassifierMixin, BaseEstimator):
-    """Base class of sqltree's classifiers (not for direct use).
+class SQLTreeEstimator(BaseEstimator):
+    """Base class of sqltree's estimators (not for direct use).
 
-    Subclasses say how to train (``_train``: data -> ``Model`` plus per-node facts) and which
-    impurity their nodes report (``_impurity``).
+    Subclasses say how to read ``y`` (``_targets``), how to train (``_train``: data ->
+    ``Model`` plus per-node facts) and which impurity their nodes report (``_impurity``).
     """
 
     _impurity: ClassVar[str] = "entropy"
 
     # -- fitting -------------------------------------------------------------------------------
-    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> SQLTreeClassifier:
-        """Train the tree on (X, y) through sqltree's pipeline in DuckDB; returns ``self``.
-
-        Parameters
-        ----------
-        X : DataFrame or array-like of shape (n_samples, n_features)
-            Numeric columns are continuous features; text, boolean, categorical and object
-            columns (and those listed in ``nominal``) are nominal. NaN (or None) is a missing
-            value.
-        y : array-like of shape (n_samples,)
-            Class labels.
-        sample_weight : array-like of shape (n_samples,), optional
-            Non-negative row weights; every count is a sum of weights.
-        """
+    def _fit_rows(self, X: Any, y: Any, sample_weight: Any) -> tuple[Model, np.ndarray]:
+        """Check the inputs, train, and keep the tree; returns the model and ``y`` as read."""
         self._check_params()
         label_name = getattr(y, "name", None)
         frame = frame_of(self, X, reset=True)
-        labels = labels_of(self, y, len(frame))
+        targets = self._targets(y, len(frame))
+        self._check_targets(targets)
         weight = weights_of(sample_weight, len(frame))
-        classes = np.unique(labels)
-        if len(classes) < 2:
-            raise ValueError(
-                f"y holds one class ({classes[0]!r}); a classifier needs at least two"
-            )
         columns = list(frame.columns)
         nominal = nominal_columns(frame, getattr(self, "nominal", None))
         continuous = [c for c in columns if c not in nominal]
@@ -106,7 +99,7 @@ class SQLTreeClassifier(ClassifierMixin, BaseEstimator):
         # evaluation read the table the data came from; "y" otherwise.
         named = isinstance(label_name, str) and label_name.strip() != ""
         target = unused_name(label_name if named else "y", columns)
-        extra = {target: labels}
+        extra = {target: targets}
         weight_column = None
         if weight is not None:
             weight_column = unused_name("weight", [*columns, target])
@@ -114,17 +107,16 @@ class SQLTreeClassifier(ClassifierMixin, BaseEstimator):
         rows = frame.assign(**extra)
         data = TrainingData(rows, target, weight_column, nominal, continuous)
         model, order, facts = self._train(data)
-        if [_plain(c) for c in model.classes] != [_plain(c) for c in classes]:
-            raise ValueError(
-                f"every class needs a positive total weight; trained on {model.classes}, "
-                f"y holds {classes.tolist()}"
-            )
-        self.classes_ = classes
-        self.n_classes_ = len(classes)
         self.n_outputs_ = 1
         self.model_ = model
         self._set_tree(order, frame, weight, facts)
-        return self
+        return model, targets
+
+    def _targets(self, y: Any, n_rows: int) -> np.ndarray:
+        raise NotImplementedError
+
+    def _check_targets(self, targets: np.ndarray) -> None:
+        """Refuse a ``y`` the estimator cannot learn from (before training)."""
 
     def _set_tree(self, order: list[Node], frame: pd.DataFrame, weight: np.ndarray | None,
                   facts: dict[str, Any]) -> None:
@@ -137,13 +129,16 @@ class SQLTreeClassifier(ClassifierMixin, BaseEstimator):
         if n_samples is None:
             n_samples = _tree.samples_per_node(self._flat, self._encode(frame), weight)
         self._n_samples = np.asarray(n_samples, dtype=np.intp)
-        self._impurities = _tree.impurities(self._flat, self._criterion_name())
+        self._impurities = self._node_impurities(order)
         self._tree_arrays = _tree.tree_arrays(
             self._flat, self._impurities, n_samples, self.n_features_in_, facts.get("tied")
         )
 
     def _criterion_name(self) -> str:
         return self._impurity
+
+    def _node_impurities(self, order: list[Node]) -> np.ndarray:
+        return _tree.impurities(self._flat, self._criterion_name())
 
     def _check_params(self) -> None:
         """Refuse parameter values the estimator cannot use (subclasses add theirs)."""
@@ -210,24 +205,6 @@ class SQLTreeClassifier(ClassifierMixin, BaseEstimator):
         check_is_fitted(self)
         return self._encode(frame_of(self, X, reset=False))
 
-    def predict_proba(self, X: Any) -> np.ndarray:
-        """Class probabilities of each row, columns in ``classes_`` order.
-
-        A row whose value is unknown at a C4.5 test gets the branches' probabilities weighted
-        by their training shares, as the compiled SQL gives them.
-        """
-        x = self._matrix(X)
-        return _tree.predict_proba(self._flat, x)
-
-    def predict_log_proba(self, X: Any) -> np.ndarray:
-        with np.errstate(divide="ignore"):
-            return np.log(self.predict_proba(X))
-
-    def predict(self, X: Any) -> np.ndarray:
-        """The most probable class of each row (ties to the first in ``classes_``)."""
-        check_is_fitted(self)
-        return self.classes_[_tree.best_class(self.predict_proba(X))]
-
     def apply(self, X: Any) -> np.ndarray:
         """The index (in ``tree_``'s numbering) of the leaf each row reaches; a row spread
         over a C4.5 test's branches is counted in its largest branch."""
@@ -236,6 +213,16 @@ class SQLTreeClassifier(ClassifierMixin, BaseEstimator):
         out = np.empty(len(x), dtype=np.intp)
         out[rows] = nodes
         return out
+
+    def decision_path(self, X: Any) -> csr_matrix:
+        """A sparse (rows x nodes) indicator of the nodes each row passes through, in
+        ``tree_``'s numbering (the path ``apply`` follows)."""
+        x = self._matrix(X)
+        rows, nodes = _tree.decision_path(self._flat, x)
+        indptr = np.zeros(len(x) + 1, dtype=np.intp)
+        np.cumsum(np.bincount(rows, minlength=len(x)), out=indptr[1:])
+        data = np.ones(len(nodes), dtype=np.intp)
+        return csr_matrix((data, nodes, indptr), shape=(len(x), self._flat.node_count))
 
     # -- SQL and the model ---------------------------------------------------------------------
     def to_sql(
@@ -257,9 +244,10 @@ class SQLTreeClassifier(ClassifierMixin, BaseEstimator):
 
     def evaluate(
         self, X: Any, y: Any = None, *, sample_weight: Any = None, **options: Any
-    ) -> Evaluation:
+    ) -> Evaluation | RegressionEvaluation:
         """Score rows in the engine with the compiled SQL and measure the model
-        (``Model.evaluate``: confusion matrix, accuracy, kappa, per-class figures, log loss).
+        (``Model.evaluate``: for classes the confusion matrix, accuracy, kappa, per-class
+        figures and log loss; for numbers RMSE, MAE and R²).
 
         ``evaluate(X, y)`` takes data as ``fit`` does (``sample_weight`` weighs the rows);
         ``evaluate(source)`` takes a table, query, path or DataFrame that holds the target
@@ -272,7 +260,7 @@ class SQLTreeClassifier(ClassifierMixin, BaseEstimator):
                 raise ValueError("sample_weight goes with X and y; a source names a weight=")
             return self.model_.evaluate(X, **options)
         frame = frame_of(self, X, reset=False)
-        extra: dict[str, Any] = {self.model_.target: labels_of(self, y, len(frame))}
+        extra: dict[str, Any] = {self.model_.target: self._targets(y, len(frame))}
         weight = weights_of(sample_weight, len(frame))
         options.setdefault("weight", False)  # the training weight column is not in X
         if weight is not None:
@@ -291,6 +279,90 @@ class SQLTreeClassifier(ClassifierMixin, BaseEstimator):
         tags.input_tags.string = True
         tags.input_tags.categorical = True
         return tags
+
+
+class SQLTreeClassifier(ClassifierMixin, SQLTreeEstimator):
+    """Base class of sqltree's classifiers (not for direct use)."""
+
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> SQLTreeClassifier:
+        """Train the tree on (X, y) through sqltree's pipeline in DuckDB; returns ``self``.
+
+        Parameters
+        ----------
+        X : DataFrame or array-like of shape (n_samples, n_features)
+            Numeric columns are continuous features; text, boolean, categorical and object
+            columns (and those listed in ``nominal``) are nominal. NaN (or None) is a missing
+            value.
+        y : array-like of shape (n_samples,)
+            Class labels.
+        sample_weight : array-like of shape (n_samples,), optional
+            Non-negative row weights; every count is a sum of weights.
+        """
+        model, labels = self._fit_rows(X, y, sample_weight)
+        classes = np.unique(labels)
+        if [_plain(c) for c in model.classes] != [_plain(c) for c in classes]:
+            raise ValueError(
+                f"every class needs a positive total weight; trained on {model.classes}, "
+                f"y holds {classes.tolist()}"
+            )
+        self.classes_ = classes
+        self.n_classes_ = len(classes)
+        return self
+
+    def _targets(self, y: Any, n_rows: int) -> np.ndarray:
+        return labels_of(self, y, n_rows)
+
+    def _check_targets(self, targets: np.ndarray) -> None:
+        classes = np.unique(targets)
+        if len(classes) < 2:
+            raise ValueError(
+                f"y holds one class ({classes[0]!r}); a classifier needs at least two"
+            )
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """Class probabilities of each row, columns in ``classes_`` order.
+
+        A row whose value is unknown at a C4.5 test gets the branches' probabilities weighted
+        by their training shares, as the compiled SQL gives them.
+        """
+        x = self._matrix(X)
+        return _tree.predict_proba(self._flat, x)
+
+    def predict_log_proba(self, X: Any) -> np.ndarray:
+        with np.errstate(divide="ignore"):
+            return np.log(self.predict_proba(X))
+
+    def predict(self, X: Any) -> np.ndarray:
+        """The most probable class of each row (ties to the first in ``classes_``)."""
+        check_is_fitted(self)
+        return self.classes_[_tree.best_class(self.predict_proba(X))]
+
+
+
+class SQLTreeRegressor(RegressorMixin, SQLTreeEstimator):
+    """Base class of sqltree's regressors (not for direct use)."""
+
+    _impurity: ClassVar[str] = "squared_error"
+
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> SQLTreeRegressor:
+        """Train the tree on (X, y) through sqltree's pipeline in DuckDB; returns ``self``.
+
+        ``X`` and ``sample_weight`` as for ``SQLTreeClassifier.fit``; ``y`` holds the numeric
+        target values.
+        """
+        self._fit_rows(X, y, sample_weight)
+        return self
+
+    def _targets(self, y: Any, n_rows: int) -> np.ndarray:
+        return targets_of(self, y, n_rows)
+
+    def _node_impurities(self, order: list[Node]) -> np.ndarray:
+        return np.asarray([n.impurity or 0.0 for n in order], dtype=np.float64)
+
+    def predict(self, X: Any) -> np.ndarray:
+        """The predicted value of each row: its leaf's weighted mean target."""
+        x = self._matrix(X)
+        return _tree.predict_value(self._flat, x)
 
 
 def _plain(value: Any) -> Any:

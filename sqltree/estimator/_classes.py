@@ -1,4 +1,5 @@
-"""The estimators: CART with scikit-learn's parameters, C4.5 with J48's."""
+"""The estimators: CART with scikit-learn's parameters (classification and regression), C4.5
+with J48's."""
 
 from __future__ import annotations
 
@@ -16,88 +17,20 @@ from ..errors import OptionError
 from ..model import Model
 from ..pruning.cost_complexity import cost_complexity_pruning_path, node_numbering
 from ..tree import Node
-from ._base import SQLTreeClassifier, TrainingData, fit_engine
+from ._base import SQLTreeClassifier, SQLTreeRegressor, TrainingData, fit_engine
 
 
-class DecisionTreeClassifier(SQLTreeClassifier):
-    """CART with scikit-learn's parameters and meanings, trained by SQL in DuckDB.
+class _CART:
+    """What CART's classifier and regressor share: training with scikit-learn's parameters,
+    its node numbering, and the pruning path."""
 
-    The tree is the one ``sklearn.tree.DecisionTreeClassifier`` grows on the same data (ties
-    broken deterministically, see ``sqltree.algorithms.cart``), and the fitted estimator is a
-    ``Model`` underneath: ``model_``, ``to_sql()``, ``save()``.
-
-    Parameters
-    ----------
-    criterion : {"gini", "entropy", "log_loss"}, default="gini"
-    splitter : {"best"}, default="best"
-        Only the exhaustive splitter exists.
-    max_depth, min_samples_split, min_samples_leaf, min_weight_fraction_leaf, max_leaf_nodes,
-    min_impurity_decrease, class_weight, ccp_alpha
-        As in ``sklearn.tree.DecisionTreeClassifier``.
-    max_features : None, default=None
-        Every feature is considered at every node.
-    random_state : ignored
-        sqltree breaks ties deterministically.
-    nominal : list of str, optional
-        Columns to treat as nominal (binary subset splits); text, boolean, categorical and
-        object columns are nominal anyway.
-    max_bins : int, optional
-        Cut continuous features into at most this many quantile bins (large data).
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> X = np.array([[0.0], [1.0], [2.0], [3.0]])
-    >>> clf = DecisionTreeClassifier().fit(X, ["a", "a", "b", "b"])
-    >>> clf.predict([[0.5], [2.5]]).tolist()
-    ['a', 'b']
-    >>> print(clf.to_sql())
-    CASE WHEN "x0" > 1.5 OR "x0" IS NULL THEN 'b' ELSE 'a' END
-    """
-
-    _impurity: ClassVar[str] = "gini"
-
-    def __init__(
-        self,
-        *,
-        criterion: str = "gini",
-        splitter: str = "best",
-        max_depth: int | None = None,
-        min_samples_split: int | float = 2,
-        min_samples_leaf: int | float = 1,
-        min_weight_fraction_leaf: float = 0.0,
-        max_features: Any = None,
-        random_state: Any = None,
-        max_leaf_nodes: int | None = None,
-        min_impurity_decrease: float = 0.0,
-        class_weight: Any = None,
-        ccp_alpha: float = 0.0,
-        nominal: list[str] | None = None,
-        max_bins: int | None = None,
-    ) -> None:
-        self.criterion = criterion
-        self.splitter = splitter
-        self.max_depth = max_depth
-        self.min_samples_split = min_samples_split
-        self.min_samples_leaf = min_samples_leaf
-        self.min_weight_fraction_leaf = min_weight_fraction_leaf
-        self.max_features = max_features
-        self.random_state = random_state
-        self.max_leaf_nodes = max_leaf_nodes
-        self.min_impurity_decrease = min_impurity_decrease
-        self.class_weight = class_weight
-        self.ccp_alpha = ccp_alpha
-        self.nominal = nominal
-        self.max_bins = max_bins
+    _task: ClassVar[str]
 
     def _check_params(self) -> None:
         if self.splitter != "best":
             raise ValueError(f"only splitter='best' is supported, not {self.splitter!r}")
         if self.max_features is not None:
             raise ValueError(f"only max_features=None is supported, not {self.max_features!r}")
-
-    def _criterion_name(self) -> str:
-        return "gini" if self.criterion == "gini" else "entropy"
 
     def _cart_options(self) -> dict[str, Any]:
         return {
@@ -106,7 +39,6 @@ class DecisionTreeClassifier(SQLTreeClassifier):
             "min_weight_fraction_leaf": self.min_weight_fraction_leaf,
             "min_impurity_decrease": self.min_impurity_decrease,
             "max_leaf_nodes": self.max_leaf_nodes,
-            "class_weight": self.class_weight,
             "ccp_alpha": self.ccp_alpha,
         }
 
@@ -115,7 +47,7 @@ class DecisionTreeClassifier(SQLTreeClassifier):
             data.frame,
             data.target,
             algorithm="cart",
-            task="classification",
+            task=self._task,
             connection=fit_engine(),
             features=data.features,
             nominal=data.nominal,
@@ -160,6 +92,152 @@ class DecisionTreeClassifier(SQLTreeClassifier):
             est.root_, est._criterion_name(), est.strategy_nodes()
         )
         return Bunch(**{k: np.asarray(v) for k, v in path.items()})
+
+
+class DecisionTreeClassifier(_CART, SQLTreeClassifier):
+    """CART with scikit-learn's parameters and meanings, trained by SQL in DuckDB.
+
+    The tree is the one ``sklearn.tree.DecisionTreeClassifier`` grows on the same data (ties
+    broken deterministically, see ``sqltree.algorithms.cart``), and the fitted estimator is a
+    ``Model`` underneath: ``model_``, ``to_sql()``, ``save()``.
+
+    Parameters
+    ----------
+    criterion : {"gini", "entropy", "log_loss"}, default="gini"
+    splitter : {"best"}, default="best"
+        Only the exhaustive splitter exists.
+    max_depth, min_samples_split, min_samples_leaf, min_weight_fraction_leaf, max_leaf_nodes,
+    min_impurity_decrease, class_weight, ccp_alpha
+        As in ``sklearn.tree.DecisionTreeClassifier``.
+    max_features : None, default=None
+        Every feature is considered at every node.
+    random_state : ignored
+        sqltree breaks ties deterministically.
+    nominal : list of str, optional
+        Columns to treat as nominal (binary subset splits); text, boolean, categorical and
+        object columns are nominal anyway.
+    max_bins : int, optional
+        Cut continuous features into at most this many quantile bins (large data).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> X = np.array([[0.0], [1.0], [2.0], [3.0]])
+    >>> clf = DecisionTreeClassifier().fit(X, ["a", "a", "b", "b"])
+    >>> clf.predict([[0.5], [2.5]]).tolist()
+    ['a', 'b']
+    >>> print(clf.to_sql())
+    CASE WHEN "x0" > 1.5 OR "x0" IS NULL THEN 'b' ELSE 'a' END
+    """
+
+    _impurity: ClassVar[str] = "gini"
+    _task: ClassVar[str] = "classification"
+
+    def __init__(
+        self,
+        *,
+        criterion: str = "gini",
+        splitter: str = "best",
+        max_depth: int | None = None,
+        min_samples_split: int | float = 2,
+        min_samples_leaf: int | float = 1,
+        min_weight_fraction_leaf: float = 0.0,
+        max_features: Any = None,
+        random_state: Any = None,
+        max_leaf_nodes: int | None = None,
+        min_impurity_decrease: float = 0.0,
+        class_weight: Any = None,
+        ccp_alpha: float = 0.0,
+        nominal: list[str] | None = None,
+        max_bins: int | None = None,
+    ) -> None:
+        self.criterion = criterion
+        self.splitter = splitter
+        self.max_depth = max_depth
+        self.min_samples_split = min_samples_split
+        self.min_samples_leaf = min_samples_leaf
+        self.min_weight_fraction_leaf = min_weight_fraction_leaf
+        self.max_features = max_features
+        self.random_state = random_state
+        self.max_leaf_nodes = max_leaf_nodes
+        self.min_impurity_decrease = min_impurity_decrease
+        self.class_weight = class_weight
+        self.ccp_alpha = ccp_alpha
+        self.nominal = nominal
+        self.max_bins = max_bins
+
+    def _criterion_name(self) -> str:
+        return "gini" if self.criterion == "gini" else "entropy"
+
+    def _cart_options(self) -> dict[str, Any]:
+        return {**super()._cart_options(), "class_weight": self.class_weight}
+
+
+class DecisionTreeRegressor(_CART, SQLTreeRegressor):
+    """CART regression trees with scikit-learn's parameters, trained by SQL in DuckDB.
+
+    The tree is the one ``sklearn.tree.DecisionTreeRegressor`` grows on the same data (ties
+    broken deterministically), and the fitted estimator is a ``Model`` underneath:
+    ``model_``, ``to_sql()`` (a numeric ``CASE``), ``save()``, ``evaluate()`` (RMSE, MAE, R²).
+
+    Parameters
+    ----------
+    criterion : {"squared_error", "friedman_mse", "poisson"}, default="squared_error"
+        ``friedman_mse`` grows squared error's splits with Friedman's improvement
+        (``min_impurity_decrease`` compares with it), as scikit-learn defined it up to 1.8;
+        ``poisson`` needs ``y >= 0`` with a positive sum. ``absolute_error`` is refused.
+    splitter : {"best"}, default="best"
+        Only the exhaustive splitter exists.
+    max_depth, min_samples_split, min_samples_leaf, min_weight_fraction_leaf, max_leaf_nodes,
+    min_impurity_decrease, ccp_alpha
+        As in ``sklearn.tree.DecisionTreeRegressor``.
+    max_features : None, default=None
+        Every feature is considered at every node.
+    random_state : ignored
+        sqltree breaks ties deterministically.
+    nominal : list of str, optional
+        Columns to treat as nominal (binary splits of values ordered by mean target); text,
+        boolean, categorical and object columns are nominal anyway.
+    max_bins : int, optional
+        Cut continuous features into at most this many quantile bins (large data).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> X = np.array([[0.0], [1.0], [2.0], [3.0]])
+    >>> reg = DecisionTreeRegressor(max_depth=1).fit(X, [1.0, 1.0, 5.0, 7.0])
+    >>> reg.predict([[0.5], [2.5]]).tolist()
+    [1.0, 6.0]
+    >>> print(reg.to_sql())
+    CASE WHEN "x0" > 1.5 OR "x0" IS NULL THEN 6.0e0 ELSE 1.0e0 END
+    """
+
+    _task: ClassVar[str] = "regression"
+
+    def __init__(
+        self,
+        *,
+        criterion: str = "squared_error",
+        splitter: str = "best",
+        max_depth: int | None = None,
+        min_samples_split: int | float = 2,
+        min_samples_leaf: int | float = 1,
+        min_weight_fraction_leaf: float = 0.0,
+        max_features: Any = None,
+        random_state: Any = None,
+        max_leaf_nodes: int | None = None,
+        min_impurity_decrease: float = 0.0,
+        ccp_alpha: float = 0.0,
+        nominal: list[str] | None = None,
+        max_bins: int | None = None,
+    ) -> None:
+        # scikit-learn's contract: __init__ stores each parameter as given, nothing else
+        for name, value in locals().items():
+            if name != "self":
+                setattr(self, name, value)
+
+    def _criterion_name(self) -> str:
+        return str(self.criterion)
 
 
 class C45Classifier(SQLTreeClassifier):

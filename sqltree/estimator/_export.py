@@ -14,14 +14,32 @@ import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
 from ..export import class_colors, fill_color
-from ._base import SQLTreeClassifier
+from ._base import SQLTreeEstimator
 from ._tree import FlatTree
 
 
-def _names(est: SQLTreeClassifier, feature_names: Any) -> list[str]:
+def _names(est: SQLTreeEstimator, feature_names: Any) -> list[str]:
     if feature_names is not None:
         return [str(n) for n in feature_names]
     return list(est._feature_columns)
+
+
+def _fill(t: FlatTree, i: int, palette: list[tuple[int, int, int]]) -> str:
+    """A node's fill: its class's colour by purity, or for a regression tree one colour,
+    stronger the higher the node's value among the tree's (as scikit-learn fills them)."""
+    if t.values is None:
+        return fill_color(t.proba[i], palette)
+    low, high = float(t.values.min()), float(t.values.max())
+    alpha = (float(t.values[i]) - low) / (high - low) if high > low else 0.0
+    rgb = [round(alpha * c + (1 - alpha) * 255) for c in palette[0]]
+    return "#" + "".join(f"{c:02x}" for c in rgb)
+
+
+def _classes(est: SQLTreeEstimator, class_names: Any) -> list[Any]:
+    """The class names leaves print (none for a regressor, whose leaves print values)."""
+    if class_names is not None:
+        return list(class_names)
+    return list(getattr(est, "classes_", []))
 
 
 def _value_text(v: Any) -> str:
@@ -31,7 +49,7 @@ def _value_text(v: Any) -> str:
 
 
 def _conditions(
-    est: SQLTreeClassifier, names: list[str], i: int, decimals: int
+    est: SQLTreeEstimator, names: list[str], i: int, decimals: int
 ) -> list[str]:
     """The condition of each branch of node ``i``."""
     t = est._flat
@@ -67,7 +85,7 @@ def _depth_below(t: FlatTree, i: int) -> int:
 
 
 def export_text(
-    decision_tree: SQLTreeClassifier,
+    decision_tree: SQLTreeEstimator,
     *,
     feature_names: Any = None,
     class_names: Any = None,
@@ -92,7 +110,7 @@ def export_text(
     check_is_fitted(decision_tree)
     t = decision_tree._flat
     names = _names(decision_tree, feature_names)
-    classes = list(class_names) if class_names is not None else list(decision_tree.classes_)
+    classes = _classes(decision_tree, class_names)
     bar = "|" + " " * spacing
     dash = "|" + "-" * spacing
     lines: list[str] = []
@@ -103,7 +121,9 @@ def export_text(
         if heading is not None:
             lines.append(f"{indent}{dash} {heading}")
         inner = bar * depth
-        if t.n_children[i] == 0:
+        if t.n_children[i] == 0 and t.values is not None:
+            lines.append(f"{inner}{dash} value: [{t.values[i]:.{decimals}f}]")
+        elif t.n_children[i] == 0:
             proba = t.proba[i]
             text = ""
             if show_weights:
@@ -122,7 +142,7 @@ def export_text(
 
 
 def export_graphviz(
-    decision_tree: SQLTreeClassifier,
+    decision_tree: SQLTreeEstimator,
     *,
     feature_names: Any = None,
     class_names: Any = None,
@@ -138,11 +158,11 @@ def export_graphviz(
     check_is_fitted(decision_tree)
     t = decision_tree._flat
     names = _names(decision_tree, feature_names)
-    classes = list(class_names) if class_names is not None else list(decision_tree.classes_)
+    classes = _classes(decision_tree, class_names)
     criterion = getattr(decision_tree, "criterion", decision_tree._criterion_name())
     imp = decision_tree._impurities
     samples = decision_tree._n_samples
-    palette = class_colors(len(classes)) if filled else []
+    palette = class_colors(max(len(classes), 1)) if filled else []
     style = ', style="filled", color="black"' if filled else ""
     lines = [
         "digraph Tree {",
@@ -158,11 +178,14 @@ def export_graphviz(
             parts.append(names[t.feature[i]])
         parts.append(f"{criterion} = {round(float(imp[i]), precision)}")
         parts.append(f"samples = {int(samples[i])}")
-        value = [round(float(v), precision) for v in t.proba[i] * t.counts[i].sum()]
-        parts.append(f"value = {value}")
-        parts.append(f"class = {classes[int(np.argmax(t.proba[i]))]}")
+        if t.values is not None:
+            parts.append(f"value = {round(float(t.values[i]), precision)}")
+        else:
+            value = [round(float(v), precision) for v in t.proba[i] * t.counts[i].sum()]
+            parts.append(f"value = {value}")
+            parts.append(f"class = {classes[int(np.argmax(t.proba[i]))]}")
         label = "\\n".join(parts).replace('"', '\\"')
-        fill = f', fillcolor="{fill_color(t.proba[i], palette)}"' if filled else ""
+        fill = f', fillcolor="{_fill(t, i, palette)}"' if filled else ""
         lines.append(f'{i} [label="{label}"{fill}] ;')
         for branch, child in enumerate(_children(t, i)):
             if len(conditions) == 2:

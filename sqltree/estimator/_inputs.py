@@ -115,15 +115,26 @@ def _is_missing(v: Any) -> bool:
 
 def labels_of(est: Any, y: Any, n_rows: int) -> np.ndarray:
     """``y`` as a 1-d array of class labels, with scikit-learn's checks and messages."""
+    y = _one_column(est, y, n_rows, None)
+    check_classification_targets(y)
+    return y
+
+
+def targets_of(est: Any, y: Any, n_rows: int) -> np.ndarray:
+    """``y`` as a 1-d float64 array of finite numbers, with scikit-learn's checks and
+    messages."""
+    return _one_column(est, y, n_rows, np.float64)
+
+
+def _one_column(est: Any, y: Any, n_rows: int, dtype: Any) -> np.ndarray:
     if y is None:
         raise ValueError(
             f"This {type(est).__name__} estimator requires y to be passed, but the target y "
             "is None."
         )
     y = column_or_1d(y, warn=True)
-    y = check_array(y, ensure_2d=False, dtype=None, input_name="y", estimator=est)
+    y = check_array(y, ensure_2d=False, dtype=dtype, input_name="y", estimator=est)
     check_consistent_length(np.empty((n_rows, 0)), y)
-    check_classification_targets(y)
     return y
 
 

@@ -50,6 +50,8 @@ class FlatTree:
     proba: np.ndarray
     counts: np.ndarray
     lookup: dict[int, np.ndarray] = field(default_factory=dict)
+    values: np.ndarray | None = None
+    """A regression tree's prediction per node (``Node.value``); None for classes."""
 
     @property
     def node_count(self) -> int:
@@ -114,6 +116,10 @@ def flatten(
         proba=np.asarray([n.proba for n in order], dtype=np.float64).reshape(m, k),
         counts=np.asarray([n.counts for n in order], dtype=np.float64).reshape(m, k),
         lookup=lookup,
+        values=(
+            np.asarray([n.value for n in order], dtype=np.float64)
+            if all(n.value is not None for n in order) else None
+        ),
     )
 
 
@@ -200,6 +206,26 @@ def predict_proba(t: FlatTree, x: np.ndarray) -> np.ndarray:
     for c in range(k):
         out[:, c] = np.bincount(rows, weights=weights * t.proba[nodes, c], minlength=len(x))
     return out
+
+
+def predict_value(t: FlatTree, x: np.ndarray) -> np.ndarray:
+    """A regression tree's prediction per row: the value of the leaf it reaches (of the
+    leaves it reaches, weighted by their shares, where a test spreads it)."""
+    assert t.values is not None
+    rows, nodes, weights = walk(t, x)
+    return np.bincount(rows, weights=weights * t.values[nodes], minlength=len(x))
+
+
+def decision_path(t: FlatTree, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The (row, node) pairs of every node each row passes through on its way to the leaf
+    ``walk(..., spread=False)`` takes it to, rows in order."""
+    rows, nodes = [], []
+    for r, n, _ in _descend(t, x, spread=False):
+        rows.append(r)
+        nodes.append(n)
+    all_rows, all_nodes = np.concatenate(rows), np.concatenate(nodes)
+    order = np.lexsort((all_nodes, all_rows))
+    return all_rows[order], all_nodes[order]
 
 
 def best_class(proba: np.ndarray) -> np.ndarray:
@@ -296,7 +322,8 @@ def tree_arrays(
     t: FlatTree, imp: np.ndarray, n_samples: np.ndarray, n_features: int,
     tied: np.ndarray | None = None,
 ) -> TreeArrays | None:
-    """``tree_`` for a binary tree; None when some test has more than two branches."""
+    """``tree_`` for a binary tree; None when some test has more than two branches.
+    ``value`` holds class proportions, or a regression tree's node values (one "class")."""
     if np.any(t.n_children > 2):
         return None
     m = t.node_count
@@ -324,7 +351,7 @@ def tree_arrays(
         children_right=right,
         feature=np.where(inner, t.feature, TREE_UNDEFINED).astype(np.intp),
         threshold=threshold,
-        value=t.proba.reshape(m, 1, -1).copy(),
+        value=(t.proba if t.values is None else t.values).reshape(m, 1, -1).copy(),
         impurity=imp,
         n_node_samples=n_samples.astype(np.intp),
         weighted_n_node_samples=t.counts.sum(axis=1),

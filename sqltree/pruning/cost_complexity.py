@@ -23,8 +23,9 @@ from ..tree import Node
 from .c45 import PruneStats, count_leaves
 
 CRITERIA = ("gini", "entropy", "log_loss")
-REGRESSION_CRITERIA = ("squared_error",)
-"""Regression: a node's impurity is the variance kept on it (``Node.impurity``)."""
+REGRESSION_CRITERIA = ("squared_error", "friedman_mse", "poisson")
+"""Regression: a node's impurity is the one kept on it (``Node.impurity``: the variance, or
+the half Poisson deviance)."""
 
 
 # -- impurity ----------------------------------------------------------------------------------

@@ -11,10 +11,19 @@ value the weighted mean of the target.
 
 Centring keeps the variance of a target far from zero exact: ``SUM(w*y*y) - SUM(w*y)^2 / SUM(w)``
 of raw values near 1e9 would lose every digit of a spread near 1.
+
+``friedman_mse`` grows the same splits (Friedman's score ``wl wr (mean_l - mean_r)^2 / w`` is
+the variance decrease times the node's weight, constant within a node) and reports the same
+impurities; its improvement, which ``min_impurity_decrease`` and best-first growth compare, is
+Friedman's score itself, as scikit-learn defined it up to 1.8. ``poisson`` keeps the target
+uncentred (its histogram sums ``w*y*LN(y)``, ``poisson_terms``): a node's impurity is its half
+Poisson deviance, and a target with a negative value or a sum that is not positive is refused
+before growth, as scikit-learn refuses it.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from sqlglot import exp
@@ -24,8 +33,9 @@ from ...criteria import TIE_TOLERANCE
 from ...dataset import Dataset, Feature
 from ...errors import DataError
 from ...grower import GrowOptions, Strategy, bin_edges
+from ...sqlexpr import case, col, num, paren
 from ...tree import Node
-from .scores import FEATURE_THRESHOLD, REGRESSION, SCORE_COLUMNS, build_cart_scores
+from .scores import FEATURE_THRESHOLD, POISSON_EPSILON, REGRESSION, SCORE_COLUMNS, build_cart_scores
 from .strategy import CARTStrategy, NodeInfo, resolve_options
 from .subsets import MEAN_ORDER
 
@@ -36,6 +46,17 @@ def variance(w: float, s1: float, s2: float) -> float:
         return 0.0
     mean = s1 / w
     return max(s2 / w - mean * mean, 0.0)
+
+
+def half_poisson_deviance(w: float, s1: float, s2: float) -> float:
+    """Mean half Poisson deviance from the sums of ``w``, ``w*y`` and ``w*y*LN(y)``:
+    ``(s2 - s1 LN(s1/w)) / w``; infinite for a target sum of at most ``POISSON_EPSILON``
+    (scikit-learn's ``poisson_loss``)."""
+    if w <= 0:
+        return 0.0
+    if s1 <= POISSON_EPSILON:
+        return math.inf
+    return max((s2 - s1 * math.log(s1 / w)) / w, 0.0)
 
 
 class RegressionStrategy(CARTStrategy):
@@ -55,6 +76,10 @@ class RegressionStrategy(CARTStrategy):
                 f"columns holding +infinity: {data.infinite}; CART (like scikit-learn) needs "
                 "finite values: replace them"
             )
+        if options.criterion == "poisson":
+            _check_poisson_target(data)
+        self.poisson = options.criterion == "poisson"
+        self.centre = 0.0 if self.poisson else data.target_mean
         self.n_classes = q.MOMENTS
         self.criterion = options.criterion
         self.info: dict[int, NodeInfo] = {}
@@ -74,8 +99,7 @@ class RegressionStrategy(CARTStrategy):
         if self.options.max_bins:
             self.bins = bin_edges(self.data, self.options.max_bins, FEATURE_THRESHOLD)
         return q.build_level0(
-            self.data, self.bins, lookup=self.data.engine.VECTORIZED,
-            centre=self.data.target_mean,
+            self.data, self.bins, lookup=self.data.engine.VECTORIZED, centre=self.centre,
         )
 
     def rowwise(self, features: list[Feature]) -> list[int]:
@@ -85,10 +109,13 @@ class RegressionStrategy(CARTStrategy):
     def build_histogram(
         self, level: exp.Table, features: list[Feature], nodes: int = 1
     ) -> exp.Expression:
-        return q.build_histogram(level, features, q.MOMENTS, counts=True, moments=True)
+        moments = poisson_terms() if self.poisson else q.moment_terms()
+        return q.build_histogram(level, features, q.MOMENTS, counts=True, moments=moments)
 
     def read_counts(self, engine: Any, hist: exp.Table) -> dict[int, list[float]]:
-        """Each node's weight as its one count; its variance and mean kept aside."""
+        """Each node's weight as its one count; its impurity and mean kept aside."""
+        impurity = half_poisson_deviance if self.poisson else variance
+        assert self.centre is not None
         out: dict[int, list[float]] = {}
         for node_id, n, w, s1, s2 in engine.execute(
             q.build_node_counts(hist, q.MOMENTS, counts=True)
@@ -97,17 +124,22 @@ class RegressionStrategy(CARTStrategy):
             out[int(node_id)] = [w]
             info = self.info.setdefault(int(node_id), NodeInfo())
             info.n_samples = int(n)
-            info.impurity = variance(w, s1, s2)
-            assert self.data.target_mean is not None
-            self.values[int(node_id)] = s1 / w + self.data.target_mean if w > 0 else 0.0
+            info.impurity = impurity(w, s1, s2)
+            self.values[int(node_id)] = s1 / w + self.centre if w > 0 else 0.0
         if self.resolved is None:
             n_root = sum(self.info[i].n_samples for i in out)
             self.root_weight = sum(c[0] for c in out.values())
             self.resolved = resolve_options(self.options, n_root, self.root_weight)
-            # Gains are variances: ties are judged relative to the root's.
-            root_variance = max((self.info[i].impurity for i in out), default=0.0)
-            self.tie_tolerance = TIE_TOLERANCE * max(root_variance, 1e-300)
+            # Gains are impurities: ties are judged relative to the root's.
+            root_impurity = max((self.info[i].impurity for i in out), default=0.0)
+            self.tie_tolerance = TIE_TOLERANCE * max(root_impurity, 1e-300)
         return out
+
+    def improvement_of(self, weight: float, gain: float) -> float:
+        if self.criterion == "friedman_mse":
+            # Friedman's improvement: the variance decrease times the node's weight
+            return weight * gain
+        return super().improvement_of(weight, gain)
 
     def build_scores(self, hist: exp.Table, features: list[Feature]) -> exp.Expression:
         r = self.resolved
@@ -132,3 +164,31 @@ class RegressionStrategy(CARTStrategy):
                 node.value = self.values[node.node_id]
         return root
 
+
+
+def poisson_terms() -> list[exp.Expression]:
+    """A level row's terms of a Poisson histogram: ``w``, ``w*y`` and ``w*y*LN(y)`` of the
+    uncentred target (0 for y = 0, the limit scipy's ``xlogy`` takes; ``LN(0)`` is an error
+    on PostgreSQL and Spark)."""
+    w, y = col("w"), col("y")
+    y_log_y = case(
+        (exp.GT(this=y.copy(), expression=num(0.0)),
+         paren(w.copy() * y.copy() * exp.func("LN", y.copy()))),
+        default=num(0.0),
+    )
+    return [w, paren(w.copy() * y), y_log_y]
+
+
+def _check_poisson_target(data: Dataset) -> None:
+    """scikit-learn's refusals: the Poisson deviance needs y >= 0 and a positive sum."""
+    if data.target_min is not None and data.target_min < 0:
+        raise DataError(
+            f"the target {data.target!r} holds negative values (the least is "
+            f"{data.target_min!r}), which criterion='poisson' cannot fit: the Poisson "
+            "deviance needs y >= 0"
+        )
+    if data.target_sum is not None and data.target_sum <= 0:
+        raise DataError(
+            f"the target {data.target!r} sums to {data.target_sum!r}; criterion='poisson' "
+            "needs a positive sum (a mean of zero predicts no count)"
+        )

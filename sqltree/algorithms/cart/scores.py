@@ -78,7 +78,7 @@ SCORE_COLUMNS = (
 )
 """Columns of the scoring query's rows."""
 
-REGRESSION = ("squared_error",)
+REGRESSION = ("squared_error", "friedman_mse", "poisson")
 """Criteria of regression trees, scored over a histogram of moments."""
 
 # candidate kinds
@@ -149,10 +149,11 @@ def build_cart_scores(
     (``queries.build_histogram``), whose sums here are exact, so the counts of a candidate (and
     the shares a split stores) are the same on every run and engine.
 
-    ``criterion="squared_error"``: a regression histogram (``queries.MOMENTS``, ``n_classes``
-    3): the moments take the class weights' place in every stage, nominal values are ordered
-    by their mean target (every cut: exact for squared error, Breiman et al. 1984, theorem
-    4.5), ``gain`` is the weighted variance decrease and ``tie_tolerance`` its ties.
+    A regression criterion (``REGRESSION``): a regression histogram (``queries.MOMENTS``,
+    ``n_classes`` 3): the moments take the class weights' place in every stage, nominal values
+    are ordered by their mean target (every cut: exact for squared error, Breiman et al. 1984,
+    theorem 4.5), ``gain`` is the impurity decrease (``_regression_gains``) and
+    ``tie_tolerance`` its ties.
     """
     k = n_classes
     regression = criterion in REGRESSION
@@ -500,46 +501,91 @@ def _regression_gains(
     min_samples_leaf: int,
     min_weight_leaf: float,
 ) -> exp.Select:
-    """``_gains`` of a regression histogram: weights are ``a0``/``b0``/``t0``, a side's
-    impurity its weighted variance ``s2/w - (s1/w)^2``, and ``gain`` the variance decrease
-    ``wl wr (mean_l - mean_r)^2 / w^2``: the SSE reduction per unit weight in a form without
-    the cancellation of ``SSE(node) - SSE(left) - SSE(right)``."""
-    def variance(side: str) -> exp.Expression:
-        w, s1, s2 = col(f"{side}0"), col(f"{side}1"), col(f"{side}2")
-        mean = paren(s1 / w)
-        value = paren(s2 / w.copy()) - mean * mean.copy()
-        # rounding can leave a constant side's variance a hair below zero
-        return case((exp.GT(this=value, expression=num(0.0)), value.copy()), default=num(0.0))
+    """``_gains`` of a regression histogram: weights are ``a0``/``b0``/``t0`` and ``gain`` the
+    impurity decrease per unit weight of the node.
 
+    Squared error (and ``friedman_mse``, whose score ``wl wr (mean_l - mean_r)^2 / w`` is this
+    gain times the node's weight): a side's impurity is its weighted variance
+    ``s2/w - (s1/w)^2`` and the gain ``wl wr (mean_l - mean_r)^2 / w^2``, the SSE reduction
+    without the cancellation of ``SSE(node) - SSE(left) - SSE(right)``.
+
+    Poisson (``c2`` = SUM(w*y*LN(y)), ``regression.poisson_terms``): a side's impurity is its half
+    Poisson deviance ``(s2 - s1 LN(s1/w)) / w``; in the gain the ``y LN y`` sums cancel,
+    leaving ``(sl LN(mean_l) + sr LN(mean_r) - s LN(mean)) / w``. A side whose target sum is
+    at most ``POISSON_EPSILON`` (a mean of zero, which the deviance cannot predict) is no
+    candidate, as scikit-learn refuses it.
+    """
+    poisson = criterion == "poisson"
     weighed = exp.select(
         "*", alias(col("a0"), "w_left"), alias(col("b0"), "w_right"), alias(col("t0"), "w_node")
     ).from_(expanded.subquery("e", copy=False), copy=False)
     wl, wr = col("w_left"), col("w_right")
+    rules = _leaf_rules(wl, wr, min_samples_leaf, min_weight_leaf)
+    if poisson:
+        rules = exp.and_(
+            rules,
+            exp.GT(this=col("a1"), expression=num(POISSON_EPSILON)),
+            exp.GT(this=col("b1"), expression=num(POISSON_EPSILON)),
+        )
+    side_impurity = _deviance if poisson else _variance
     scored = (
         exp.select(
             *CANDIDATE_COLUMNS,
             "w_node",
-            alias(variance("a"), "impurity_left"),
-            alias(variance("b"), "impurity_right"),
-            alias(paren(col("a1") / wl.copy()) - paren(col("b1") / wr.copy()), "mean_gap"),
+            alias(side_impurity("a"), "impurity_left"),
+            alias(side_impurity("b"), "impurity_right"),
+            alias(_poisson_gain() if poisson else _variance_gain(), "gain"),
         )
         .from_(weighed.subquery("ew", copy=False), copy=False)
-        .where(_leaf_rules(wl, wr, min_samples_leaf, min_weight_leaf), copy=False)
+        .where(rules, copy=False)
     )
     right_part = paren(col("w_right") / col("w_node")) * col("impurity_right")
     left_part = paren(col("w_left") / col("w_node")) * col("impurity_left")
-    gap = col("mean_gap")
     return exp.select(
         *CANDIDATE_COLUMNS,
         "impurity_left",
         "impurity_right",
-        alias(
-            paren(col("w_left") / col("w_node")) * paren(col("w_right") / col("w_node"))
-            * paren(gap * gap.copy()),
-            "gain",
-        ),
+        "gain",
         alias(right_part + left_part, "impurity_after"),
     ).from_(scored.subquery("g", copy=False), copy=False)
+
+
+POISSON_EPSILON = 10 * 2.220446049250313e-16
+"""A Poisson side's least target sum: scikit-learn's ``EPSILON`` in ``_criterion.pyx``."""
+
+
+def _variance(side: str) -> exp.Expression:
+    w, s1, s2 = col(f"{side}0"), col(f"{side}1"), col(f"{side}2")
+    mean = paren(s1 / w)
+    value = paren(s2 / w.copy()) - mean * mean.copy()
+    # rounding can leave a constant side's variance a hair below zero
+    return case((exp.GT(this=value, expression=num(0.0)), value.copy()), default=num(0.0))
+
+
+def _variance_gain() -> exp.Expression:
+    gap = paren(paren(col("a1") / col("a0")) - paren(col("b1") / col("b0")))
+    return (
+        paren(col("a0") / col("t0")) * paren(col("b0") / col("t0")) * paren(gap * gap.copy())
+    )
+
+
+def _sum_log_mean(side: str) -> exp.Expression:
+    """``s1 LN(s1 / w)`` of a side (0 where its target sum is not positive)."""
+    w, s1 = col(f"{side}0"), col(f"{side}1")
+    return case(
+        (exp.GT(this=s1, expression=num(0.0)),
+         paren(s1.copy() * exp.func("LN", paren(s1.copy() / w)))),
+        default=num(0.0),
+    )
+
+
+def _deviance(side: str) -> exp.Expression:
+    value = paren(paren(col(f"{side}2") - _sum_log_mean(side)) / col(f"{side}0"))
+    return case((exp.GT(this=value, expression=num(0.0)), value.copy()), default=num(0.0))
+
+
+def _poisson_gain() -> exp.Expression:
+    return paren(_sum_log_mean("a") + _sum_log_mean("b") - _sum_log_mean("t")) / col("t0")
 
 
 def _leaf_rules(

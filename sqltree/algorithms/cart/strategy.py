@@ -211,14 +211,18 @@ class CARTStrategy(Strategy):
         row = near[0]
         weight = sum(p.node.counts)
         info = self.info[p.node.node_id]
-        gain = float(row["gain"])
-        improvement = (weight / self.root_weight) * gain
+        improvement = self.improvement_of(weight, float(row["gain"]))
         if improvement + EPSILON < r.min_impurity_decrease:
             return None
         info.improvement = improvement
         info.tied = len(near) > 1 or int(row["n_near"]) > 1
         features = {f.index: f for f in self.data.features}
         return CARTChoice(features[int(row["attr"])], row, improvement, info.tied)
+
+    def improvement_of(self, weight: float, gain: float) -> float:
+        """scikit-learn's improvement of a split: the impurity decrease per unit weight
+        weighted by the node's share of the root's weight."""
+        return (weight / self.root_weight) * gain
 
     def select(self, choices: dict[int, Any], frontier: dict[int, Pending]) -> dict[int, Any]:
         """Best-first growth: carry out only the splits a best-first builder may still make.
