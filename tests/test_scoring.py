@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 import sqltree
+from sqltree.compiler.walk import merge_uniform
 from tests.helpers import (
     DATA,
     GOLF,
@@ -85,3 +86,23 @@ def test_scoring_a_table_in_place():
     )
     with pytest.raises(sqltree.DataError, match="prediction"):
         model.predict("golf_scored", connection=con)
+
+
+def test_label_sql_merges_subtrees_that_give_one_label(engine_factory):
+    """A subtree whose leaves all predict one class, and whose tests send each row to one
+    branch, is a single leaf of the label's CASE (an engine that evaluates a CASE a batch at a
+    time pays for every branch some row takes); labels, probabilities and leaf ids stay those
+    of the whole tree on every row."""
+    frame = mixed_table(2_000, seed=3)
+    model = sqltree.train(frame, target="label", algorithm="cart", max_depth=5)
+    merged = merge_uniform(model.root, lambda n: n.label)
+    assert sum(1 for _ in merged.leaves()) == 19 < model.n_leaves == 31
+    assert model.to_sql().count(" WHEN ") < model.to_sql(output="leaf").count(" WHEN ")
+    engine, source = engine_factory(frame, "merged")
+    scored = model.predict(source, proba=True, connection=engine)
+    assert list(scored["prediction"]) == python_predictions(model, frame)
+    rows = frame.to_dict("records")
+    for i in range(0, len(rows), 50):
+        row = {k: (None if pd.isna(v) else v) for k, v in rows[i].items()}
+        assert scored.loc[i, model.proba_columns()].tolist() == pytest.approx(
+            model.predict_proba_row(row), abs=1e-12)

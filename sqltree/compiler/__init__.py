@@ -43,7 +43,7 @@ from sqlglot import exp
 from ..tree import Node
 from .blocks import dnum, inum, literal
 from .closed_form import build_closed_form, build_closed_form_label, build_slow_path
-from .walk import Layout, build_case
+from .walk import build_case, merge_uniform
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -85,7 +85,8 @@ def builds_large(fn: Callable[P, R]) -> Callable[P, R]:
 @builds_large
 def compile_label(root: Node, classes: Sequence[Any], table: str | None = None) -> exp.Expression:
     """The predicted class as one SQL expression."""
-    fast = build_case(root, lambda n: literal(classes[n.label]), table)
+    fast = build_case(merge_uniform(root, lambda n: n.label),
+                      lambda n: literal(classes[n.label]), table)
     if not has_fractional(root):
         return fast
     slow = build_slow_path(root, build_closed_form_label(root, classes, table), table)
@@ -95,11 +96,11 @@ def compile_label(root: Node, classes: Sequence[Any], table: str | None = None) 
 @builds_large
 def compile_proba(root: Node, n_classes: int, table: str | None = None) -> list[exp.Expression]:
     """One probability expression per class."""
-    layout = Layout.of(root)
     fractional = has_fractional(root)
     out = []
     for c in range(n_classes):
-        fast = build_case(root, lambda n, c=c: dnum(n.proba[c]), table, layout=layout)
+        fast = build_case(merge_uniform(root, lambda n, c=c: n.proba[c]),
+                          lambda n, c=c: dnum(n.proba[c]), table)
         if not fractional:
             out.append(fast)
             continue
@@ -114,7 +115,7 @@ def compile_value(root: Node, table: str | None = None) -> exp.Expression:
     of such a tree routes unknown values to one branch, so the fast path is the whole walk)."""
     if has_fractional(root):
         raise ValueError("a regression tree routes unknown values to one branch at every test")
-    return build_case(root, lambda n: dnum(_value(n)), table)
+    return build_case(merge_uniform(root, _value), lambda n: dnum(_value(n)), table)
 
 
 def _value(node: Node) -> float:

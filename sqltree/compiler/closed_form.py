@@ -34,6 +34,14 @@ CHAIN = 16
 _CASE_COST = 8
 """What a CASE of flat conditions and literals costs SQLite's parser stack, about."""
 
+GUARD_SIZE = 1024
+"""Smallest sum (in nodes) that ``_times`` evaluates only where its factors are not 0."""
+
+GUARD_COST = 30
+"""Most SQLite parser stack a guarded sum may cost: each guard nests a CASE (about 5 units).
+Guards are placed from the leaves up, so once the guards below have spent it the sums nearest
+the root, the largest, stay unguarded (scoring leaves SQLite at least 40 units of headroom)."""
+
 
 @dataclass
 class _Part:
@@ -138,7 +146,14 @@ def _share_factor(
 
 
 def _times(terms: _Sum, factors: Iterable[Factor]) -> _Sum:
-    """The sum times the factors (the empty sum where a factor is 0)."""
+    """The sum times the factors (the empty sum where a factor is 0).
+
+    A sum of ``GUARD_SIZE`` nodes or more is evaluated only where no factor is 0, ``CASE WHEN
+    f <> 0 THEN sum * f END``, while that nesting costs at most ``GUARD_COST``. A row's factors
+    are 0 on every branch its known values do not take, so the row computes the sums of the
+    branches it reaches rather than the whole tree's, and an engine that evaluates a CASE a
+    batch of rows at a time skips a sum that no row of the batch reaches.
+    """
     if not terms:
         return terms
     extra: _Term = []
@@ -152,7 +167,14 @@ def _times(terms: _Sum, factors: Iterable[Factor]) -> _Sum:
             extra.append(f)
     if not extra:
         return terms
-    return [_factors(terms) + extra]
+    product = [_factors(terms) + extra]
+    tests = [f for f in extra if f.value is None]
+    if not tests or _size(terms) < GUARD_SIZE:
+        return product
+    guard = [_Part(exp.NEQ(this=f.e.copy(), expression=dnum(0.0)), f.cost + 2, f.size + 2)
+             for f in tests]
+    guarded = _case_part([(_chain(guard, exp.And).e, _sum_part(product))], _constant(0.0))
+    return product if guarded.cost > GUARD_COST else [[guarded]]
 
 
 def _branch_terms(

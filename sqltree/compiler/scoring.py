@@ -16,7 +16,7 @@ from ..tree import CONTINUOUS, NOMINAL, Node, Split
 from . import builds_large, compile_label, compile_proba, has_fractional
 from .blocks import cases, column, dnum, inum, is_null, listed, literal, literal_table
 from .closed_form import build_argmax, build_probabilities
-from .walk import Layout, build_case, routed_condition, unknown_condition
+from .walk import Layout, build_case, merge_uniform, routed_condition, unknown_condition
 
 PREFIX = "__sqltree_"
 """Prefix of the helper columns and relations scoring queries add (see ``Names``)."""
@@ -144,11 +144,13 @@ def build_closed_form_query(query: ScoringQuery) -> exp.Select:
     fast = nm.ref("fast")
     stopped = is_null(fast)
     walk = exp.Select(expressions=[exp.Star(), _as(build_case(
-        root, lambda n: literal(classes[n.label]), layout=layout), nm.ident("fast"))])
+        merge_uniform(root, lambda n: n.label), lambda n: literal(classes[n.label])),
+        nm.ident("fast"))])
     if proba_names is not None:
         for c in range(k):
             walk.append("expressions", _as(
-                build_case(root, lambda n, c=c: dnum(n.proba[c]), layout=layout),
+                build_case(merge_uniform(root, lambda n, c=c: n.proba[c]),
+                           lambda n, c=c: dnum(n.proba[c])),
                 nm.ident(f"fast{c}")))
     step = _from(walk, query.relation)
 
