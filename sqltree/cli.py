@@ -120,18 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--pruning", choices=["c4.5", "pessimistic", "none"],
                    help="post-pruning (default: c4.5 for C4.5, none otherwise)")
     t.add_argument("--cf", type=float, default=0.25, help="C4.5 pruning confidence (J48 -C)")
-    cart = t.add_argument_group("CART (scikit-learn's names and meanings)")
-    cart.add_argument("--criterion", choices=["gini", "entropy", "squared_error",
-                                              "friedman_mse", "poisson", "absolute_error"],
-                      help="gini or entropy for classes; squared_error (the default), "
-                           "friedman_mse or poisson for --task regression")
-    cart.add_argument("--min-samples-leaf", type=float, metavar="N")
-    cart.add_argument("--max-leaf-nodes", type=int, metavar="N")
-    cart.add_argument("--ccp-alpha", type=float, metavar="ALPHA")
-    duck = t.add_argument_group("DuckDB (the default engine)")
-    duck.add_argument("--threads", type=int, metavar="N", help="DuckDB threads (default: cores)")
-    duck.add_argument("--memory-limit", metavar="SIZE",
-                      help="DuckDB memory_limit, e.g. 4GB: larger data spills to disk")
+    _add_cart_and_engine_flags(t)
     t.add_argument("--quiet", "-q", action="store_true",
                    help="print neither progress, tree nor the training-set evaluation "
                         "(needs --output unless --folds, --test or --test-fraction)")
@@ -170,6 +159,28 @@ def build_parser() -> argparse.ArgumentParser:
     add_connection(sc)
     _add_debug(parser, sub)
     return parser
+
+
+def _add_cart_and_engine_flags(t: argparse.ArgumentParser) -> None:
+    cart = t.add_argument_group("CART (scikit-learn's names and meanings)")
+    cart.add_argument("--criterion", choices=["gini", "entropy", "squared_error",
+                                              "friedman_mse", "poisson", "absolute_error"],
+                      help="gini or entropy for classes; squared_error (the default), "
+                           "friedman_mse or poisson for --task regression")
+    cart.add_argument("--min-samples-leaf", type=float, metavar="N")
+    cart.add_argument("--max-leaf-nodes", type=int, metavar="N")
+    cart.add_argument("--ccp-alpha", type=float, metavar="ALPHA")
+    cart.add_argument("--threshold-search", choices=["full", "bounded"],
+                      help="exact mode: scan every value (full, the default) or only the "
+                           "quantile bins whose gain bound can reach the best cut; the same tree")
+    t.add_argument("--plan", choices=["auto", "tables", "select", "memory"], default="auto",
+                   help="where each level's rows live: temporary tables, single SELECTs over "
+                        "the source (read-only connections), or memory (CART: the rows read "
+                        "once); auto asks the connection")
+    duck = t.add_argument_group("DuckDB (the default engine)")
+    duck.add_argument("--threads", type=int, metavar="N", help="DuckDB threads (default: cores)")
+    duck.add_argument("--memory-limit", metavar="SIZE",
+                      help="DuckDB memory_limit, e.g. 4GB: larger data spills to disk")
 
 
 def _add_reading_parsers(sub: Any) -> None:
@@ -435,7 +446,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "train":
         cart_options = {
             name: getattr(args, name)
-            for name in ("criterion", "min_samples_leaf", "max_leaf_nodes", "ccp_alpha")
+            for name in ("criterion", "min_samples_leaf", "max_leaf_nodes", "ccp_alpha",
+                         "threshold_search")
             if getattr(args, name) is not None
         }
         if "min_samples_leaf" in cart_options and cart_options["min_samples_leaf"] >= 1:
@@ -465,6 +477,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             max_bins=args.max_bins,
             pruning=pruning,
             cf=args.cf,
+            plan=args.plan,
             **cart_options,
         )
         model, held_out = _train_or_hold_out(args, connection, options)

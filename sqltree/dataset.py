@@ -506,8 +506,9 @@ def _read_classes(
         raise DataError(
             f"the target {target!r} holds {len(classes)} distinct numbers, "
             f"{len(fractional)} of them fractional (such as {fractional[0]!r}): that is a "
-            "measurement, not class labels. sqltree trains classifiers; to treat the values as "
-            "labels, cast the column to text in a query"
+            "measurement, not class labels: for a regression tree pass task=\"regression\" "
+            "(--task regression); to treat the values as labels, cast the column to text in a "
+            "query"
         )
     if len(classes) < 2:
         raise DataError(

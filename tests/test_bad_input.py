@@ -30,6 +30,13 @@ def test_one_class(engine_factory):
         sqltree.train(source, target="y", connection=engine)
 
 
+def test_a_fractional_target_points_at_regression():
+    frame = pd.DataFrame({"x": [1.0, 2.0, 3.0, 4.0], "y": [0.5, 1.5, 2.25, 3.0]})
+    with pytest.raises(sqltree.DataError, match=r'measurement.*task="regression"'):
+        sqltree.train(frame, target="y")
+    assert sqltree.train(frame, target="y", task="regression", min_samples_leaf=2).n_leaves == 2
+
+
 def test_empty_table(engine_factory):
     frame = pd.DataFrame({"a": pd.Series([], dtype="float64"), "y": pd.Series([], dtype="str")})
     engine, source = engine_factory(frame)

@@ -17,7 +17,7 @@ import pytest
 
 import sqltree
 from sqltree.cli import COMMAND_EXAMPLES, main
-from tests.helpers import DATA, GOLF, GOLF_TREE, mixed_table
+from tests.helpers import DATA, GOLF, GOLF_TREE, ROOT, mixed_table
 
 
 def run_cli(*args, cwd=None):
@@ -44,6 +44,23 @@ def test_cli_train_predict_sql_round_trip(tmp_path):
     assert bad.returncode == 1 and "nope" in bad.stderr  # a data error (2: usage)
     help_text = run_cli("--help").stdout
     assert "train" in help_text and "predict" in help_text and "examples:" in help_text
+
+
+@pytest.mark.parametrize(("flags", "plan"), [
+    (["--plan", "select"], "select"),
+    (["--plan", "memory"], "memory"),
+    (["--threshold-search", "bounded"], "tables"),
+], ids=["select", "memory", "bounded"])
+def test_train_flags_choose_the_plan_and_search_not_the_tree(flags, plan, tmp_path, capsys):
+    source = str(ROOT / "tests" / "data" / "iris.arff")
+    paths = [tmp_path / "default.json", tmp_path / "flagged.json"]
+    for path, extra in zip(paths, [[], flags], strict=True):
+        status = main(["train", source, "-t", "class", "-a", "cart", "--max-depth", "4",
+                       "-q", "-o", str(path), *extra])
+        assert status == 0, capsys.readouterr().err
+    default, flagged = (json.loads(p.read_text()) for p in paths)
+    assert flagged["stats"]["plan"] == plan and default["stats"]["plan"] == "tables"
+    assert flagged["tree"] == default["tree"]
 
 
 # -- each command's examples ------------------------------------------------------------------
