@@ -535,3 +535,5 @@ def test_recount_above_the_structures_in_one_statement_changes_nothing(monkeypat
     assert chained.to_dict() == stored.to_dict()
     assert by_chain.queries < by_level.queries
     assert_counts_exact(chained, frame, "y", data.classes)
+    # a recounted node that no row reaches has counts 0.0, so the model file keeps floats
+    assert all(type(c) is float for node in chained.walk() for c in node.counts)

@@ -178,8 +178,9 @@ def recount_raised(
             for local, at in frontier.items():
                 if at.raised:
                     by_key = keyed.get(local, {})
+                    # 0.0, not 0: a node no row reaches keeps float counts in the model file
                     counts[id(at.node)] = [
-                        sum(w[c] for w in by_key.values()) for c in range(k)
+                        sum((w[c] for w in by_key.values()), 0.0) for c in range(k)
                     ]
             routes, below = _level_routes(frontier, keyed, features, recompute_shares, next_id)
             next_id += len(below)
