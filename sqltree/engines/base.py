@@ -75,6 +75,16 @@ def _shared_by(key: Any) -> _Shared:
         return found
 
 
+def temp_table_create(name: str, query: exp.Expression) -> exp.Create:
+    """``CREATE TEMPORARY TABLE "name" AS query``, as DuckDB, PostgreSQL and SQLite write it."""
+    return exp.Create(
+        this=exp.Table(this=exp.to_identifier(name, quoted=True)),
+        kind="TABLE",
+        expression=query,
+        properties=exp.Properties(expressions=[exp.TemporaryProperty()]),
+    )
+
+
 class Engine(ABC):
     """Execute sqlglot expressions on one database connection.
 
@@ -256,6 +266,19 @@ class Engine(ABC):
     def relation_for_dataframe(self, frame: Any) -> exp.Expression:
         """A relation reading a pandas DataFrame."""
         raise NotImplementedError(f"{type(self).__name__} cannot read a pandas DataFrame")
+
+    def _copied_dataframe(self, frame: Any) -> exp.Table:
+        """A ``TEMP`` table holding the DataFrame's rows, written by the engine's
+        ``load_dataframe`` and dropped with the engine's other temporary tables."""
+        name = self.temp_name("frame")
+        table = exp.Table(this=exp.to_identifier(name, quoted=True))
+        self._temp.append(name)
+        self.load_dataframe(frame, table, temporary=True)
+        return table
+
+    def load_dataframe(self, frame: Any, table: exp.Table, *, temporary: bool = False) -> None:
+        """Create ``table`` holding the DataFrame's rows (engines that copy DataFrames)."""
+        raise NotImplementedError(f"{type(self).__name__} does not copy DataFrames into tables")
 
     # -- helpers used by the planner ---------------------------------------------------------
     @contextmanager

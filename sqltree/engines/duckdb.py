@@ -11,7 +11,7 @@ from sqlglot import exp
 from sqlglot.errors import ErrorLevel
 
 from ..errors import OptionError
-from .base import Engine, arrow_rows, one_line
+from .base import Engine, arrow_rows, one_line, temp_table_create
 from .select_plan import TABLES
 
 _CSV_TYPES = ("BIGINT", "DOUBLE", "VARCHAR")
@@ -178,12 +178,7 @@ class DuckDBEngine(Engine):
         return [(name, str(dtype)) for name, dtype in zip(rel.columns, rel.types, strict=True)]
 
     def _create_temp_table(self, name: str, query: exp.Expression) -> None:
-        create = exp.Create(
-            this=exp.Table(this=exp.to_identifier(name, quoted=True)),
-            kind="TABLE",
-            expression=query,
-            properties=exp.Properties(expressions=[exp.TemporaryProperty()]),
-        )
+        create = temp_table_create(name, query)
         self.connection.execute(self._sending(self.render(create)))
 
     def _drop_temp_table(self, name: str) -> None:

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 from sqlglot import exp
 
 from ..errors import EngineConnectionError, UnsupportedError
-from .base import Engine, one_line
+from .base import Engine, one_line, temp_table_create
 from .select_plan import SELECT
 
 try:  # psycopg is an optional dependency (the "postgres" extra)
@@ -285,13 +285,8 @@ class PostgresEngine(Engine):
         return {int(oid): str(cat) for oid, cat in self._run(self.render(query))}
 
     def _create_temp_table(self, name: str, query: exp.Expression) -> None:
-        table = exp.Table(this=exp.to_identifier(name, quoted=True))
-        create = exp.Create(
-            this=table,
-            kind="TABLE",
-            expression=query,
-            properties=exp.Properties(expressions=[exp.TemporaryProperty()]),
-        )
+        create = temp_table_create(name, query)
+        table = create.this
         self._execute(self.render(create), fetch=False)
         # Autovacuum never analyzes temp tables; without statistics the planner guesses row
         # counts and can pick nested loops for the level joins.
@@ -313,11 +308,7 @@ class PostgresEngine(Engine):
 
     def relation_for_dataframe(self, frame: Any) -> exp.Expression:
         """Copy a pandas DataFrame into a session-local temp table (NaN and NA become NULL)."""
-        name = self.temp_name("frame")
-        table = exp.Table(this=exp.to_identifier(name, quoted=True))
-        self._temp.append(name)
-        self.load_dataframe(frame, table, temporary=True)
-        return table
+        return self._copied_dataframe(frame)
 
     def load_dataframe(self, frame: Any, table: exp.Table, *, temporary: bool = False) -> None:
         """Create ``table`` with the DataFrame's columns and COPY its rows into it.

@@ -29,7 +29,7 @@ from sqlglot import exp
 from sqlglot.errors import ErrorLevel
 
 from ..errors import UnsupportedError
-from .base import Engine
+from .base import Engine, temp_table_create
 
 MIN_VERSION = (3, 35, 0)
 """The oldest SQLite with everything the select plan writes: window functions (3.25) and
@@ -182,12 +182,7 @@ class SQLiteEngine(Engine):
         return {str(name): str(kind or "") for name, kind in rows}
 
     def _create_temp_table(self, name: str, query: exp.Expression) -> None:
-        create = exp.Create(
-            this=exp.Table(this=exp.to_identifier(name, quoted=True)),
-            kind="TABLE",
-            expression=query,
-            properties=exp.Properties(expressions=[exp.TemporaryProperty()]),
-        )
+        create = temp_table_create(name, query)
         self.connection.execute(self._sending(self.render(create)))
 
     def _drop_temp_table(self, name: str) -> None:
@@ -208,11 +203,7 @@ class SQLiteEngine(Engine):
     def relation_for_dataframe(self, frame: Any) -> exp.Expression:
         """Copy a pandas DataFrame into a ``TEMP`` table (NaN and NA become NULL)."""
         self.begin()
-        name = self.temp_name("frame")
-        table = exp.Table(this=exp.to_identifier(name, quoted=True))
-        self._temp.append(name)
-        self.load_dataframe(frame, table, temporary=True)
-        return table
+        return self._copied_dataframe(frame)
 
     def load_dataframe(self, frame: Any, table: exp.Table, *, temporary: bool = False) -> None:
         """Create ``table`` with the DataFrame's columns (booleans declared BOOLEAN, numbers
