@@ -93,22 +93,8 @@ class CrossValidation:
         """One line per fold (rows, leaves, accuracy, kappa, log loss; a regression tree's
         RMSE, MAE and R²), then mean and standard deviation of the folds' figures."""
         if isinstance(self.pooled, RegressionEvaluation):
-            return _regression_fold_table(self.folds)
-        lines = [f"{'Fold':>4}  {'Train rows':>10}  {'Test rows':>9}  {'Leaves':>6}  "
-                 f"{'Accuracy':>9}  {'Kappa':>7}  {'Log loss':>8}"]
-        for f in self.folds:
-            lines.append(
-                f"{f.extra['fold']:>4}  {f.extra['train_rows']:>10}  {f.rows:>9}  "
-                f"{f.extra['leaves']:>6}  {100 * f.accuracy:>8.3f}%  {f.kappa:>7.4f}  "
-                f"{f.log_loss:>8.4f}"
-            )
-        for name, agg in (("Mean", statistics.fmean), ("Std. dev.", _stdev)):
-            lines.append(
-                f"{name:<35}  {100 * agg([f.accuracy for f in self.folds]):>8.3f}%  "
-                f"{agg([f.kappa for f in self.folds]):>7.4f}  "
-                f"{agg([f.log_loss for f in self.folds]):>8.4f}"
-            )
-        return "\n".join(lines)
+            return _fold_table(self.folds, REGRESSION_FOLD_COLUMNS)
+        return _fold_table(self.folds, CLASSIFICATION_FOLD_COLUMNS)
 
     def __str__(self) -> str:
         return f"{self.pooled}\n\n=== Per fold ===\n\n{self.fold_table()}"
@@ -126,21 +112,37 @@ class CrossValidation:
         return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False, default=str)
 
 
-def _regression_fold_table(folds: Sequence[RegressionEvaluation]) -> str:
-    lines = [f"{'Fold':>4}  {'Train rows':>10}  {'Test rows':>9}  {'Leaves':>6}  "
-             f"{'RMSE':>12}  {'MAE':>12}  {'R2':>8}"]
+FoldColumn = tuple[str, int, Callable[[Any], float], str]
+"""A fold table's column: its heading, width, the figure of a fold, its number format."""
+
+CLASSIFICATION_FOLD_COLUMNS: list[FoldColumn] = [
+    ("Accuracy", 9, lambda f: 100 * f.accuracy, ">8.3f}%"),
+    ("Kappa", 7, lambda f: f.kappa, ">7.4f}"),
+    ("Log loss", 8, lambda f: f.log_loss, ">8.4f}"),
+]
+REGRESSION_FOLD_COLUMNS: list[FoldColumn] = [
+    ("RMSE", 12, lambda f: f.root_mean_squared_error, ">12.6g}"),
+    ("MAE", 12, lambda f: f.mean_absolute_error, ">12.6g}"),
+    ("R2", 8, lambda f: f.r2, ">8.4f}"),
+]
+
+
+def _fold_table(folds: Sequence[Any], columns: list[FoldColumn]) -> str:
+    """One line per fold (rows, leaves, then ``columns``), then the mean and standard
+    deviation of each column's figure over the folds."""
+
+    def figures(values: Callable[[Callable[[Any], float]], float]) -> str:
+        return "  ".join(("{:" + fmt).format(values(get)) for _, _, get, fmt in columns)
+
+    heads = "  ".join(f"{head:>{width}}" for head, width, _, _ in columns)
+    lines = [f"{'Fold':>4}  {'Train rows':>10}  {'Test rows':>9}  {'Leaves':>6}  {heads}"]
     for f in folds:
         lines.append(
             f"{f.extra['fold']:>4}  {f.extra['train_rows']:>10}  {f.rows:>9}  "
-            f"{f.extra['leaves']:>6}  {f.root_mean_squared_error:>12.6g}  "
-            f"{f.mean_absolute_error:>12.6g}  {f.r2:>8.4f}"
+            f"{f.extra['leaves']:>6}  " + figures(lambda get, f=f: get(f))
         )
     for name, agg in (("Mean", statistics.fmean), ("Std. dev.", _stdev)):
-        lines.append(
-            f"{name:<35}  {agg([f.root_mean_squared_error for f in folds]):>12.6g}  "
-            f"{agg([f.mean_absolute_error for f in folds]):>12.6g}  "
-            f"{agg([f.r2 for f in folds]):>8.4f}"
-        )
+        lines.append(f"{name:<35}  " + figures(lambda get, agg=agg: agg([get(f) for f in folds])))
     return "\n".join(lines)
 
 
