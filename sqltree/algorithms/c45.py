@@ -119,11 +119,7 @@ class C45Strategy(Strategy):
         if not self.bins:
             self.unresolved += _cut_midpoints(choices)
         tests = sorted((node_id, c.feature.index, c.threshold) for node_id, c in choices.items())
-        tests_table = load_rows(engine, "tests", q.TESTS_COLUMNS, tests)
-        self.loaded.append(tests_table)
-        self.branch_counts = _branch_counts(
-            engine, hist, tests_table, self.n_classes, self.hist_bits
-        )
+        self.branch_counts = self.read_branch_counts(engine, hist, tests)
         plans: dict[int, Plan] = {}
         for node_id, choice in choices.items():
             by_key = self.branch_counts.get(node_id, {})
@@ -152,6 +148,14 @@ class C45Strategy(Strategy):
                 consumes_feature=f.kind == NOMINAL,
             )
         return plans
+
+    def read_branch_counts(
+        self, engine: Any, hist: Any, tests: list[TestRow]
+    ) -> dict[int, dict[int, list[float]]]:
+        """Class counts per node and key of its chosen test (key -1: unknown values)."""
+        tests_table = load_rows(engine, "tests", q.TESTS_COLUMNS, tests)
+        self.loaded.append(tests_table)
+        return _branch_counts(engine, hist, tests_table, self.n_classes, self.hist_bits)
 
     def _value_keys(self, f: Feature) -> list[list[int]]:
         """Keys of a nominal test's branches, a value each (shared by every plan on ``f``)."""
@@ -201,18 +205,25 @@ class C45Strategy(Strategy):
         lies between it and the midpoint, so both send every row the same way.
         """
         if self.unresolved:
-            engine = self.data.engine
-            chosen = load_rows(engine, "chosen", CHOSEN_COLUMNS, self.unresolved)
-            self.loaded.append(chosen)
-            query = build_observed_thresholds(
-                self.values_table, chosen, asof=engine.SUPPORTS_ASOF_JOIN
-            )
-            thresholds = {int(key): float(t) for key, t in engine.execute(query)}
+            thresholds = self.observed_thresholds(self.unresolved)
             for node in root.walk():
                 if node.node_id in thresholds and node.split is not None:
                     node.split = replace(node.split, threshold=thresholds[node.node_id])
             self.unresolved = []
         return root
+
+    def observed_thresholds(
+        self, unresolved: list[tuple[int, int, float, float]]
+    ) -> dict[int, float]:
+        """Per cut (node, feature, value below, midpoint): the largest training value of the
+        feature not above the midpoint, by node."""
+        engine = self.data.engine
+        chosen = load_rows(engine, "chosen", CHOSEN_COLUMNS, unresolved)
+        self.loaded.append(chosen)
+        query = build_observed_thresholds(
+            self.values_table, chosen, asof=engine.SUPPORTS_ASOF_JOIN
+        )
+        return {int(key): float(t) for key, t in engine.execute(query)}
 
     def _drop_loaded(self, engine: Any) -> None:
         for table in self.loaded:

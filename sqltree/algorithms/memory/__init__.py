@@ -21,12 +21,14 @@ from typing import Any
 from ...dataset import Dataset, Feature
 from ...engines.select_plan import PLANS as SQL_PLANS
 from ...errors import OptionError
-from ...grower import GrowOptions, RouteRow, Strategy, TestRow
+from ...grower import GrowOptions, Strategy
 from ..cart import CARTStrategy
 from ..cart.regression import RegressionStrategy
 from ..cart.subsets import orders
 from .cart_scores import Rules, nominal_ranks, score
-from .level import Histogram, Level, as_weight, partition, read_level0
+from .c45 import MemoryC45Strategy
+from .level import Histogram, Level, as_weight
+from .stages import InMemoryStages
 
 MEMORY = "memory"
 PLANS = (*SQL_PLANS, MEMORY)
@@ -68,27 +70,13 @@ def memory_reason(plan: str, in_python: bool, rows: int, features: int) -> str |
             f"(at most {MEMORY_MAX_CELLS:,} cells)")
 
 
-class _InMemory(CARTStrategy):
+class _InMemory(InMemoryStages, CARTStrategy):
     """CART's stages of the level loop over numpy arrays (the regression strategy takes
     them too: it is CART's with moments in the class columns' place)."""
-
-    plan_name = MEMORY
-    plan_reason = "asked for"
-    moments = False
-
-    def materialize_level0(self) -> Level:
-        return read_level0(self.data, self.build_level0(), self.moments)
 
     def materialize_histogram(self, level: Level, features: list[Feature], nodes: int
                               ) -> Histogram:
         return Histogram(level, features, self.n_classes, self.hist_bits, self.moments)
-
-    def materialize_partition(self, level: Level, tests: list[TestRow],
-                              routes: list[RouteRow], ordered: bool) -> Level:
-        return partition(level, tests, routes)
-
-    def drop(self, table: Any) -> None:
-        """Nothing to drop: the arrays go with the last reference."""
 
     def _measure_density(self, engine: Any, hist: Any) -> None:
         """No density probe: it chooses how SQL histograms group rows."""
@@ -127,6 +115,8 @@ class MemoryRegressionStrategy(_InMemory, RegressionStrategy):
 MEMORY_STRATEGIES: dict[str, type[Strategy]] = {
     "cart": MemoryCARTStrategy,
     "cart-regression": MemoryRegressionStrategy,
+    "c4.5": MemoryC45Strategy,
+    "id3": MemoryC45Strategy,
 }
 """Algorithm name (``GrowOptions.strategy_name``) -> its strategy on the memory plan."""
 

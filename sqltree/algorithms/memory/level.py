@@ -13,6 +13,7 @@ double sums are exact in any order.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,24 @@ import numpy as np
 
 from ... import queries as q
 from ...dataset import Dataset, Feature
+
+
+def ln(x: np.ndarray) -> np.ndarray:
+    """Natural logarithms as the engines' ``LN`` computes them, the C library's ``log``.
+
+    numpy's own ``log`` (SIMD code on CPUs with AVX-512) differs from it in the last bit for
+    about one argument in 2,500, enough to break a tie of gains the other way.
+    """
+    return np.fromiter(map(math.log, x.tolist()), dtype=np.float64, count=len(x))
+
+
+def xlogx(e: np.ndarray) -> np.ndarray:
+    """``sqlexpr.xlogx``: ``e * LN(e)``, 0 where ``e`` is not positive."""
+    out = np.zeros(len(e))
+    positive = np.flatnonzero(e > 0)
+    if len(positive):
+        out[positive] = e[positive] * ln(e[positive])
+    return out
 
 
 @dataclass

@@ -1,0 +1,282 @@
+"""C4.5's and ID3's scoring query (``c45_scores.build_split_scores``) computed in numpy.
+
+The rows are the query's (``SCORE_COLUMNS``), one per (node, feature), with the query's double
+arithmetic in the query's order: the (node, feature) totals as fixed-point sums where weights
+are fractional; a nominal feature's multiway split from its values' entropy terms, summed in
+the ``entropy_bits`` fixed point; a continuous feature's best cut by the ordered scan's rules
+(J48's minimum weight per side, its 1e-5 gap between values, ties within ``threshold_tie`` to
+the lowest cut, the number of valid cuts); then the MDL correction and the gain ratio. The
+logarithms are the C library's (``level.ln``), as the engines' ``LN`` computes them.
+
+``branch_counts`` and ``observed_threshold`` are the strategy's two other readings of the
+engine (``c45_scores.build_branch_counts``, ``c45_cuts.build_observed_thresholds``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ... import queries as q
+from ...criteria import J48_SMALL
+from ...dataset import Feature
+from ...tree import CONTINUOUS
+from ..c45_criteria import LN2, ScoreOptions
+from .cart_scores import Segments, _left_sum, _running
+from .level import Groups, Histogram, as_weight, ln, xlogx
+
+
+@dataclass
+class _Totals:
+    """Per node of the level (ascending ``node``), or per (node, feature) segment: weights."""
+
+    w_all: np.ndarray
+    w_known: np.ndarray
+    w_unknown: np.ndarray
+    k: np.ndarray
+    """Known weight per class (rows x classes)."""
+
+
+def _entropy_mass(total: np.ndarray, classes: np.ndarray) -> np.ndarray:
+    """``c45_criteria.entropy_mass``: ``W ln W - c0 ln c0 - c1 ln c1 ...``, left to right."""
+    out = xlogx(total)
+    for j in range(classes.shape[1]):
+        out = out - xlogx(classes[:, j])
+    return out
+
+
+def _fixed_sum(terms: np.ndarray, seg: np.ndarray, size: int, bits: int | None) -> np.ndarray:
+    """Per segment, the sum of ``terms`` in the fixed point of ``bits`` (``to_fixed``), or in
+    floating point without."""
+    if bits is None:
+        return np.bincount(seg, weights=terms, minlength=size)
+    fixed = np.floor(terms * (2.0**bits) + 0.5).astype(np.int64)
+    sums = np.zeros(size, dtype=np.int64)
+    np.add.at(sums, seg, fixed)
+    return as_weight(sums, bits)
+
+
+class _Scorer:
+    """The scoring query over one level's histogram."""
+
+    def __init__(self, h: Histogram, options: ScoreOptions) -> None:
+        self.h, self.options = h, options
+        self.nodes, self.n_rows, sums = h.totals()
+        self.sums = sums
+        self.total = sums.sum(axis=1)
+        self.w_all = as_weight(self.total, h.bits)
+        self.rows: list[tuple[Any, ...]] = []
+
+    def denominator(self, t: _Totals) -> np.ndarray:
+        """What gain and split info are divided by, less ``LN2``: all weight or the known."""
+        return t.w_known if self.options.unknown == "drop" else t.w_all
+
+    def unknown(self, t: _Totals) -> np.ndarray:
+        return np.zeros(len(t.w_all)) if self.options.unknown == "drop" else t.w_unknown
+
+    def totals(self, g: Groups, s: Segments) -> tuple[_Totals, np.ndarray]:
+        """The (node, feature) totals of every node of the level (``node_feature_totals``),
+        and each node's segment in ``g`` (-1 for a node without a known value)."""
+        size = len(self.nodes)
+        seg_of_node = np.full(size, -1, dtype=np.int64)
+        known = np.zeros_like(self.sums)
+        if len(g.node):
+            at = np.searchsorted(self.nodes, g.node[s.starts])
+            seg_of_node[at] = np.arange(len(s.starts))
+            known[at] = np.add.reduceat(g.sums, s.starts, axis=0)
+        known_total = known.sum(axis=1)
+        bits = self.h.bits
+        return _Totals(
+            w_all=self.w_all,
+            w_known=as_weight(known_total, bits),
+            w_unknown=as_weight(self.total - known_total, bits),
+            k=as_weight(known, bits),
+        ), seg_of_node
+
+    def parent_entropy(self, t: _Totals) -> np.ndarray:
+        return _entropy_mass(t.w_known, t.k)
+
+    def emit(self, at: np.ndarray, attr: int, t: _Totals, gain: np.ndarray,
+             split_info: np.ndarray, candidates: np.ndarray, big_branches: np.ndarray,
+             threshold: np.ndarray | None = None, next_value: np.ndarray | None = None) -> None:
+        """The rows of nodes ``at`` (indexes into the totals), with ``mdl_gain`` and
+        ``gain_ratio`` as ``_with_gain_ratio`` adds them."""
+        w_all = t.w_all[at]
+        if threshold is not None and self.options.mdl:
+            with np.errstate(divide="ignore"):
+                mdl_gain = np.where(candidates > 0,
+                                    gain - ln(np.maximum(candidates, 1.0)) / LN2 / w_all, gain)
+        else:
+            mdl_gain = gain
+        positive = split_info > 0
+        ratio = np.where(positive, mdl_gain / np.where(positive, split_info, 1.0), np.nan)
+        empty = np.full(len(at), np.nan)
+        columns = [
+            self.nodes[at].tolist(), [attr] * len(at),
+            _nullable(empty if threshold is None else threshold),
+            _nullable(empty if next_value is None else next_value),
+            _nullable(gain), _nullable(mdl_gain), _nullable(split_info), _nullable(ratio),
+            candidates.astype(np.int64).tolist(), t.w_known[at].tolist(), w_all.tolist(),
+            big_branches.astype(np.int64).tolist(),
+        ]
+        self.rows += zip(*columns, strict=True)
+
+    def safe_div(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """``sqlexpr.safe_div``: ``a / b``, NULL (NaN) where ``b`` is not positive."""
+        positive = b > 0
+        return np.where(positive, a / np.where(positive, b, 1.0), np.nan)
+
+    def nominal(self, f: Feature) -> None:
+        """A nominal feature's multiway split on every node (``_nominal_scores``)."""
+        g = self.h.groups(f)
+        s = Segments.of(g)
+        t, seg_of_node = self.totals(g, s)
+        bits, ebits = self.h.bits, self.options.entropy_bits
+        group_total = as_weight(g.sums.sum(axis=1), bits)
+        size = len(s.starts)
+        bags_ent = _fixed_sum(_entropy_mass(group_total, as_weight(g.sums, bits)), s.seg, size,
+                              ebits)
+        bags_xlogx = _fixed_sum(xlogx(group_total), s.seg, size, ebits)
+        big = np.bincount(s.seg, weights=group_total > self.options.min_cases - J48_SMALL,
+                          minlength=size)
+        has = seg_of_node >= 0
+        per_node = np.zeros(len(self.nodes))
+
+        def by_node(values: np.ndarray) -> np.ndarray:
+            out = per_node.copy()
+            out[has] = values[seg_of_node[has]]
+            return out
+
+        d = self.denominator(t)
+        denom = d * LN2
+        gain = self.safe_div(self.parent_entropy(t) - by_node(bags_ent), denom)
+        split_info = self.safe_div(xlogx(d) - by_node(bags_xlogx) - xlogx(self.unknown(t)),
+                                   denom)
+        at = np.arange(len(self.nodes))
+        self.emit(at, f.index, t, gain, split_info, by_node(s.m.astype(np.float64)),
+                  by_node(big))
+
+    def continuous(self, f: Feature) -> None:
+        """A continuous feature's best cut per node (``best_cuts_ordered``)."""
+        g = self.h.groups(f)
+        if len(g.node) == 0:
+            return
+        s = Segments.of(g)
+        t, seg_of_node = self.totals(g, s)
+        node_of_seg = np.flatnonzero(seg_of_node >= 0)  # ascending, as the segments
+        same = np.append(s.seg[1:] == s.seg[:-1], False)
+        cut = np.flatnonzero(same)
+        if len(cut) == 0:
+            return
+        at = node_of_seg[s.seg[cut]]
+        left = as_weight(_running(g.sums, s.seg, s.starts)[cut], self.h.bits)
+        lw = _left_sum(left)
+        v, nxt = g.v[cut], g.v[cut + 1]
+        w_known, k = t.w_known[at], t.k[at]
+        rw = w_known - lw
+        least = self._min_split(w_known) - J48_SMALL
+        valid = (lw > least) & (rw > least)
+        if self.options.cut_gap > 0:
+            valid &= (v + self.options.cut_gap) < nxt
+        keep = np.flatnonzero(valid)
+        if len(keep) == 0:
+            return
+        cut, at, left, lw, rw, v, nxt = (a[keep] for a in (cut, at, left, lw, rw, v, nxt))
+        k = k[keep]
+        d = self.denominator(t)[at]
+        gain = self.safe_div(
+            self.parent_entropy(t)[at] - _entropy_mass(lw, left) - _entropy_mass(rw, k - left),
+            d * LN2,
+        )
+        chosen, n_valid = self._best(at, gain, v)
+        at = at[chosen]
+        d = d[chosen]
+        split_info = self.safe_div(
+            xlogx(d) - xlogx(lw[chosen]) - xlogx(t.w_known[at] - lw[chosen])
+            - xlogx(self.unknown(t)[at]),
+            d * LN2,
+        )
+        self.emit(at, f.index, t, gain[chosen], split_info, n_valid.astype(np.float64),
+                  np.full(len(at), 2), threshold=v[chosen], next_value=nxt[chosen])
+
+    def _min_split(self, w_known: np.ndarray) -> np.ndarray:
+        """``SplitCriteria.min_split``: J48's ``max(M, min(25, 0.1 * known / k))``, or M."""
+        m = float(self.options.min_cases)
+        if not self.options.j48_min_split:
+            return np.full(len(w_known), m)
+        raw = 0.1 * w_known / float(self.h.n_classes)
+        return np.where(raw <= m, m, np.where(raw > 25.0, 25.0, raw))
+
+    def _best(self, at: np.ndarray, gain: np.ndarray, v: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray]:
+        """Per node (runs of equal ``at``, cuts in value order): the lowest cut whose gain is
+        within ``threshold_tie`` of the best, and the number of valid cuts."""
+        starts = np.flatnonzero(np.append(True, at[1:] != at[:-1]))
+        n_valid = np.diff(np.append(starts, len(at)))
+        run = np.repeat(np.arange(len(starts)), n_valid)
+        best = np.fmax.reduceat(gain, starts)
+        near = np.flatnonzero(gain >= best[run] - self.options.threshold_tie)
+        first = np.flatnonzero(np.append(True, run[near][1:] != run[near][:-1]))
+        return near[first], n_valid
+
+
+def _nullable(values: np.ndarray) -> list[float | None]:
+    """Doubles as Python floats, NaN as None (the query's NULL)."""
+    return [None if x != x else x for x in values.astype(np.float64).tolist()]
+
+
+def score(h: Histogram, features: Sequence[Feature], options: ScoreOptions
+          ) -> list[tuple[Any, ...]]:
+    """The scoring query's rows, ordered by node and feature."""
+    scorer = _Scorer(h, options)
+    for f in features:
+        if f.kind == CONTINUOUS:
+            scorer.continuous(f)
+        else:
+            scorer.nominal(f)
+    return sorted(scorer.rows, key=lambda row: (row[0], row[1]))
+
+
+def branch_counts(
+    h: Histogram, features: dict[int, Feature], tests: Sequence[tuple[int, int, float | None]]
+) -> dict[int, dict[int, list[float]]]:
+    """``build_branch_counts``: class counts per (node, key) of each node's chosen test (0/1
+    below or above a cut, a nominal value's code, -1 for unknown values), the keys that rows
+    reach."""
+    nodes, n_rows, sums = h.totals()
+    out: dict[int, dict[int, list[float]]] = {}
+    for node, attr, threshold in tests:
+        g = h.groups(features[attr])
+        lo, hi = np.searchsorted(g.node, [node, node + 1])
+        v = g.v[lo:hi]
+        keys = v if threshold is None else np.where(v <= threshold, 0.0, 1.0)
+        by_key = out.setdefault(int(node), {})
+        for key in np.unique(keys).tolist():
+            rows = slice(lo, hi)
+            part = g.sums[rows][keys == key].sum(axis=0)
+            by_key[int(key)] = as_weight(part, h.bits).tolist()
+        i = int(np.searchsorted(nodes, node))
+        if n_rows[i] > g.n[lo:hi].sum():
+            unknown = sums[i] - g.sums[lo:hi].sum(axis=0)
+            by_key[q.UNKNOWN_KEY] = as_weight(unknown, h.bits).tolist()
+    return out
+
+
+def distinct_values(h: Histogram, features: Sequence[Feature]) -> dict[int, np.ndarray]:
+    """The sorted distinct known values of each continuous feature (``build_distinct_values``
+    over the root level)."""
+    level = h.level
+    out = {}
+    for f in features:
+        if f.kind == CONTINUOUS:
+            v = level.x[:, level.column[f.index]]
+            out[f.index] = np.unique(v[~np.isnan(v)])
+    return out
+
+
+def observed_threshold(values: np.ndarray, mid: float) -> float:
+    """The largest value not above ``mid`` (``build_observed_thresholds``)."""
+    return float(values[np.searchsorted(values, mid, "right") - 1])

@@ -1,0 +1,30 @@
+"""What every strategy on the memory plan shares: level 0 read once, the partition in numpy."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ...grower import RouteRow, TestRow
+from .level import Level, partition, read_level0
+
+
+class InMemoryStages:
+    """The stages a strategy on the memory plan runs over numpy arrays instead of tables
+    (mixed in before the strategy, whose ``build_level0`` it reads with)."""
+
+    plan_name = "memory"
+    plan_reason = "asked for"
+    moments = False
+    data: Any
+    build_level0: Callable[[], Any]
+
+    def materialize_level0(self) -> Level:
+        return read_level0(self.data, self.build_level0(), self.moments)
+
+    def materialize_partition(self, level: Level, tests: list[TestRow],
+                              routes: list[RouteRow], ordered: bool) -> Level:
+        return partition(level, tests, routes)
+
+    def drop(self, table: Any) -> None:
+        """Nothing to drop: the arrays go with the last reference."""
