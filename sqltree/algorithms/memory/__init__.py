@@ -25,8 +25,8 @@ from ...grower import GrowOptions, Strategy
 from ..cart import CARTStrategy
 from ..cart.regression import RegressionStrategy
 from ..cart.subsets import orders
-from .cart_scores import Rules, nominal_ranks, score
 from .c45 import MemoryC45Strategy
+from .cart_scores import Rules, nominal_ranks, score
 from .level import Histogram, Level, as_weight
 from .stages import InMemoryStages
 
