@@ -192,15 +192,6 @@ def test_auto_keeps_a_large_dataframe_in_sql(monkeypatch):
     assert MEMORY_MAX_CELLS > 100
 
 
-def test_algorithm_without_in_memory_scorer_falls_back_to_sql():
-    model = sqltree.train(_iris(), DATASETS["iris"][1], algorithm="c4.5", plan="memory")
-    assert model.stats["plan"] == "tables"
-    assert model.stats["plan_reason"].startswith("no in-memory scorer")
-    auto = sqltree.train(_iris(), DATASETS["iris"][1], algorithm="c4.5")
-    assert auto.stats["plan"] == "tables"
-    assert_same_tree(model.root.to_dict(), auto.root.to_dict())
-
-
 def test_friedman_mse_in_memory_and_poisson_in_sql():
     X, y = test_regression.diabetes()
     both_plans(X.assign(target=y), "target", criterion="friedman_mse", max_depth=4)

@@ -1,0 +1,158 @@
+"""C4.5 and ID3 on the memory plan: the model file of the tables plan, exactly.
+
+Each case trains on DuckDB twice, on the tables plan and on the memory plan, and the two
+models must be equal but for their statistics (tests, thresholds, counts, shares and pruning
+to the last bit): J48's parity data sets (tests/data), the examples, fractional weights of
+unknown values spread over branches, sample weights, every way of handling unknown values,
+bins, J48's 1e-5 gap between values, pruning with subtree raising, and hostile tables.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import sqltree
+from tests.strategies import TableSpec, trained_cases
+from tests.test_engines import DATASETS, frame_of
+from tests.test_properties import duckdb_with, free_name
+from tests.weka import read_arff
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def same_model(a: Any, b: Any) -> None:
+    """The two models' files are the same but for the statistics (times, plan)."""
+    da, db = a.to_dict(), b.to_dict()
+    da.pop("stats")
+    db.pop("stats")
+    assert da == db, f"\n{a.text()}\n{b.text()}"
+
+
+def both_plans(source: Any, target: str, **options: Any) -> tuple[Any, Any]:
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*NULL target")
+        sql = sqltree.train(source, target, plan="tables", **options)
+        memory = sqltree.train(source, target, plan="memory", **options)
+    assert (sql.stats["plan"], memory.stats["plan"]) == ("tables", "memory")
+    same_model(sql, memory)
+    return sql, memory
+
+
+ARFF_CASES = [
+    ("labor", {"algorithm": "c4.5"}),  # mixed, unknowns in most columns, subtree raising
+    ("vote", {"algorithm": "c4.5"}),  # nominal, 392 unknown values
+    ("weather.numeric", {"algorithm": "id3"}),
+    ("contact-lenses", {"algorithm": "c4.5", "missing": "majority", "min_cases": 1}),
+    ("iris", {"algorithm": "c4.5", "max_bins": 6, "missing": "drop"}),
+]
+
+
+@pytest.mark.parametrize(("name", "options"), ARFF_CASES,
+                         ids=[f"{n}-{'-'.join(map(str, o.values()))}" for n, o in ARFF_CASES])
+def test_j48_data_sets(name, options):
+    arff = read_arff(ROOT / "tests" / "data" / f"{name}.arff")
+    both_plans(arff.frame, arff.target, **options)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["glass", "diabetes", "breast-cancer"])
+def test_larger_j48_data_sets(name):
+    """Values 1e-5 apart, thresholds 1e-3 apart, heavy pruning (the cheap cases below hold
+    a 1e-5 gap and pruning too)."""
+    arff = read_arff(ROOT / "tests" / "data" / f"{name}.arff")
+    both_plans(arff.frame, arff.target, algorithm="c4.5")
+
+
+@pytest.mark.parametrize("name", ["golf.csv", "golf_numeric_humidity.csv", "buys_computer.csv"])
+def test_examples(name):
+    frame = pd.read_csv(ROOT / "examples" / "data" / name)
+    target = frame.columns[-1]
+    both_plans(frame, target, algorithm="c4.5")
+    both_plans(frame, target, algorithm="id3")
+
+
+def _unknowns() -> pd.DataFrame:
+    """Three classes; unknown values in a nominal and a continuous feature (spread over the
+    branches by fractional weights); sample weights; values 1e-5 apart (J48 cuts between
+    values more than 1e-5 apart only)."""
+    rng = np.random.default_rng(5)
+    n = 240
+    frame = pd.DataFrame({
+        "colour": rng.choice(["red", "green", "blue", "grey", None], n, p=[.3, .3, .2, .1, .1]),
+        "size": np.where(rng.random(n) < 0.15, np.nan, rng.normal(0, 1, n).round(2)),
+        "close": 1.0 + rng.integers(0, 12, n) * 1e-5,
+        "w": rng.uniform(0.2, 3.0, n).round(3),
+    })
+    frame["y"] = np.where(frame["colour"].isin(["red", "grey"]), "a",
+                          np.where(frame["size"] > 0.2, "b", "c"))
+    flip = rng.random(n) < 0.25
+    frame.loc[flip, "y"] = rng.choice(["a", "b", "c"], flip.sum())
+    frame.loc[frame["close"] > 1.00006, "y"] = "c"
+    return frame
+
+
+@pytest.mark.parametrize("options", [
+    {"algorithm": "c4.5"},
+    {"algorithm": "c4.5", "weight": "w"},
+    {"algorithm": "c4.5", "weight": "w", "min_cases": 5, "subtree_raising": False},
+    {"algorithm": "c4.5", "missing": "majority", "pruning": None},
+    {"algorithm": "c4.5", "missing": "drop", "max_depth": 3, "pruning": "pessimistic"},
+    {"algorithm": "id3", "weight": "w"},
+    {"algorithm": "c4.5", "max_bins": 5, "weight": "w"},
+], ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()))
+def test_fractional_unknowns_and_weights(options):
+    both_plans(_unknowns(), "y", **options)
+
+
+@given(case=trained_cases(TableSpec(max_rows=50), algorithm="c4.5"), id3=st.booleans())
+@settings(max_examples=10, deadline=None)
+def test_random_tables(case, id3):
+    table, opts = case
+    opts = {k: v for k, v in opts.items() if k != "algorithm"}
+    algorithm = "id3" if id3 else "c4.5"
+    with contextlib.closing(duckdb_with(table)) as con:
+        source = "SELECT * FROM t"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                sql = sqltree.train(source, table.target, weight=table.weight, connection=con,
+                                    algorithm=algorithm, plan="tables", **opts)
+            except sqltree.SqlTreeError:
+                return  # a table training refuses: the refusal tests cover it
+            memory = sqltree.train(source, table.target, weight=table.weight, connection=con,
+                                   algorithm=algorithm, plan="memory", **opts)
+        assert memory.stats["plan"] == "memory"
+        same_model(sql, memory)
+        frame, column = table.frame(), free_name(table, "prediction")
+        assert sql.predict(frame, column=column)[column].tolist() == \
+            memory.predict(frame, column=column)[column].tolist()
+
+
+@pytest.mark.parametrize("algorithm", ["c4.5", "id3"])
+def test_auto_grows_a_small_dataframe_in_memory(algorithm):
+    model = sqltree.train(frame_of("iris"), DATASETS["iris"][1], algorithm=algorithm)
+    assert model.stats["plan"] == "memory"
+    assert "data in Python memory" in model.stats["plan_reason"]
+    assert all(level["queries"] == 0 for level in model.stats["levels"])
+
+
+def test_level0_read_once_from_every_engine(engine_factory):
+    """On any engine C4.5 on the memory plan reads level 0 with one statement, and its
+    pruning recounts raised subtrees there, to the tree of the tables plan on DuckDB."""
+    frame = _unknowns()
+    engine, source = engine_factory(frame, "unknowns")
+    model = sqltree.train(source, "y", connection=engine, plan="memory", algorithm="c4.5",
+                          weight="w")
+    sql = sqltree.train(frame, "y", plan="tables", algorithm="c4.5", weight="w")
+    assert model.stats["plan"] == "memory"
+    assert sum(level["queries"] for level in model.stats["levels"]) == 0
+    assert model.text() == sql.text()
