@@ -167,11 +167,11 @@ def _fit(
             data = _read(source, engine, target, roles, options.task)
             memory = memory_reason(plan, isinstance(source, pd.DataFrame), data.n_rows,
                                    len(data.features))
-            root, grow_stats, prune_stats = grow_and_prune(data, options, memory=memory)
+            root, grow_stats, prune_stats, rows = grow_and_prune(data, options, memory=memory)
             if options.algorithm == "c4.5" or post.method is not None:
                 prune_stats = prune(root, data, post.method, cf=post.cf,
                                     subtree_raising=post.subtree_raising,
-                                    validation=post.validation)
+                                    validation=post.validation, rows=rows)
         finally:
             engine.cleanup()
     stats = {

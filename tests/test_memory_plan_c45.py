@@ -22,7 +22,6 @@ from hypothesis import strategies as st
 
 import sqltree
 from tests.strategies import TableSpec, trained_cases
-from tests.test_engines import DATASETS, frame_of
 from tests.test_properties import duckdb_with, free_name
 from tests.weka import read_arff
 
@@ -139,15 +138,19 @@ def test_random_tables(case, id3):
 
 @pytest.mark.parametrize("algorithm", ["c4.5", "id3"])
 def test_auto_grows_a_small_dataframe_in_memory(algorithm):
-    model = sqltree.train(frame_of("iris"), DATASETS["iris"][1], algorithm=algorithm)
+    labor = read_arff(ROOT / "tests" / "data" / "labor.arff")
+    model = sqltree.train(labor.frame, labor.target, algorithm=algorithm)
     assert model.stats["plan"] == "memory"
     assert "data in Python memory" in model.stats["plan_reason"]
     assert all(level["queries"] == 0 for level in model.stats["levels"])
+    if algorithm == "c4.5":  # subtree raising recounts the rows in memory too
+        assert model.stats["pruning"]["raised"] > 0
+        assert model.stats["pruning"]["queries"] == 0
 
 
 def test_level0_read_once_from_every_engine(engine_factory):
-    """On any engine C4.5 on the memory plan reads level 0 with one statement, and its
-    pruning recounts raised subtrees there, to the tree of the tables plan on DuckDB."""
+    """On any engine C4.5 on the memory plan reads level 0 with one statement (pruning
+    recounts those rows), to the model of the tables plan on DuckDB."""
     frame = _unknowns()
     engine, source = engine_factory(frame, "unknowns")
     model = sqltree.train(source, "y", connection=engine, plan="memory", algorithm="c4.5",
@@ -155,4 +158,5 @@ def test_level0_read_once_from_every_engine(engine_factory):
     sql = sqltree.train(frame, "y", plan="tables", algorithm="c4.5", weight="w")
     assert model.stats["plan"] == "memory"
     assert sum(level["queries"] for level in model.stats["levels"]) == 0
-    assert model.text() == sql.text()
+    assert model.stats["pruning"]["queries"] == 0
+    assert model.to_dict()["tree"] == sql.to_dict()["tree"]

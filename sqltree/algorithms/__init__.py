@@ -13,6 +13,7 @@ options ask for.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from ..dataset import Dataset
 from ..grower import GrowOptions, GrowStats, Progress, Strategy, grow_with
@@ -22,6 +23,7 @@ from .c45 import C45Strategy
 from .cart import CARTStrategy
 from .cart.regression import RegressionStrategy
 from .memory import MEMORY_STRATEGIES, memory_strategy
+from .memory.stages import InMemoryStages
 
 STRATEGIES: dict[str, type[Strategy]] = {
     "c4.5": C45Strategy,
@@ -75,18 +77,20 @@ given to ``sqltree.pruning.prune``)."""
 def grow_and_prune(
     data: Dataset, options: GrowOptions, progress: Progress | None = None,
     memory: str | None = None,
-) -> tuple[Node, GrowStats, PruneStats | None]:
+) -> tuple[Node, GrowStats, PruneStats | None, Any]:
     """Grow a tree with ``options.algorithm``, then prune it as its grow options say (as
     scikit-learn's ``fit`` builds, then ``_prune_tree``): for CART, the ``max_leaf_nodes``
     cut-back and cost-complexity pruning at ``ccp_alpha``. The pruning's statistics are None
     for an algorithm whose grow options ask for none (C4.5's is ``train``'s own step).
     ``memory`` (why): grow on the memory plan where the algorithm has an in-memory scorer
-    (``sqltree.algorithms.memory``); ``stats.plan`` says which plan grew the tree."""
+    (``sqltree.algorithms.memory``); ``stats.plan`` says which plan grew the tree. Last, the
+    training rows where the memory plan holds them in a form pruning recounts (else None)."""
     strategy = memory_strategy(data, options, memory) if memory is not None else None
     root, stats = grow(data, options, progress, strategy)
     post_pruning = POST_PRUNING.get(options.strategy_name)
     pruned = post_pruning(root, data, options) if post_pruning is not None else None
-    return root, stats, pruned
+    rows = strategy.rows_in_memory if isinstance(strategy, InMemoryStages) else None
+    return root, stats, pruned, rows
 
 
 __all__ = [

@@ -49,11 +49,14 @@ def prune(
     criterion: str = "gini",
     ccp_alpha: float = 0.0,
     max_leaf_nodes: int | None = None,
+    rows: Any = None,
 ) -> PruneStats:
     """Prune with ``method``: ``"c4.5"`` (J48's default), ``"pessimistic"``,
     ``"reduced-error"`` (needs ``validation``), or None (J48 -U: only :func:`collapse`);
     ``"cost-complexity"`` for CART (``criterion``, ``ccp_alpha`` and ``max_leaf_nodes`` as
     the tree was grown with: :func:`prune_cost_complexity`).
+
+    ``rows``: the memory plan's training rows, where C4.5's subtree raising recounts.
 
     Reported to ``sqltree.progress`` as the phase ``"prune"`` (C4.5's rounds as its steps)."""
     start = f"pruning {count_leaves(root):,} leaves ({method or 'collapse only'})"
@@ -62,7 +65,7 @@ def prune(
             stats = prune_cost_complexity(root, criterion, ccp_alpha, max_leaf_nodes)
         else:
             stats = _prune(root, data, method, cf=cf, subtree_raising=subtree_raising,
-                           validation=validation)
+                           validation=validation, rows=rows)
         phase.done(
             f"pruned: {stats.leaves_before:,} -> {stats.leaves_after:,} leaves, "
             f"{phase.seconds:.2f} s", **vars(stats),
@@ -78,6 +81,7 @@ def _prune(
     cf: float,
     subtree_raising: bool,
     validation: Any,
+    rows: Any = None,
 ) -> PruneStats:
     if method is None:
         stats = PruneStats("none", leaves_before=count_leaves(root))
@@ -85,7 +89,7 @@ def _prune(
         stats.leaves_after = count_leaves(root)
         return stats
     if method == "c4.5":
-        return prune_c45(root, data, cf, subtree_raising)
+        return prune_c45(root, data, cf, subtree_raising, rows=rows)
     if method == "pessimistic":
         return prune_pessimistic(root)
     if method == "reduced-error":

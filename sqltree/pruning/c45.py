@@ -203,6 +203,7 @@ def prune_c45(
     *,
     collapse_first: bool = True,
     batch: bool = True,
+    rows: Any = None,
 ) -> PruneStats:
     """Prune ``root`` in place as J48 does (``-C cf``; ``-S`` is ``subtree_raising=False``).
 
@@ -217,7 +218,8 @@ def prune_c45(
     ``batch``: J48 visits nodes one at a time, but nodes whose subtrees are disjoint do not
     affect each other, so all nodes whose children are final are decided together, with one
     recount statement per round (about one per level of the tree instead of one per node).
-    The resulting tree is the same.
+    The resulting tree is the same. ``rows``: the training rows where the memory plan holds
+    them, recounted there instead of in the engine.
     """
     stats = PruneStats("c4.5", leaves_before=count_leaves(root))
     if collapse_first:
@@ -235,7 +237,7 @@ def prune_c45(
     if subtree_raising and not root.is_leaf:
         if data is None:
             raise ValueError("subtree raising recounts rows in the engine: pass the dataset")
-        router = _Router.open(data)
+        router = _Router.open(data, in_memory=rows)
     try:
         estimates = _Estimates(cf)
         if router is not None and batch:

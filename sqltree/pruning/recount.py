@@ -34,18 +34,23 @@ class _Router:
     route them many times), or read them inline from the source (a single statement).
     """
 
-    def __init__(self, data: Dataset, materialize: bool = True) -> None:
+    def __init__(self, data: Dataset, materialize: bool = True, in_memory: Any = None) -> None:
         self.data = data
         self.materialize = materialize
         self.queries = 0
         self._table: exp.Table | None = None
+        # The memory plan's training rows (``algorithms.memory.recount.RowsInMemory``):
+        # ``recount_raised`` routes them in numpy instead.
+        self.in_memory = in_memory
 
     @classmethod
-    def open(cls, data: Dataset, source: Any = None, materialize: bool = True) -> _Router:
+    def open(cls, data: Dataset, source: Any = None, materialize: bool = True,
+             in_memory: Any = None) -> _Router:
         if source is not None:
             relation = resolve_relation(source, data.engine)
             data = dataclasses.replace(data, relation=relation)
-        return cls(data, materialize)
+            in_memory = None
+        return cls(data, materialize, in_memory)
 
     @property
     def rows(self) -> exp.Expression:
@@ -136,6 +141,8 @@ def recount_raised(
     nominal value that no branch lists is unknown at that test. Keyed by ``id()`` of the
     structures' nodes that weight reached.
     """
+    if router.in_memory is not None:
+        return dict(router.in_memory.recount(entries, recompute_shares))
     data = router.data
     engine = data.engine
     k = len(data.classes)

@@ -18,6 +18,7 @@ from ...grower import RouteRow, TestRow
 from ..c45 import C45Strategy, score_options
 from .c45_scores import branch_counts, distinct_values, observed_threshold, score
 from .level import Histogram, Level, as_weight, partition
+from .recount import RowsInMemory
 from .stages import InMemoryStages
 
 
@@ -25,6 +26,12 @@ class MemoryC45Strategy(InMemoryStages, C45Strategy):
     """ID3 and C4.5 on the memory plan."""
 
     values: dict[int, np.ndarray] | None = None
+
+    def materialize_level0(self) -> Level:
+        level = super().materialize_level0()
+        if not self.bins:  # binned rows hold bin indexes; the tree's tests, edge values
+            self.rows_in_memory = RowsInMemory(self.data, level)
+        return level
 
     def materialize_histogram(self, level: Level, features: list[Feature], nodes: int
                               ) -> Histogram:

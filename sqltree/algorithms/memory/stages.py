@@ -18,6 +18,9 @@ class InMemoryStages:
     moments = False
     data: Any
     build_level0: Callable[[], Any]
+    rows_in_memory: Any = None
+    """The training rows as pruning recounts them (``recount.RowsInMemory``), where the
+    strategy offers them."""
 
     def materialize_level0(self) -> Level:
         return read_level0(self.data, self.build_level0(), self.moments)
