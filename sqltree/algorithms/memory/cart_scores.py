@@ -29,7 +29,7 @@ from ..cart.scores import (
     SUBSET,
 )
 from ..cart.subsets import EXACT_SUBSETS_MAX, MEAN_ORDER, orders
-from .level import Groups, Histogram, _group, as_weight
+from .level import Groups, Histogram, _group, as_weight, ln
 
 LN2 = float(np.log(2.0))
 
@@ -200,7 +200,7 @@ def impurity(c: np.ndarray, w: np.ndarray, criterion: str) -> np.ndarray:
     else:
         p = c / safe_w[:, None]
         with np.errstate(divide="ignore", invalid="ignore"):
-            terms = np.where(c > 0, p * (np.log(np.where(c > 0, p, 1.0)) / LN2), 0.0)
+            terms = np.where(c > 0, p * (ln(np.where(c > 0, p, 1.0)) / LN2), 0.0)
         value = 0.0 - _left_sum(terms)
     return np.where(positive, value, 0.0)
 
