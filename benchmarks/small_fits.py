@@ -5,13 +5,19 @@ other processes of a shared machine disturb less):
 
 - iris (150 rows, 4 continuous features): ``sqltree.DecisionTreeClassifier``,
   ``sqltree.C45Classifier`` and scikit-learn's ``DecisionTreeClassifier``;
-- iris through ``sqltree.train`` on a DataFrame, on the memory and the tables plan;
+- iris through ``sqltree.train`` on a DataFrame, on the memory and the tables plan (CART and
+  C4.5);
 - 10,000 rows (``--rows``) of the benchmark table (``generate.py``: 10 continuous and 6
   nominal features, NULLs), ``max_depth=10``: the estimators on the DataFrame (nominal
   columns as text), ``sqltree.train`` on the same DataFrame (the plan ``auto`` picks, and
   each plan asked for) and on its Parquet file, scikit-learn on the matrix (nominal columns
   ordinal-encoded);
-- ``GridSearchCV`` of 20 settings x 5 folds on iris (101 fits).
+- ``GridSearchCV`` of 20 settings x 5 folds on iris (101 fits), of CART (against
+  scikit-learn's) and of ``C45Classifier``.
+
+``--bound`` instead times C4.5's no-option call (no depth limit, J48's pruning) on the
+benchmark table's DataFrame at each of ``--bound-rows``, on the memory and the tables plan
+(alternately, ``--repeat`` times each), for the bound of ``plan="auto"``.
 
 Targets (issue "a true scikit-learn drop-in"): an iris fit within 20 ms, the grid search within
 5 s. ``--profile`` prints where an iris fit's time goes (cProfile, top functions).
@@ -45,6 +51,12 @@ GRID = {
     "min_samples_leaf": [1, 5],
 }
 """20 settings."""
+
+C45_GRID = {
+    "confidence_factor": [0.05, 0.1, 0.25, 0.5],
+    "min_objects": [1, 2, 5, 10, 20],
+}
+"""20 settings of ``C45Classifier``."""
 
 
 def timed(fit: Callable[[], Any], repeat: int, warm: bool = True) -> tuple[float, float]:
@@ -102,12 +114,13 @@ def iris_lines(repeat: int) -> list[tuple[str, float, float]]:
             ("iris: scikit-learn DecisionTreeClassifier", SKTree),
         )
     ]
-    for plan in ("memory", "tables"):
-        lines.append((
-            f"iris: sqltree.train (CART) on the DataFrame, plan={plan!r}",
-            *timed(lambda plan=plan: sqltree.train(frame, target="target", algorithm="cart",
-                                                   plan=plan), repeat),
-        ))
+    for algorithm in ("cart", "c4.5"):
+        for plan in ("memory", "tables"):
+            lines.append((
+                f"iris: sqltree.train ({algorithm}) on the DataFrame, plan={plan!r}",
+                *timed(lambda plan=plan, algorithm=algorithm: sqltree.train(
+                    frame, target="target", algorithm=algorithm, plan=plan), repeat),
+            ))
     return lines
 
 
@@ -153,13 +166,36 @@ def search_lines() -> list[tuple[str, float, float]]:
 
     X, y = datasets.load_iris(return_X_y=True)
     out = []
-    for name, est in (
-        ("GridSearchCV 20 x 5 on iris: sqltree", sqltree.DecisionTreeClassifier()),
-        ("GridSearchCV 20 x 5 on iris: scikit-learn", SKTree()),
+    for name, est, grid in (
+        ("GridSearchCV 20 x 5 on iris: sqltree", sqltree.DecisionTreeClassifier(), GRID),
+        ("GridSearchCV 20 x 5 on iris: scikit-learn", SKTree(), GRID),
+        ("GridSearchCV 20 x 5 on iris: sqltree C45Classifier", sqltree.C45Classifier(),
+         C45_GRID),
     ):
-        search = GridSearchCV(est, GRID, cv=5)
+        search = GridSearchCV(est, grid, cv=5)
         out.append((name, *timed(lambda search=search: search.fit(X, y), 1)))
     return out
+
+
+def bound_lines(rows_list: list[int], repeat: int, data_dir: str) -> None:
+    """C4.5's no-option call on the memory and the tables plan, and their ratio, per size."""
+    import sqltree
+
+    print("| rows | memory s | tables s | memory / tables |")
+    print("| --- | --- | --- | --- |")
+    for rows in rows_list:
+        _, frame = table(rows, data_dir)
+        seconds: dict[str, list[float]] = {"memory": [], "tables": []}
+        for _ in range(repeat):
+            for plan in seconds:
+                started = time.perf_counter()
+                model = sqltree.train(frame, target="y", algorithm="c4.5", plan=plan)
+                seconds[plan].append(time.perf_counter() - started)
+                assert model.stats["plan"] == plan
+        memory, tables = (statistics.median(seconds[p]) for p in ("memory", "tables"))
+        shown = {p: ", ".join(f"{s:.2f}" for s in seconds[p]) for p in seconds}
+        print(f"| {rows:,} | {shown['memory']} | {shown['tables']} | {memory / tables:.2f} |",
+              flush=True)
 
 
 def profile(repeat: int) -> None:
@@ -188,9 +224,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--data-dir", default=os.environ.get(
         "SQLTREE_BENCH_DATA", os.path.join(tempfile.gettempdir(), "sqltree-bench")))
     p.add_argument("--profile", action="store_true", help="profile iris fits instead")
+    p.add_argument("--bound", action="store_true",
+                   help="C4.5's memory / tables time per size instead")
+    p.add_argument("--bound-rows", default="1000,10000,30000,100000")
     args = p.parse_args(argv)
     if args.profile:
         profile(args.repeat)
+        return
+    if args.bound:
+        rows = [int(r) for r in args.bound_rows.split(",")]
+        bound_lines(rows, args.repeat, args.data_dir)
         return
     print("| fit | wall ms (median) | CPU ms (median) |")
     print("| --- | --- | --- |")
