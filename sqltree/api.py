@@ -166,7 +166,7 @@ def _fit(
             engine.use_plan(AUTO if plan == MEMORY else plan)
             data = _read(source, engine, target, roles, options.task)
             memory = memory_reason(plan, isinstance(source, pd.DataFrame), data.n_rows,
-                                   len(data.features))
+                                   len(data.features), options.strategy_name)
             root, grow_stats, prune_stats, rows = grow_and_prune(data, options, memory=memory)
             if options.algorithm == "c4.5" or post.method is not None:
                 prune_stats = prune(root, data, post.method, cf=post.cf,

@@ -160,3 +160,17 @@ def test_level0_read_once_from_every_engine(engine_factory):
     assert sum(level["queries"] for level in model.stats["levels"]) == 0
     assert model.stats["pruning"]["queries"] == 0
     assert model.to_dict()["tree"] == sql.to_dict()["tree"]
+
+
+def test_auto_bound_of_c45(monkeypatch):
+    """C4.5's bound of ``plan="auto"`` is its own (its scorer keeps the best cut per node and
+    feature only, so memory stays faster on larger data than CART's)."""
+    labor = read_arff(ROOT / "tests" / "data" / "labor.arff")
+    cells = len(labor.frame) * (labor.frame.shape[1] - 1)
+    monkeypatch.setattr("sqltree.algorithms.memory.MEMORY_MAX_CELLS", cells - 1)
+    monkeypatch.setattr("sqltree.algorithms.memory.MEMORY_MAX_CELLS_C45", cells)
+    model = sqltree.train(labor.frame, labor.target, algorithm="c4.5")
+    assert model.stats["plan"] == "memory"
+    assert f"at most {cells:,} cells" in model.stats["plan_reason"]
+    monkeypatch.setattr("sqltree.algorithms.memory.MEMORY_MAX_CELLS_C45", cells - 1)
+    assert sqltree.train(labor.frame, labor.target, algorithm="id3").stats["plan"] == "tables"
