@@ -91,10 +91,13 @@ class GrowStats:
     seconds: float = 0.0
     plan: str = "tables"
     """The training plan the engine used (``sqltree.engines.select_plan``)."""
+    memory_from_level: int | None = None
+    """The first level grown in memory after levels in the engine, if any."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "plan": self.plan,
+            "memory_from_level": self.memory_from_level,
             "queries": self.queries,
             "scans": self.scans,
             "seconds": round(self.seconds, 6),

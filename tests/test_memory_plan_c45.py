@@ -26,6 +26,16 @@ from tests.test_properties import duckdb_with, free_name
 from tests.weka import read_arff
 
 ROOT = Path(__file__).resolve().parent.parent
+DEEP_BOUND = "sqltree.algorithms.memory.c45.DEEP_MEMORY_MAX_CELLS"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def all_levels_in_sql() -> Any:
+    """The reference, the tables plan, with every level in the engine (its deep levels would
+    grow in memory otherwise: ``test_deep_levels_in_memory``)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(DEEP_BOUND, 0)
+        yield
 
 
 def same_model(a: Any, b: Any) -> None:
@@ -148,18 +158,28 @@ def test_auto_grows_a_small_dataframe_in_memory(algorithm):
         assert model.stats["pruning"]["queries"] == 0
 
 
-def test_level0_read_once_from_every_engine(engine_factory):
+def test_every_engine(engine_factory, monkeypatch):
     """On any engine C4.5 on the memory plan reads level 0 with one statement (pruning
-    recounts those rows), to the model of the tables plan on DuckDB."""
+    recounts those rows); on the tables plan, levels 3 and below grow in memory once their
+    rows are few (read once, with their fractional weights); both give the model of the
+    tables plan with every level in DuckDB."""
     frame = _unknowns()
     engine, source = engine_factory(frame, "unknowns")
-    model = sqltree.train(source, "y", connection=engine, plan="memory", algorithm="c4.5",
-                          weight="w")
     sql = sqltree.train(frame, "y", plan="tables", algorithm="c4.5", weight="w")
-    assert model.stats["plan"] == "memory"
-    assert sum(level["queries"] for level in model.stats["levels"]) == 0
-    assert model.stats["pruning"]["queries"] == 0
-    assert model.to_dict()["tree"] == sql.to_dict()["tree"]
+    assert sql.stats["memory_from_level"] is None
+    memory = sqltree.train(source, "y", connection=engine, plan="memory", algorithm="c4.5",
+                           weight="w")
+    assert memory.stats["plan"] == "memory"
+    assert sum(level["queries"] for level in memory.stats["levels"]) == 0
+    assert memory.stats["pruning"]["queries"] == 0
+    monkeypatch.setattr(DEEP_BOUND, 500)  # 240 rows x 3 features: open rows <= 166
+    deep = sqltree.train(source, "y", connection=engine, plan="tables", algorithm="c4.5",
+                         weight="w")
+    assert deep.stats["memory_from_level"] == 3
+    levels = deep.stats["levels"]
+    assert all(level["queries"] > 0 for level in levels[:3])
+    assert all(level["queries"] == 0 for level in levels[3:]) and len(levels) > 4
+    assert memory.to_dict()["tree"] == sql.to_dict()["tree"] == deep.to_dict()["tree"]
 
 
 def test_auto_bound_of_c45(monkeypatch):

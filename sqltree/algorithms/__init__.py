@@ -22,7 +22,7 @@ from ..tree import Node
 from .c45 import C45Strategy
 from .cart import CARTStrategy
 from .cart.regression import RegressionStrategy
-from .memory import MEMORY_STRATEGIES, memory_strategy
+from .memory import DEEP_STRATEGIES, MEMORY_STRATEGIES, memory_strategy
 from .memory.stages import InMemoryStages
 
 STRATEGIES: dict[str, type[Strategy]] = {
@@ -86,7 +86,10 @@ def grow_and_prune(
     (``sqltree.algorithms.memory``); ``stats.plan`` says which plan grew the tree. Last, the
     training rows where the memory plan holds them in a form pruning recounts (else None)."""
     strategy = memory_strategy(data, options, memory) if memory is not None else None
+    if strategy is None and options.strategy_name in DEEP_STRATEGIES:
+        strategy = DEEP_STRATEGIES[options.strategy_name](data, options)
     root, stats = grow(data, options, progress, strategy)
+    stats.memory_from_level = getattr(strategy, "switched_at", None)
     post_pruning = POST_PRUNING.get(options.strategy_name)
     pruned = post_pruning(root, data, options) if post_pruning is not None else None
     rows = strategy.rows_in_memory if isinstance(strategy, InMemoryStages) else None

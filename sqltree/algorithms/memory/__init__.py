@@ -25,7 +25,7 @@ from ...grower import GrowOptions, Strategy
 from ..cart import CARTStrategy
 from ..cart.regression import RegressionStrategy
 from ..cart.subsets import orders
-from .c45 import MemoryC45Strategy
+from .c45 import DeepC45Strategy, MemoryC45Strategy
 from .cart_scores import Rules, nominal_ranks, score
 from .level import Histogram, Level, as_weight
 from .stages import InMemoryStages
@@ -133,6 +133,13 @@ MEMORY_STRATEGIES: dict[str, type[Strategy]] = {
     "id3": MemoryC45Strategy,
 }
 """Algorithm name (``GrowOptions.strategy_name``) -> its strategy on the memory plan."""
+
+DEEP_STRATEGIES: dict[str, type[Strategy]] = {
+    "c4.5": DeepC45Strategy,
+    "id3": DeepC45Strategy,
+}
+"""Algorithm name -> its strategy on the SQL plans that grows the deep levels in memory
+(``c45.DEEP_MEMORY_MAX_CELLS``)."""
 
 NO_MEMORY_CRITERIA = ("poisson",)
 """Criteria whose histogram and gains the in-memory scorer does not compute (yet): they train

@@ -12,12 +12,13 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
+from sqlglot import exp
 
 from ...dataset import Feature
 from ...grower import RouteRow, TestRow
 from ..c45 import C45Strategy, score_options
 from .c45_scores import branch_counts, distinct_values, observed_threshold, score
-from .level import Histogram, Level, as_weight, partition
+from .level import Histogram, Level, as_weight, partition, read_level0
 from .recount import RowsInMemory
 from .stages import InMemoryStages
 
@@ -74,3 +75,98 @@ class MemoryC45Strategy(InMemoryStages, C45Strategy):
 
     def close(self, engine: Any) -> None:
         """Nothing to drop."""
+
+
+DEEP_MEMORY_MAX_CELLS = 3_200_000
+"""On the SQL plans, C4.5 and ID3 read a level's rows into memory and grow the rest of the
+tree there once the rows of its open nodes, estimated from their weights, times the features
+are at most this many (``DeepC45Strategy``); 0: never."""
+
+
+class DeepC45Strategy(MemoryC45Strategy):
+    """C4.5 and ID3 on a SQL plan whose deep levels grow in memory (PLANET's in-memory build).
+
+    The upper levels, where nodes are few and large, run in the engine; once the rows of the
+    open nodes are few (``DEEP_MEMORY_MAX_CELLS``), the next level's table is read once, with
+    its node ids and fractional weights, and every later stage runs in numpy with the same
+    scorer. Each stage takes the form of its input: a table (SQL) or arrays (numpy). The
+    printed thresholds and pruning stay in the engine, which holds the values and the rows.
+    """
+
+    plan_name = None
+    switched_at: int | None = None
+    """The first level grown in memory, None while all run in the engine."""
+
+    def __init__(self, data: Any, options: Any) -> None:
+        super().__init__(data, options)
+        self.depth = 0
+        self.open_weight: float | None = None
+
+    def materialize_level0(self) -> Any:
+        return C45Strategy.materialize_level0(self)
+
+    def materialize_histogram(self, level: Any, features: list[Feature], nodes: int) -> Any:
+        if isinstance(level, Level):
+            return super().materialize_histogram(level, features, nodes)
+        return C45Strategy.materialize_histogram(self, level, features, nodes)
+
+    def read_counts(self, engine: Any, hist: Any) -> dict[int, list[float]]:
+        if isinstance(hist, Histogram):
+            return super().read_counts(engine, hist)
+        return C45Strategy.read_counts(self, engine, hist)
+
+    def on_histogram(self, engine: Any, hist: Any, depth: int) -> None:
+        self.depth = depth
+        if not isinstance(hist, Histogram):
+            C45Strategy.on_histogram(self, engine, hist, depth)
+
+    def score_rows(self, hist: Any, features: list[Feature]) -> list[Any]:
+        if isinstance(hist, Histogram):
+            return super().score_rows(hist, features)
+        return C45Strategy.score_rows(self, hist, features)
+
+    def read_branch_counts(self, engine: Any, hist: Any, tests: list[TestRow]
+                           ) -> dict[int, dict[int, list[float]]]:
+        if isinstance(hist, Histogram):
+            return super().read_branch_counts(engine, hist, tests)
+        return C45Strategy.read_branch_counts(self, engine, hist, tests)
+
+    def plan(self, engine: Any, hist: Any, choices: dict[int, Any], frontier: dict[int, Any]
+             ) -> dict[int, Any]:
+        self.open_weight = sum(frontier[node].node.weight for node in choices)
+        return super().plan(engine, hist, choices, frontier)
+
+    def materialize_partition(self, level: Any, tests: list[TestRow],
+                              routes: list[RouteRow], ordered: bool) -> Any:
+        if isinstance(level, Level):
+            return super().materialize_partition(level, tests, routes, ordered)
+        table = C45Strategy.materialize_partition(self, level, tests, routes, ordered)
+        if not self._few_rows():
+            return table
+        data = self.data
+        columns = ["node", "w", "y", *[f.column for f in data.features]]
+        rows = read_level0(data, exp.select(*columns).from_(table), False)
+        data.engine.drop(table)
+        self.switched_at = self.depth + 1
+        return rows
+
+    def _few_rows(self) -> bool:
+        """Whether the next level's rows, estimated from the weight of the nodes split (a
+        row's weight is on average the training weight per row), are few enough."""
+        if self.open_weight is None or DEEP_MEMORY_MAX_CELLS <= 0:
+            return False
+        data = self.data
+        total = sum(data.class_weights)
+        rows = self.open_weight * data.n_rows / total if total > 0 else float(data.n_rows)
+        return rows * max(len(data.features), 1) <= DEEP_MEMORY_MAX_CELLS
+
+    def drop(self, table: Any) -> None:
+        if not isinstance(table, (Level, Histogram)):
+            self.data.engine.drop(table)
+
+    def observed_thresholds(self, unresolved: list[tuple[int, int, float, float]]
+                            ) -> dict[int, float]:
+        return C45Strategy.observed_thresholds(self, unresolved)
+
+    def close(self, engine: Any) -> None:
+        C45Strategy.close(self, engine)
