@@ -29,15 +29,6 @@ ROOT = Path(__file__).resolve().parent.parent
 DEEP_BOUND = "sqltree.algorithms.memory.c45.DEEP_MEMORY_MAX_CELLS"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def all_levels_in_sql() -> Any:
-    """The reference, the tables plan, with every level in the engine (its deep levels would
-    grow in memory otherwise: ``test_deep_levels_in_memory``)."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(DEEP_BOUND, 0)
-        yield
-
-
 def same_model(a: Any, b: Any) -> None:
     """The two models' files are the same but for the statistics (times, plan)."""
     da, db = a.to_dict(), b.to_dict()
@@ -172,7 +163,7 @@ def test_every_engine(engine_factory, monkeypatch):
     assert memory.stats["plan"] == "memory"
     assert sum(level["queries"] for level in memory.stats["levels"]) == 0
     assert memory.stats["pruning"]["queries"] == 0
-    monkeypatch.setattr(DEEP_BOUND, 500)  # 240 rows x 3 features: open rows <= 166
+    monkeypatch.setattr(DEEP_BOUND, 500)  # below 240 rows x 3 features: open rows <= 166
     deep = sqltree.train(source, "y", connection=engine, plan="tables", algorithm="c4.5",
                          weight="w")
     assert deep.stats["memory_from_level"] == 3

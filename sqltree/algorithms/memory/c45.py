@@ -80,7 +80,7 @@ class MemoryC45Strategy(InMemoryStages, C45Strategy):
 DEEP_MEMORY_MAX_CELLS = 3_200_000
 """On the SQL plans, C4.5 and ID3 read a level's rows into memory and grow the rest of the
 tree there once the rows of its open nodes, estimated from their weights, times the features
-are at most this many (``DeepC45Strategy``); 0: never."""
+are at most this many (``DeepC45Strategy``), if the training rows were more; 0: never."""
 
 
 class DeepC45Strategy(MemoryC45Strategy):
@@ -152,13 +152,16 @@ class DeepC45Strategy(MemoryC45Strategy):
 
     def _few_rows(self) -> bool:
         """Whether the next level's rows, estimated from the weight of the nodes split (a
-        row's weight is on average the training weight per row), are few enough."""
-        if self.open_weight is None or DEEP_MEMORY_MAX_CELLS <= 0:
-            return False
+        row's weight is on average the training weight per row), are few enough; never for
+        data that is small from the start (a table stays in its engine unless the memory
+        plan is asked for)."""
         data = self.data
+        features = max(len(data.features), 1)
+        if self.open_weight is None or data.n_rows * features <= DEEP_MEMORY_MAX_CELLS:
+            return False
         total = sum(data.class_weights)
         rows = self.open_weight * data.n_rows / total if total > 0 else float(data.n_rows)
-        return rows * max(len(data.features), 1) <= DEEP_MEMORY_MAX_CELLS
+        return rows * features <= DEEP_MEMORY_MAX_CELLS
 
     def drop(self, table: Any) -> None:
         if not isinstance(table, (Level, Histogram)):
