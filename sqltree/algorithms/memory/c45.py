@@ -100,7 +100,6 @@ class DeepC45Strategy(MemoryC45Strategy):
     def __init__(self, data: Any, options: Any) -> None:
         super().__init__(data, options)
         self.depth = 0
-        self.open_weight: float | None = None
 
     def materialize_level0(self) -> Any:
         return C45Strategy.materialize_level0(self)
@@ -131,17 +130,12 @@ class DeepC45Strategy(MemoryC45Strategy):
             return super().read_branch_counts(engine, hist, tests)
         return C45Strategy.read_branch_counts(self, engine, hist, tests)
 
-    def plan(self, engine: Any, hist: Any, choices: dict[int, Any], frontier: dict[int, Any]
-             ) -> dict[int, Any]:
-        self.open_weight = sum(frontier[node].node.weight for node in choices)
-        return super().plan(engine, hist, choices, frontier)
-
     def materialize_partition(self, level: Any, tests: list[TestRow],
                               routes: list[RouteRow], ordered: bool) -> Any:
         if isinstance(level, Level):
             return super().materialize_partition(level, tests, routes, ordered)
         table = C45Strategy.materialize_partition(self, level, tests, routes, ordered)
-        if not self._few_rows():
+        if not self._few_rows(routes):
             return table
         data = self.data
         columns = ["node", "w", "y", *[f.column for f in data.features]]
@@ -150,17 +144,20 @@ class DeepC45Strategy(MemoryC45Strategy):
         self.switched_at = self.depth + 1
         return rows
 
-    def _few_rows(self) -> bool:
-        """Whether the next level's rows, estimated from the weight of the nodes split (a
-        row's weight is on average the training weight per row), are few enough; never for
-        data that is small from the start (a table stays in its engine unless the memory
+    def _few_rows(self, routes: list[RouteRow]) -> bool:
+        """Whether the next level's rows are few enough, estimated from its weight (the
+        routed branch counts; a row weighs on average the training weight per row); never
+        for data that is small from the start (a table stays in its engine unless the memory
         plan is asked for)."""
         data = self.data
         features = max(len(data.features), 1)
-        if self.open_weight is None or data.n_rows * features <= DEEP_MEMORY_MAX_CELLS:
+        if data.n_rows * features <= DEEP_MEMORY_MAX_CELLS:
             return False
+        weight = 0.0
+        for node, key, _, factor in routes:
+            weight += factor * sum(self.branch_counts.get(node, {}).get(int(key), ()))
         total = sum(data.class_weights)
-        rows = self.open_weight * data.n_rows / total if total > 0 else float(data.n_rows)
+        rows = weight * data.n_rows / total if total > 0 else float(data.n_rows)
         return rows * features <= DEEP_MEMORY_MAX_CELLS
 
     def drop(self, table: Any) -> None:
