@@ -99,29 +99,37 @@ def read_level0(data: Dataset, query: Any, regression: bool) -> Level:
     )
 
 
+def test_keys(level: Level, tests: Sequence[tuple[int, int, float | None]]
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of the tested nodes, and each one's key for its node's test (0/1 for
+    ``v <= t``/above, the code of a nominal value, -1 when unknown), as
+    ``queries.build_partition`` keys them."""
+    if not tests:
+        return np.zeros(0, dtype=np.int64), np.zeros(0)
+    test_node = np.array([t[0] for t in tests], dtype=np.int64)
+    order = np.argsort(test_node)
+    test_node = test_node[order]
+    test_col = np.array([level.column[t[1]] for t in tests], dtype=np.int64)[order]
+    test_thr = np.array([np.nan if t[2] is None else t[2] for t in tests])[order]
+    at = np.minimum(np.searchsorted(test_node, level.node), len(test_node) - 1)
+    rows = np.flatnonzero(test_node[at] == level.node)
+    at = at[rows]
+    v = level.x[rows, test_col[at]]
+    thr = test_thr[at]
+    with np.errstate(invalid="ignore"):
+        key = np.where(np.isnan(thr), v, np.where(v <= thr, 0.0, 1.0))
+    return rows, np.where(np.isnan(v), float(q.UNKNOWN_KEY), key)
+
+
 def partition(
     level: Level,
     tests: Sequence[tuple[int, int, float | None]],
     routes: Sequence[tuple[int, int, int, float]],
 ) -> Level:
     """The next level (``queries.build_partition``): each row of a tested node goes to the
-    child(ren) routed for its key (0/1 for ``v <= t``/above, the code of a nominal value, -1
-    when unknown), its weight times the route's factor; rows with no route are left out."""
-    test_node = np.array([t[0] for t in tests], dtype=np.int64)
-    order = np.argsort(test_node)
-    test_node = test_node[order]
-    test_col = np.array([level.column[t[1]] for t in tests], dtype=np.int64)[order]
-    test_thr = np.array([np.nan if t[2] is None else t[2] for t in tests])[order]
-    at = np.searchsorted(test_node, level.node)
-    at = np.minimum(at, len(test_node) - 1)
-    tested = test_node[at] == level.node
-    rows = np.flatnonzero(tested)
-    at = at[rows]
-    v = level.x[rows, test_col[at]]
-    thr = test_thr[at]
-    with np.errstate(invalid="ignore"):
-        key = np.where(np.isnan(thr), v, np.where(v <= thr, 0.0, 1.0))
-    key = np.where(np.isnan(v), float(q.UNKNOWN_KEY), key)
+    child(ren) routed for its key (``test_keys``), its weight times the route's factor; rows
+    with no route are left out."""
+    rows, key = test_keys(level, tests)
 
     r_node = np.array([r[0] for r in routes], dtype=np.int64)
     r_key = np.array([r[1] for r in routes], dtype=np.float64)

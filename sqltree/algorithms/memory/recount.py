@@ -19,7 +19,7 @@ from ...dataset import Dataset
 from ...pruning.recount import _level_routes, _positions
 from ...tree import Node
 from ..c45_criteria import LN2
-from .level import Level, partition
+from .level import Level, partition, test_keys
 
 Entries = Sequence[tuple[Sequence[tuple[Node, int]], Node]]
 
@@ -40,21 +40,9 @@ def keyed_counts(level: Level, tests: Sequence[tuple[int, int, float | None]], n
                  ) -> dict[int, dict[int, list[float]]]:
     """``queries.build_keyed_counts``: class weights per (node, key of its test), key -1 for
     an unknown value and for the rows of a node without a test; nodes and keys ascending."""
-    v = np.full(len(level.node), np.nan)
-    thr = np.full(len(level.node), np.nan)
-    if tests:
-        test_node = np.array([t[0] for t in tests], dtype=np.int64)
-        order = np.argsort(test_node)
-        test_node = test_node[order]
-        col = np.array([level.column[t[1]] for t in tests], dtype=np.int64)[order]
-        value = np.array([np.nan if t[2] is None else t[2] for t in tests])[order]
-        at = np.minimum(np.searchsorted(test_node, level.node), len(test_node) - 1)
-        rows = np.flatnonzero(test_node[at] == level.node)
-        v[rows] = level.x[rows, col[at[rows]]]
-        thr[rows] = value[at[rows]]
-    with np.errstate(invalid="ignore"):
-        key = np.where(np.isnan(thr), v, np.where(v <= thr, 0.0, 1.0))
-    key = np.where(np.isnan(v), float(q.UNKNOWN_KEY), key)
+    key = np.full(len(level.node), float(q.UNKNOWN_KEY))
+    rows, tested = test_keys(level, tests)
+    key[rows] = tested
     unit = _unit(level.w)
     fixed = np.floor(level.w * unit + 0.5).astype(np.int64)
     order = np.lexsort((key, level.node))
