@@ -131,7 +131,7 @@ def test_nominal_and_weighted_cases(options):
 
 
 @given(case=trained_cases(TableSpec(infinities=(), max_rows=60), algorithm="cart"))
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=8, deadline=None)
 def test_random_tables(case):
     table, opts = case
     opts = {k: v for k, v in opts.items() if k != "algorithm"}
