@@ -615,6 +615,22 @@ def build_keyed_counts(
     )
 
 
+def build_class_weights(level: exp.Expression, n_classes: int) -> exp.Select:
+    """Class weights of every node of a level's rows, summed as DOUBLE (in no set order: for
+    bounds that allow a rounding error, not for counts the tree keeps)."""
+    sums = [
+        alias(exp.func("SUM", weight), name)
+        for name, weight in zip(
+            class_columns(n_classes), per_class(n_classes, col("w"), num(0.0)), strict=True
+        )
+    ]
+    return (
+        exp.select(col("node"), *sums)
+        .from_(alias(level.copy(), "l"), copy=False)
+        .group_by(col("node"), copy=False)
+    )
+
+
 def _fixed_point_unit(level: exp.Expression) -> exp.Select:
     """One row: ``unit``, a power of two that keeps a bound of every sum of ``level``'s
     weights, its largest weight times its row count, below ``2**FIXED_POINT_HEADROOM``
