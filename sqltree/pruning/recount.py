@@ -184,7 +184,8 @@ def recount_raised(
             if not routes:
                 break
             routes_table = _load(engine, "routes", q.ROUTES_COLUMNS, routes, owned)
-            partition = q.build_partition(level, data.features, tests_table, routes_table)
+            partition = q.build_partition(level, data.features, tests_table, routes_table,
+                                          copy=not pending)
             if chained and not any(at.raised for at in below.values()):
                 # Not stored: the path's levels run as one statement, which DuckDB pipelines.
                 level, pending = exp.Subquery(this=partition), True
@@ -261,13 +262,14 @@ def known_counts(
                     next_id += 1
             tests_table = _load(engine, "tests", q.TESTS_COLUMNS, tests, owned)
             routes_table = _load(engine, "routes", q.ROUTES_COLUMNS, routes, owned)
-            level = exp.Subquery(
-                this=q.build_partition(level, data.features, tests_table, routes_table)
-            )
+            level = exp.Subquery(this=q.build_partition(
+                level, data.features, tests_table, routes_table, copy=level is not router.rows
+            ))
             frontier = below
         counts: dict[int, list[float]] = {}
         k = len(data.classes)
-        for local, *weights in engine.execute(q.build_class_weights(level, k)):
+        query = q.build_class_weights(level, k, copy=level is not router.rows)
+        for local, *weights in engine.execute(query):
             counts[id(frontier[int(local)].node)] = [float(w or 0.0) for w in weights]
         router.queries += 1
         for at in frontier.values():
