@@ -185,9 +185,10 @@ def step(name: str, message: str, **details: Any) -> None:
 
 
 def statement(seconds: float, what: str) -> None:
-    """Note a statement of the innermost open phase that took ``seconds`` (``what`` it did:
-    ``stored level_12``), if that is more than ``SLOW_STATEMENT``; nothing outside a phase.
-    The line is indented under the step under way (a level, a round), which reports after."""
+    """Note a statement (or a long walk in Python) of the innermost open phase that took
+    ``seconds`` (``what`` it did: ``stored level_12``), if that is more than
+    ``SLOW_STATEMENT``; nothing outside a phase. The line is indented under the step under
+    way (a level, a round), which reports after."""
     stack = _open.get()
     if seconds <= SLOW_STATEMENT or not stack:
         return

@@ -376,7 +376,12 @@ def _prune_c45_rounds(
     holds the nodes of height ``r``, known before the first round; and the ancestors of an
     undecided node are undecided, so its path is the one the tree had then.
     """
+    started = time.perf_counter()
     rounds, parents = _by_height(root)
+    reporting.statement(  # a walk of every node: seconds for a million-row tree
+        time.perf_counter() - started,
+        f"{sum(map(len, rounds)):,} nodes ordered into {len(rounds)} rounds by height",
+    )
     bounded = router.data.engine.VECTORIZED  # the bound's statement is a chain of levels
     for number, nodes in enumerate(rounds, 1):
         started, before = time.perf_counter(), (stats.pruned, stats.raised)
@@ -403,7 +408,7 @@ def _prune_c45_rounds(
                 own = {id(n): raised[id(n)] for n in branch.walk() if id(n) in raised}
             _decide(node, path, estimates, router, stats, own)
         _report_round(number, len(round_), stats, before, time.perf_counter() - started,
-                      len(raising) - len(entries))
+                      len(raising) - len(entries), len(entries))
 
 
 def _by_height(root: Node) -> tuple[list[list[Node]], dict[int, tuple[Node, int]]]:
@@ -445,7 +450,7 @@ def _path(node: Node, parents: dict[int, tuple[Node, int]]) -> list[tuple[Node, 
 
 def _report_round(
     number: int, nodes: int, stats: PruneStats, before: tuple[int, int], seconds: float,
-    bounded: int,
+    bounded: int, recounted: int,
 ) -> None:
     pruned, raised = stats.pruned - before[0], stats.raised - before[1]
     reporting.step(
@@ -453,7 +458,7 @@ def _report_round(
         f"pruning round {number}: {reporting.count(nodes, 'node')} decided, {pruned:,} pruned, "
         f"{raised:,} raised, {seconds:.2f} s",
         round=number, nodes=nodes, pruned=pruned, raised=raised, seconds=seconds,
-        settled_by_bound=bounded,
+        settled_by_bound=bounded, recounted=recounted,
     )
 
 
