@@ -263,12 +263,12 @@ def known_counts(
             tests_table = _load(engine, "tests", q.TESTS_COLUMNS, tests, owned)
             routes_table = _load(engine, "routes", q.ROUTES_COLUMNS, routes, owned)
             level = exp.Subquery(this=q.build_partition(
-                level, data.features, tests_table, routes_table, copy=level is not router.rows
+                level, data.features, tests_table, routes_table, copy=level is router.rows
             ))
             frontier = below
         counts: dict[int, list[float]] = {}
         k = len(data.classes)
-        query = q.build_class_weights(level, k, copy=level is not router.rows)
+        query = q.build_class_weights(level, k, copy=level is router.rows)
         for local, *weights in engine.execute(query):
             counts[id(frontier[int(local)].node)] = [float(w or 0.0) for w in weights]
         router.queries += 1
