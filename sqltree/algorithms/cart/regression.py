@@ -107,7 +107,7 @@ class RegressionStrategy(CARTStrategy):
         # Only the ordered scan reads a histogram of rows.
         return super().rowwise(features) if self.moment_bits() is not None else []
 
-    def moment_bits(self) -> list[int] | None:
+    def moment_bits(self) -> list[int | None] | None:
         """The fixed-point scale of each moment in the ordered scan (``running_sums.
         to_wide_fixed``), or None where the engine has no such scan (windows per (node,
         feature) instead) or the target's range is unknown or too wide for one.
@@ -116,7 +116,8 @@ class RegressionStrategy(CARTStrategy):
         feature's adding up to the level's total: so a moment's partial sums are at most
         the number of continuous features times the root's sum of ``|term|``, bounded by its
         weight times the largest ``|y|``, ``y*y`` or ``|y LN y|`` (at most ``1/e`` below 1).
-        A factor of 2 covers the rounding of the centred ``y``.
+        A factor of 2 covers the rounding of the centred ``y``. Unit weights' sums are whole
+        numbers, exact in DOUBLE: their scale is None (summed as they are, as classification's).
         """
         data = self.data
         if not data.engine.SUPPORTS_ORDERED_SCAN or data.target_max is None:
@@ -133,13 +134,19 @@ class RegressionStrategy(CARTStrategy):
         bounds = [scanned * weight * factor for factor in (1.0, *spread)]
         if not all(math.isfinite(b) for b in bounds):
             return None
-        return [wide_fixed_bits(b) for b in bounds]
+        bits: list[int | None] = [wide_fixed_bits(b) for b in bounds]
+        if data.weight is None:
+            bits[0] = None
+        return bits
 
     def build_histogram(
         self, level: exp.Table, features: list[Feature], nodes: int = 1
     ) -> exp.Expression:
         moments = poisson_terms() if self.poisson else q.moment_terms()
-        return q.build_histogram(level, features, q.MOMENTS, counts=True, moments=moments)
+        return q.build_histogram(
+            level, features, q.MOMENTS, rowwise=self.rowwise(features), counts=True,
+            moments=moments,
+        )
 
     def read_counts(self, engine: Any, hist: exp.Table) -> dict[int, list[float]]:
         return self.take_counts(engine.execute(q.build_node_counts(hist, q.MOMENTS, counts=True)))
