@@ -192,13 +192,9 @@ def test_auto_keeps_a_large_dataframe_in_sql(monkeypatch):
     assert MEMORY_MAX_CELLS > 100
 
 
-def test_friedman_mse_in_memory_and_poisson_in_sql():
+def test_friedman_mse_in_memory():
     X, y = test_regression.diabetes()
     both_plans(X.assign(target=y), "target", criterion="friedman_mse", max_depth=4)
-    poisson = sqltree.train(X.assign(target=y), "target", criterion="poisson", max_depth=3,
-                            plan="memory")
-    assert poisson.stats["plan"] == "tables"
-    assert poisson.stats["plan_reason"].startswith("no in-memory scorer")
 
 
 def test_unknown_plan_is_refused():

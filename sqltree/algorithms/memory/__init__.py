@@ -90,7 +90,8 @@ class _InMemory(InMemoryStages, CARTStrategy):
 
     def materialize_histogram(self, level: Level, features: list[Feature], nodes: int
                               ) -> Histogram:
-        return Histogram(level, features, self.n_classes, self.hist_bits, self.moments)
+        return Histogram(level, features, self.n_classes, self.hist_bits, self.moments,
+                         self.criterion == "poisson")
 
     def _measure_density(self, engine: Any, hist: Any) -> None:
         """No density probe: it chooses how SQL histograms group rows."""
@@ -141,9 +142,9 @@ DEEP_STRATEGIES: dict[str, type[Strategy]] = {
 """Algorithm name -> its strategy on the SQL plans that grows the deep levels in memory
 (``c45.DEEP_MEMORY_MAX_CELLS``)."""
 
-NO_MEMORY_CRITERIA = ("poisson",)
-"""Criteria whose histogram and gains the in-memory scorer does not compute (yet): they train
-on the SQL plan."""
+NO_MEMORY_CRITERIA: tuple[str, ...] = ()
+"""Criteria whose histogram and gains the in-memory scorer does not compute: they train on
+the SQL plan (none now; CART's and the regression criteria all have one)."""
 
 
 def memory_strategy(data: Dataset, options: GrowOptions, reason: str) -> Strategy | None:
