@@ -384,7 +384,8 @@ def _prune_c45_rounds(
         time.perf_counter() - started,
         f"{sum(map(len, rounds)):,} nodes ordered into {len(rounds)} rounds by height",
     )
-    bounded = router.data.engine.VECTORIZED  # the bound's statement is a chain of levels
+    # the bound's statement is a chain of levels; rows in memory recount without statements
+    bounded = router.data.engine.VECTORIZED and router.in_memory is None
     for number, nodes in enumerate(rounds, 1):
         started, before = time.perf_counter(), (stats.pruned, stats.raised)
         round_ = [(node, _path(node, parents)) for node in nodes]
