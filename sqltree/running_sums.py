@@ -19,7 +19,7 @@ from collections.abc import Collection, Mapping, Sequence
 
 from sqlglot import exp
 
-from .queries import FIXED_POINT_MAX_BITS, from_fixed, to_fixed
+from .fixed_point import FIXED_POINT_MAX_BITS, from_fixed, to_fixed
 from .sqlexpr import alias, case, col, num, paren, window
 
 WIDE_FIXED_HEADROOM = 120
