@@ -125,7 +125,7 @@ def per_row_sums(level: Level, n_classes: int, bits: int | None, moments: bool,
 
 
 def as_weight(sums: np.ndarray, bits: int | None) -> np.ndarray:
-    """Sums as DOUBLE weights (``queries.weight``): integer counts scaled by ``2**-bits``."""
+    """Sums as DOUBLE weights (``fixed_point.weight``): integer counts scaled by ``2**-bits``."""
     if bits is None:
         return sums.astype(np.float64, copy=False)
     return sums.astype(np.float64) * (2.0**-bits)
