@@ -5,7 +5,7 @@ values up to the cut. Windows partitioned by (node, feature) sort and scan each 
 one thread, which is slow when a level holds a few large nodes. Instead the histogram is read
 once in (attr, node, v) order by a streaming window whose sums run across the groups, and a
 group's own sums are those less the totals of the groups before it. Both are exact in fixed
-point (``queries.to_fixed``): in floating point a group's sums would be differences of two large
+point (``fixed_point.to_fixed``): in floating point a group's sums would be differences of two large
 running totals. C4.5's best-cut scan (``algorithms.c45_cuts``) and CART's scores read these.
 
 Signed sums (a regression histogram's ``SUM(w*y)``, ``SUM(w*y*y)``) are scanned as 128-bit
@@ -19,7 +19,7 @@ from collections.abc import Collection, Mapping, Sequence
 
 from sqlglot import exp
 
-from .queries import FIXED_POINT_MAX_BITS, from_fixed, to_fixed
+from .fixed_point import FIXED_POINT_MAX_BITS, from_fixed, to_fixed
 from .sqlexpr import alias, case, col, num, paren, window
 
 WIDE_FIXED_HEADROOM = 120

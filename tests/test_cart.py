@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 
 import sqltree
+from sqltree import fixed_point as fx
 from sqltree import queries as q
 from sqltree.algorithms import cart, grow
 from sqltree.dataset import describe
@@ -496,7 +497,7 @@ def test_histogram_rows_summed_by_class_first_are_the_same(engine_factory):
     data = describe(source, engine, "label")
     k = len(data.classes)
     level = engine.materialize("level", q.build_level0(data, class_weight=[0.5, 1.25, 3.0]))
-    bits = q.fixed_point_bits(4.0 * len(_engine_frame()))
+    bits = fx.fixed_point_bits(4.0 * len(_engine_frame()))
     every = [f.index for f in data.features]
 
     def rows(by_class):

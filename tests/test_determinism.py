@@ -20,6 +20,7 @@ import pytest
 from sqlglot import exp
 
 import sqltree
+from sqltree import fixed_point as fx
 from sqltree import queries as q
 from sqltree.engines.duckdb import DuckDBEngine
 from sqltree.model import Model
@@ -124,14 +125,14 @@ def test_other_engines_give_duckdbs_model(engine_factory: EngineFactory, case):
 
 
 def test_fixed_point_bits_keep_every_sum_in_a_bigint():
-    assert q.fixed_point_bits(1_000_000.0) == 41  # 1e6 < 2^20
-    assert q.fixed_point_bits(2.0**20) == 40  # a power of two is itself the bound's top bit
-    assert q.fixed_point_bits(0.75) == 61
-    assert q.fixed_point_bits(0.0) == q.fixed_point_bits(1.0)
+    assert fx.fixed_point_bits(1_000_000.0) == 41  # 1e6 < 2^20
+    assert fx.fixed_point_bits(2.0**20) == 40  # a power of two is itself the bound's top bit
+    assert fx.fixed_point_bits(0.75) == 61
+    assert fx.fixed_point_bits(0.0) == fx.fixed_point_bits(1.0)
     for bound in (1e-300, 3e-5, 1.0, 12345.678, 2.0**52, 1e30, 1e300):
-        bits = q.fixed_point_bits(bound)
+        bits = fx.fixed_point_bits(bound)
         assert math.isfinite(2.0**bits) and 2.0**-bits > 0
-        if abs(bits) < q.FIXED_POINT_MAX_BITS:
+        if abs(bits) < fx.FIXED_POINT_MAX_BITS:
             assert 2.0**60 <= bound * 2.0**bits < 2.0**61
 
 
@@ -147,8 +148,8 @@ def test_fixed_point_rounds_and_converts_alike_on_every_engine(engine_factory):
     query = (
         exp.select(
             exp.column("k"),
-            exp.alias_(q.to_fixed(exp.column("w"), bits), "f"),
-            exp.alias_(q.from_fixed(exp.func("SUM", exp.column("s")), bits), "d"),
+            exp.alias_(fx.to_fixed(exp.column("w"), bits), "f"),
+            exp.alias_(fx.from_fixed(exp.func("SUM", exp.column("s")), bits), "d"),
         )
         .from_(source)
         .group_by(exp.column("k"), exp.column("w"))
@@ -180,7 +181,7 @@ def test_recounted_weights_are_exact_sums_in_every_engine(engine_factory):
     got = engine.execute(q.build_keyed_counts(level, data.features, [(0, 0, 0.25)], 3))
 
     bound = rows["w"].max() * n
-    unit = 2.0 ** (q.FIXED_POINT_HEADROOM - math.ceil(math.log2(bound) + 0.25))
+    unit = 2.0 ** (fx.FIXED_POINT_HEADROOM - math.ceil(math.log2(bound) + 0.25))
     keys = np.where(np.isnan(x), -1.0, np.where(x <= 0.25, 0.0, 1.0))
     expected = []
     for key in (-1.0, 0.0, 1.0):

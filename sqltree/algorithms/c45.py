@@ -15,6 +15,7 @@ from sqlglot import exp
 from .. import queries as q
 from ..criteria import J48_SMALL, TIE_TOLERANCE
 from ..dataset import Dataset, Feature
+from ..fixed_point import entropy_bound, fixed_point_bits
 from ..grower import (
     DENSE_VALUES,
     GrowOptions,
@@ -53,9 +54,9 @@ class C45Strategy(Strategy):
         # Every sum of a level's weights is at most the training weight (unknown values are
         # spread by shares that add up to one).
         total_weight = sum(data.class_weights)
-        self.bits = q.fixed_point_bits(total_weight)
-        self.entropy_bits = q.fixed_point_bits(
-            q.entropy_bound(total_weight, self.n_classes, data.n_rows)
+        self.bits = fixed_point_bits(total_weight)
+        self.entropy_bits = fixed_point_bits(
+            entropy_bound(total_weight, self.n_classes, data.n_rows)
         )
 
     def weight_bits(self) -> int | None:

@@ -17,7 +17,8 @@ from sqlglot import exp
 
 from ..criteria import J48_SMALL, TIE_TOLERANCE
 from ..dataset import Feature
-from ..queries import attr_in, from_fixed, of_features, to_fixed, weight, weight_sum
+from ..fixed_point import from_fixed, to_fixed, weight, weight_sum
+from ..queries import attr_in, of_features
 from ..sqlexpr import alias, case, col, num, paren, safe_div, total, xlogx
 from ..tree import CONTINUOUS
 

@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from sqlglot import exp
 
 from ..dataset import Feature
-from ..queries import attr_in, weight
+from ..fixed_point import weight
+from ..queries import attr_in
 from ..running_sums import left_sum, ordered_scan, same_group, scan_term, sum_before
 from ..sqlexpr import add_all, alias, case, class_columns, col, num, total, window
 from ..tree import CONTINUOUS

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from sqlglot import exp
 
 from ..dataset import Feature
-from ..queries import UNKNOWN_KEY, attr_in, weight_sum
+from ..fixed_point import weight_sum
+from ..queries import UNKNOWN_KEY, attr_in
 from ..running_sums import same_group
 from ..sqlexpr import alias, case, class_columns, col, num, safe_div, with_materialized, xlogx
 from ..tree import CONTINUOUS

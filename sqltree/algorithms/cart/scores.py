@@ -26,6 +26,7 @@ from ... import queries as q
 from ...bounded_search import MAX_BOUND_CLASSES
 from ...criteria import TIE_TOLERANCE
 from ...dataset import Feature
+from ...fixed_point import weight, weight_sum
 from ...running_sums import ordered_running_sums
 from ...sqlexpr import (
     add_all,
@@ -213,7 +214,7 @@ def _feature_totals(
             col("node"),
             col("attr"),
             alias(known_sum(col("n")), "kn"),
-            *[alias(q.weight(known_sum(col(c)), bits), f"k{i}") for i, c in enumerate(classes)],
+            *[alias(weight(known_sum(col(c)), bits), f"k{i}") for i, c in enumerate(classes)],
         )
         .from_(hist.copy(), copy=False)
         .where(q.of_features(features), copy=False)
@@ -223,7 +224,7 @@ def _feature_totals(
         exp.select(
             col("node"),
             alias(col("n"), "tn"),
-            *[alias(q.weight(col(c), bits), f"t{i}") for i, c in enumerate(classes)],
+            *[alias(weight(col(c), bits), f"t{i}") for i, c in enumerate(classes)],
         )
         .from_(hist.copy(), copy=False)
         .where(exp.EQ(this=col("attr"), expression=num(-1)), copy=False)
@@ -307,7 +308,7 @@ def _continuous_candidates(
                 alias(window(exp.func("LEAD", col("v")), part, [col("v")]), "nv"),
                 *[
                     alias(
-                        q.weight(
+                        weight(
                             window(exp.func("SUM", col(c)), part, [col("v")], running=True),
                             None if c == "n" else bits,
                         ),
@@ -366,7 +367,7 @@ def _subset_candidates(
             col("mask", "bt"),
             alias(exp.func("SUM", col("n", "rv")), "ln"),
             *[
-                alias(q.weight_sum(col(c, "rv"), bits), f"l{i}")
+                alias(weight_sum(col(c, "rv"), bits), f"l{i}")
                 for i, c in enumerate(class_columns(n_classes))
             ],
         )

@@ -17,6 +17,7 @@ from ...bounded_search import MAX_BOUND_CLASSES, SEARCH_BINS, SEARCH_SAMPLE_ROWS
 from ...criteria import TIE_TOLERANCE
 from ...dataset import Dataset, Feature
 from ...errors import DataError
+from ...fixed_point import fixed_point_bits
 from ...grower import DENSE_VALUES, GrowOptions, Pending, Plan, Strategy, bin_edges
 from ...pruning.cost_complexity import CRITERIA, criterion_of, impurity
 from ...sqlexpr import col
@@ -96,7 +97,7 @@ class CARTStrategy(Strategy):
         # point, scaled for the largest sum, the root's weight.
         self.hist_bits = None
         if self._class_weight is not None or data.weight is not None:
-            self.hist_bits = q.fixed_point_bits(sum(self._weighted_class_totals()))
+            self.hist_bits = fixed_point_bits(sum(self._weighted_class_totals()))
 
     def _weighted_class_totals(self) -> list[float]:
         weights = list(self.data.class_weights)

@@ -16,6 +16,7 @@ from typing import Any
 from sqlglot import exp
 
 from ... import queries as q
+from ...fixed_point import weight
 from ...sqlexpr import alias, case, class_columns, col, num, safe_div, total, values_table, window
 
 EXACT_SUBSETS_MAX = 10
@@ -83,7 +84,7 @@ def _proportion(classes: Sequence[str], bits: int | None, mean: bool) -> exp.Exp
         *[
             (
                 exp.EQ(this=col("o", "ot"), expression=num(i)),
-                safe_div(q.weight(col(c, "rv"), bits), q.weight(col("wv", "rv"), bits)),
+                safe_div(weight(col(c, "rv"), bits), weight(col("wv", "rv"), bits)),
             )
             for i, c in enumerate(classes)
         ],
@@ -144,7 +145,7 @@ def ordered_values(
         alias(_in_order(exp.func("ROW_NUMBER")), "rank_o"),
         alias(_in_order(exp.func("SUM", col("n")), running=True), "ln"),
         *[
-            alias(q.weight(_in_order(exp.func("SUM", col(c)), running=True), bits), f"l{i}")
+            alias(weight(_in_order(exp.func("SUM", col(c)), running=True), bits), f"l{i}")
             for i, c in enumerate(class_columns(n_classes))
         ],
     ).from_(with_order.subquery("wo", copy=False), copy=False)

@@ -6,7 +6,7 @@ values (or bin indexes) and nominal codes as float64, NaN for an unknown value. 
 refuse NaN in a feature, so NaN means NULL here and nothing else.
 
 Sums follow the histogram's rules: with ``bits``, weights are summed as integer counts of
-``2**-bits`` (``queries.to_fixed``) and turned into doubles only after summing, so every sum
+``2**-bits`` (``fixed_point.to_fixed``) and turned into doubles only after summing, so every sum
 is the exact one the engine returns; without, weights are whole numbers (unit weights), whose
 double sums are exact in any order.
 """
@@ -182,7 +182,7 @@ def per_row_sums(level: Level, n_classes: int, bits: int | None, moments: bool,
 
 
 def as_weight(sums: np.ndarray, bits: int | None) -> np.ndarray:
-    """Sums as DOUBLE weights (``queries.weight``): integer counts scaled by ``2**-bits``."""
+    """Sums as DOUBLE weights (``fixed_point.weight``): integer counts scaled by ``2**-bits``."""
     if bits is None:
         return sums.astype(np.float64, copy=False)
     return sums.astype(np.float64) * (2.0**-bits)
