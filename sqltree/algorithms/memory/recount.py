@@ -16,6 +16,7 @@ import numpy as np
 
 from ... import queries as q
 from ...dataset import Dataset
+from ...fixed_point import FIXED_POINT_HEADROOM, FIXED_POINT_MAX_BITS
 from ...pruning.recount import _level_routes, _positions
 from ...tree import Node
 from ..c45_criteria import LN2
@@ -32,8 +33,8 @@ def _unit(w: np.ndarray) -> float:
     bound = float(np.max(w)) * float(len(w))
     if not bound > 0:
         return 1.0
-    bits = q.FIXED_POINT_HEADROOM - math.ceil(math.log(bound) / LN2 + 0.25)
-    return 2.0 ** max(-q.FIXED_POINT_MAX_BITS, min(q.FIXED_POINT_MAX_BITS, bits))
+    bits = FIXED_POINT_HEADROOM - math.ceil(math.log(bound) / LN2 + 0.25)
+    return 2.0 ** max(-FIXED_POINT_MAX_BITS, min(FIXED_POINT_MAX_BITS, bits))
 
 
 def keyed_counts(level: Level, tests: Sequence[tuple[int, int, float | None]], n_classes: int
