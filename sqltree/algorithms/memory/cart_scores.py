@@ -217,7 +217,7 @@ def _sum_log_mean(c: np.ndarray, w: np.ndarray) -> np.ndarray:
     s1 = c[:, 1]
     positive = s1 > 0.0
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(positive, s1 * np.log(np.where(positive, s1 / w, 1.0)), 0.0)
+        return np.where(positive, s1 * ln(np.where(positive, s1 / w, 1.0)), 0.0)
 
 
 def _deviance(c: np.ndarray, w: np.ndarray) -> np.ndarray:

@@ -168,7 +168,7 @@ def per_row_sums(level: Level, n_classes: int, bits: int | None, moments: bool,
         if poisson:
             positive = level.y > 0
             with np.errstate(divide="ignore", invalid="ignore"):
-                last = np.where(positive, wy * np.log(np.where(positive, level.y, 1.0)), 0.0)
+                last = np.where(positive, wy * ln(np.where(positive, level.y, 1.0)), 0.0)
             return np.column_stack([level.w, wy, last])
         return np.column_stack([level.w, wy, wy * level.y])
     if bits is None:
