@@ -173,3 +173,120 @@ def test_hostile_tables(case: tuple[Any, dict[str, Any]]) -> None:
         full = train(table, {**opts, "threshold_search": "full"}, con)
         bounded = train(table, {**opts, "threshold_search": "bounded"}, con)
     assert_identical(full, bounded)
+
+
+# -- C4.5 and ID3 ---------------------------------------------------------------------------------
+def assert_same_model(full: sqltree.Model, bounded: sqltree.Model) -> None:
+    """The whole model file alike but for the option asked and the run's own statistics."""
+    def comparable(model: sqltree.Model) -> dict[str, Any]:
+        out = model.to_dict()
+        out["options"] = {k: v for k, v in out["options"].items() if k != "threshold_search"}
+        out["stats"] = {"pruning": out["stats"].get("pruning")}
+        return out
+    assert comparable(bounded) == comparable(full), f"{full.text()}\n---\n{bounded.text()}"
+
+
+def both_c45(source: Any, **options: Any) -> tuple[sqltree.Model, sqltree.Model]:
+    full = sqltree.train(source, "label", threshold_search="full", **options)
+    bounded = sqltree.train(source, "label", threshold_search="bounded", **options)
+    return full, bounded
+
+
+def close_values(rows: int = 500, seed: int = 2) -> pd.DataFrame:
+    """``frame`` with a feature whose values lie 1e-6 apart in pairs (J48 cuts not between
+    them) and integer sample weights, so the fixed-point sums are exercised."""
+    data = frame(rows=rows, seed=seed)
+    rng = np.random.default_rng(seed)
+    data["e"] = rng.integers(0, 60, rows) + rng.choice([0.0, 1e-6], rows)
+    return data
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"max_depth": 6},
+        {"max_depth": 6, "min_cases": 9, "pruning": None},
+        {"max_depth": 5, "missing": "drop"},
+        {"max_depth": 5, "algorithm": "id3"},
+    ],
+    ids=["j48", "min-cases", "drop", "id3"],
+)
+def test_c45_same_model_as_full_scan(options: dict[str, Any]) -> None:
+    """J48's rules: fractional unknowns (the frame's NULLs), its minimum split weight, MDL."""
+    full, bounded = both_c45(frame(rows=700), **options)
+    assert_same_model(full, bounded)
+
+
+@pytest.mark.parametrize("n_classes", [2, MAX_BOUND_CLASSES, MAX_BOUND_CLASSES + 1])
+def test_c45_for_each_class_count(n_classes: int) -> None:
+    full, bounded = both_c45(frame(n_classes, rows=400), max_depth=3)
+    assert_same_model(full, bounded)
+
+
+def test_c45_close_values_and_weights() -> None:
+    """A feature with values closer than 1e-5 keeps the full scan; fractional weights."""
+    data = close_values()
+    data["w"] = np.random.default_rng(4).choice([0.5, 1.0, 2.25], len(data))
+    full, bounded = both_c45(data, weight="w", max_depth=5)
+    assert_same_model(full, bounded)
+    assert "e" in full.text()
+
+
+def test_c45_scoring_rows_are_the_full_scans() -> None:
+    """The scoring rows, MDL counts of valid cuts included, are the full scan's."""
+    import duckdb
+
+    from sqltree.algorithms import c45_scores
+    from sqltree.algorithms.c45 import score_options
+    from sqltree.algorithms.c45_bounded import build_close_features
+    from sqltree.algorithms.c45_cuts import build_distinct_values
+    from sqltree.bounded_search import with_bins
+    from sqltree.dataset import describe
+    from sqltree.engines.duckdb import DuckDBEngine
+    from sqltree.grower import GrowOptions, bin_edges
+    from sqltree.queries import build_histogram, build_level0
+
+    con = duckdb.connect()
+    con.register("frame_view", frame(rows=3000))
+    con.execute("CREATE TABLE t AS SELECT * FROM frame_view")
+    engine = DuckDBEngine(con)
+    data = describe("t", engine, "label")
+    edges = bin_edges(data, 64)
+    assert edges is not None
+    level = engine.materialize("level", build_level0(data))
+    hist = engine.materialize("hist", with_bins(
+        build_histogram(level, data.features, 3), data.features, edges, True))
+    values = engine.materialize("values", build_distinct_values(hist, data.features))
+    close = {a for a, in engine.execute(build_close_features(values, 1e-5))}
+    assert close == {0}  # the normal feature has values closer than 1e-5, which bins miss
+    edges = {a: e for a, e in edges.items() if a not in close}
+    options = dataclasses.replace(score_options(GrowOptions()), ordered_scan=True,
+                                  fractional=False)
+    rows = [sorted(engine.execute(c45_scores.build_split_scores(
+        hist, data.features, 3, options, e))) for e in (None, edges)]
+    assert rows[1] == rows[0]
+    assert next(r[8] for r in rows[1] if r[1] == 2) > 100  # feature c: many valid cuts
+
+
+def test_c45_on_every_engine(engine_factory: Any) -> None:
+    engine, source = engine_factory(close_values(rows=400), "bounded45")
+    full = sqltree.train(source.copy(), "label", connection=engine, max_depth=3,
+                         threshold_search="full")
+    bounded = sqltree.train(source.copy(), "label", connection=engine, max_depth=3,
+                            threshold_search="bounded")
+    assert_same_model(full, bounded)
+    reference, _ = both_c45(close_values(rows=400), max_depth=3)
+    assert bounded.to_dict()["tree"] == reference.to_dict()["tree"]
+
+
+@given(case=trained_cases(dataclasses.replace(SPEC, max_rows=150), algorithm="c4.5"))
+@settings(max_examples=examples(8),
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+def test_c45_hostile_tables(case: tuple[Any, dict[str, Any]]) -> None:
+    table, opts = case
+    opts = {k: v for k, v in opts.items() if k != "max_bins"}
+    with contextlib.closing(duckdb_with(table)) as con, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        full = train(table, {**opts, "threshold_search": "full"}, con)
+        bounded = train(table, {**opts, "threshold_search": "bounded"}, con)
+    assert_same_model(full, bounded)
