@@ -163,7 +163,7 @@ def test_bad_option(value: Any) -> None:
 
 
 @given(case=trained_cases(dataclasses.replace(SPEC, max_rows=150), algorithm="cart"))
-@settings(max_examples=examples(8),
+@settings(max_examples=examples(5),
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 def test_hostile_tables(case: tuple[Any, dict[str, Any]]) -> None:
     table, opts = case
@@ -176,6 +176,24 @@ def test_hostile_tables(case: tuple[Any, dict[str, Any]]) -> None:
 
 
 # -- C4.5 and ID3 ---------------------------------------------------------------------------------
+@pytest.fixture
+def bound_every_level(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Bound every level, however few values its nodes hold (small tables would scan fully);
+    the list counts the bounded scoring queries built."""
+    from sqltree.algorithms import c45_scores
+
+    monkeypatch.setattr("sqltree.algorithms.c45.MIN_GROUP_VALUES", 0)
+    built: list[int] = []
+    real = c45_scores.bounded_best_cuts
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        built.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(c45_scores, "bounded_best_cuts", counted)
+    return built
+
+
 def assert_same_model(full: sqltree.Model, bounded: sqltree.Model) -> None:
     """The whole model file alike but for the option asked and the run's own statistics."""
     def comparable(model: sqltree.Model) -> dict[str, Any]:
@@ -192,9 +210,9 @@ def both_c45(source: Any, **options: Any) -> tuple[sqltree.Model, sqltree.Model]
     return full, bounded
 
 
-def close_values(rows: int = 500, seed: int = 2) -> pd.DataFrame:
+def close_values(rows: int = 400, seed: int = 2) -> pd.DataFrame:
     """``frame`` with a feature whose values lie 1e-6 apart in pairs (J48 cuts not between
-    them) and integer sample weights, so the fixed-point sums are exercised."""
+    them)."""
     data = frame(rows=rows, seed=seed)
     rng = np.random.default_rng(seed)
     data["e"] = rng.integers(0, 60, rows) + rng.choice([0.0, 1e-6], rows)
@@ -204,32 +222,27 @@ def close_values(rows: int = 500, seed: int = 2) -> pd.DataFrame:
 @pytest.mark.parametrize(
     "options",
     [
-        {"max_depth": 6},
-        {"max_depth": 6, "min_cases": 9, "pruning": None},
-        {"max_depth": 5, "missing": "drop"},
-        {"max_depth": 5, "algorithm": "id3"},
+        {"max_depth": 4, "weight": "w"},
+        {"max_depth": 3, "algorithm": "id3", "min_cases": 9, "missing": "drop"},
     ],
-    ids=["j48", "min-cases", "drop", "id3"],
+    ids=["j48-weights", "id3-min-cases-drop"],
 )
-def test_c45_same_model_as_full_scan(options: dict[str, Any]) -> None:
-    """J48's rules: fractional unknowns (the frame's NULLs), its minimum split weight, MDL."""
-    full, bounded = both_c45(frame(rows=700), **options)
-    assert_same_model(full, bounded)
-
-
-@pytest.mark.parametrize("n_classes", [2, MAX_BOUND_CLASSES, MAX_BOUND_CLASSES + 1])
-def test_c45_for_each_class_count(n_classes: int) -> None:
-    full, bounded = both_c45(frame(n_classes, rows=400), max_depth=3)
-    assert_same_model(full, bounded)
-
-
-def test_c45_close_values_and_weights() -> None:
-    """A feature with values closer than 1e-5 keeps the full scan; fractional weights."""
+def test_c45_same_model_as_full_scan(options: dict[str, Any],
+                                     bound_every_level: list[int]) -> None:
+    """J48's rules: fractional unknowns (the frame's NULLs) and weights in fixed point, its
+    minimum split weight, MDL; a feature with values closer than 1e-5 keeps the full scan."""
     data = close_values()
     data["w"] = np.random.default_rng(4).choice([0.5, 1.0, 2.25], len(data))
-    full, bounded = both_c45(data, weight="w", max_depth=5)
+    full, bounded = both_c45(data, **options)
     assert_same_model(full, bounded)
-    assert "e" in full.text()
+    assert bound_every_level
+
+
+def test_c45_most_classes(bound_every_level: list[int]) -> None:
+    """The most classes the bound takes (2 and 3 are the other tests')."""
+    full, bounded = both_c45(frame(MAX_BOUND_CLASSES, rows=300), max_depth=2)
+    assert_same_model(full, bounded)
+    assert bound_every_level
 
 
 def test_c45_scoring_rows_are_the_full_scans() -> None:
@@ -268,21 +281,22 @@ def test_c45_scoring_rows_are_the_full_scans() -> None:
     assert next(r[8] for r in rows[1] if r[1] == 2) > 100  # feature c: many valid cuts
 
 
-def test_c45_on_every_engine(engine_factory: Any) -> None:
-    engine, source = engine_factory(close_values(rows=400), "bounded45")
-    full = sqltree.train(source.copy(), "label", connection=engine, max_depth=3,
+def test_c45_on_every_engine(engine_factory: Any, bound_every_level: list[int]) -> None:
+    engine, source = engine_factory(close_values(rows=300), "bounded45")
+    full = sqltree.train(source.copy(), "label", connection=engine, max_depth=2,
                          threshold_search="full")
-    bounded = sqltree.train(source.copy(), "label", connection=engine, max_depth=3,
+    bounded = sqltree.train(source.copy(), "label", connection=engine, max_depth=2,
                             threshold_search="bounded")
     assert_same_model(full, bounded)
-    reference, _ = both_c45(close_values(rows=400), max_depth=3)
+    assert bound_every_level
+    reference = sqltree.train(close_values(rows=300), "label", max_depth=2)
     assert bounded.to_dict()["tree"] == reference.to_dict()["tree"]
 
 
 @given(case=trained_cases(dataclasses.replace(SPEC, max_rows=150), algorithm="c4.5"))
-@settings(max_examples=examples(8),
+@settings(max_examples=examples(3),
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-def test_c45_hostile_tables(case: tuple[Any, dict[str, Any]]) -> None:
+def test_c45_hostile_tables(case: tuple[Any, dict[str, Any]], bound_every_level: list[int]) -> None:
     table, opts = case
     opts = {k: v for k, v in opts.items() if k != "max_bins"}
     with contextlib.closing(duckdb_with(table)) as con, warnings.catch_warnings():

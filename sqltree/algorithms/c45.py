@@ -28,7 +28,12 @@ from ..grower import (
     load_rows,
 )
 from ..tree import CONTINUOUS, NOMINAL, Node, Split, argmax
-from .c45_bounded import MAX_C45_BOUND_CLASSES, build_close_features
+from .c45_bounded import (
+    MAX_C45_BOUND_CLASSES,
+    MIN_GROUP_VALUES,
+    build_close_features,
+    count_known,
+)
 from .c45_criteria import ScoreOptions
 from .c45_cuts import CHOSEN_COLUMNS, build_distinct_values, build_observed_thresholds
 from .c45_scores import SCORE_COLUMNS, build_branch_counts, build_split_scores
@@ -96,14 +101,32 @@ class C45Strategy(Strategy):
             self.search_edges = bin_edges(self.data, SEARCH_BINS, sample_rows=SEARCH_SAMPLE_ROWS)
         return q.build_level0(self.data, self.bins, lookup=self.data.engine.VECTORIZED)
 
+    bounded_level = False
+    """Whether this level's continuous cuts are searched bound-pruned."""
+    _nodes = 1
+
     def build_histogram(
         self, level: exp.Table, features: list[Feature], nodes: int = 1
     ) -> exp.Expression:
         """The shared histogram, with the bounded search's bins."""
         histogram = super().build_histogram(level, features, nodes)
+        self._nodes = nodes
         if not self.search_edges:
             return histogram
         return with_bins(histogram, features, self.search_edges, self.data.engine.VECTORIZED)
+
+    def _choose_search(self, engine: Any, hist: exp.Table) -> None:
+        """Bound this level only where its (node, feature) groups hold many more values than
+        bins: in small groups the bins' aggregate and bounds cost more than the scan they
+        save. Groups only shrink with depth, so a level that scans fully ends the binning."""
+        self.bounded_level = False
+        if not self.search_edges:
+            return
+        (rows,), = engine.execute(count_known(hist, sorted(self.search_edges)))
+        groups = self._nodes * len(self.search_edges)
+        self.bounded_level = int(rows or 0) >= MIN_GROUP_VALUES * groups
+        if not self.bounded_level:
+            self.search_edges = None
 
     def on_histogram(self, engine: Any, hist: exp.Table, depth: int) -> None:
         if self.bins:  # thresholds are bin edges, observed values already
@@ -119,6 +142,7 @@ class C45Strategy(Strategy):
                     build_close_features(self.values_table, gap))}
                 self.search_edges = {
                     a: e for a, e in self.search_edges.items() if a not in close}
+        self._choose_search(engine, hist)
 
     def may_split(self, p: Pending) -> bool:
         return _may_split(p, self.options)
@@ -131,7 +155,8 @@ class C45Strategy(Strategy):
             bits=self.hist_bits,
             entropy_bits=self.entropy_bits,
         )
-        return build_split_scores(hist, features, self.n_classes, options, self.search_edges)
+        edges = self.search_edges if self.bounded_level else None
+        return build_split_scores(hist, features, self.n_classes, options, edges)
 
     def choose(self, rows: list[dict[str, Any]], p: Pending) -> _Choice | None:
         return choose_split(rows, self.data, self.options, p.used)

@@ -60,7 +60,8 @@ def build_split_scores(
     if edges:
         bounded = bounded_best_cuts(hist, agg, edges, criteria, ctes, options.ordered_scan)
         both = exp.union(both, bounded, distinct=False, copy=False)
-    return with_materialized(_with_gain_ratio(both.subquery("u"), options), ctes)
+    return with_materialized(_with_gain_ratio(both.subquery("u"), options), ctes,
+                             options.ordered_scan)
 
 
 def _nominal_scores(
