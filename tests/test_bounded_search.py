@@ -304,3 +304,14 @@ def test_c45_hostile_tables(case: tuple[Any, dict[str, Any]], bound_every_level:
         full = train(table, {**opts, "threshold_search": "full"}, con)
         bounded = train(table, {**opts, "threshold_search": "bounded"}, con)
     assert_same_model(full, bounded)
+
+
+def test_estimators_take_threshold_search() -> None:
+    from sqltree.estimator import C45Classifier, DecisionTreeClassifier
+
+    data = frame(rows=120)
+    fitted = C45Classifier(max_depth=2, threshold_search="bounded").fit(
+        data[["a", "c"]].fillna(0.0), data["label"])
+    assert fitted.model_.to_dict()["options"]["threshold_search"] == "bounded"
+    cart = DecisionTreeClassifier(threshold_search="bounded")
+    assert cart._cart_options()["threshold_search"] == "bounded"
