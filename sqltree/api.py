@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
+from sqlglot import exp
 
 from . import progress as reporting
 from . import queries as q
@@ -165,7 +166,7 @@ def _fit(
         try:
             engine.use_plan(AUTO if plan == MEMORY else plan)
             data = _read(source, engine, target, roles, options.task)
-            memory = memory_reason(plan, isinstance(source, pd.DataFrame), data.n_rows,
+            memory = memory_reason(plan, held_in_python(source), data.n_rows,
                                    len(data.features))
             root, grow_stats, prune_stats = grow_and_prune(data, options, memory=memory)
             if options.algorithm == "c4.5" or post.method is not None:
@@ -196,6 +197,18 @@ def _fit(
                                  "cf": post.cf, "subtree_raising": post.subtree_raising},
         stats=stats,
     )
+
+
+IN_PYTHON = "sqltree_in_python"
+"""Set in a query's ``meta`` when its rows came from data held in Python (cross-validation's
+folds of a DataFrame), so that ``plan="auto"`` treats it as the DataFrame itself."""
+
+
+def held_in_python(source: Any) -> bool:
+    """Whether ``source`` is data held in Python: a DataFrame, or a query marked ``IN_PYTHON``."""
+    if isinstance(source, exp.Expression):
+        return bool(source.meta.get(IN_PYTHON))
+    return isinstance(source, pd.DataFrame)
 
 
 def _sql_reason(engine: Any, memory: str | None) -> str:

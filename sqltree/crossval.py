@@ -39,7 +39,7 @@ import pandas as pd
 from sqlglot import exp
 
 from . import progress as reporting
-from .api import train
+from .api import IN_PYTHON, held_in_python, train
 from .compiler.blocks import column as quoted
 from .compiler.blocks import dnum, literal
 from .compiler.scoring import Names
@@ -323,14 +323,18 @@ class Dealt:
     rows_null_target: int
     connection: Any
     """What ``train`` and ``Model.evaluate`` are given to reach the table."""
+    in_python: bool = False
+    """The source was data held in Python: the parts' queries say so to ``train``."""
 
     def rows(self, part: int, *, inside: bool) -> exp.Select:
         """A query of the rows in ``part`` (``inside``) or in every other part."""
         test = exp.EQ if inside else exp.NEQ
-        return exp.Select(expressions=[quoted(c) for c in self.columns]).from_(
+        query = exp.Select(expressions=[quoted(c) for c in self.columns]).from_(
             self.table.copy(), copy=False
         ).where(test(this=quoted(self.part_column),
                      expression=exp.Literal.number(part)), copy=False)
+        query.meta[IN_PYTHON] = self.in_python
+        return query
 
 
 @contextmanager
@@ -420,7 +424,8 @@ def dealt(
             offsets=offsets if stratified else None, seed=seed, key=key,
         )
         table = engine.materialize("parts", query)
-        yield Dealt(table, names, part_column, class_rows, null_rows, shared)
+        yield Dealt(table, names, part_column, class_rows, null_rows, shared,
+                    held_in_python(source))
 
 
 # -- the entry points ----------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from . import progress as reporting
 from .compiler.scoring import build_scoring_query
 from .criteria import predicted_class
 from .deploy import dbt_model, dbt_ref, unquote_identifiers
+from .engines.sqlite_numbers import exact_numbers
 from .errors import DataError, ModelFileError, OptionError, UnsupportedError
 from .model_file import FORMAT, format_version, read_json, validate
 from .options import check_dialect
@@ -580,6 +581,8 @@ def render(expression: exp.Expression, dialect: str, pretty: bool = False) -> st
     sys.setrecursionlimit(max(limit, 20_000))
     try:
         with compiler.collector_paused():
+            if dialect == "sqlite":
+                expression = exact_numbers(expression.copy())
             return expression.sql(
                 dialect=dialect, unsupported_level=ErrorLevel.RAISE, pretty=pretty, copy=False
             )

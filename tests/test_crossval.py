@@ -154,6 +154,22 @@ def test_weighted_cross_validation_counts_weights() -> None:
     assert cv.pooled.total == pytest.approx(frame["w"].sum())
 
 
+def test_folds_of_a_small_dataframe_grow_in_memory_to_the_same_trees() -> None:
+    # A DataFrame's folds are queries of the dealt table, but their rows came from Python:
+    # plan="auto" grows them in memory, as it would the DataFrame itself.
+    frame = mixed_table(300)
+    options = {"folds": 3, "algorithm": "cart", "max_depth": 4}
+    auto = sqltree.cross_validate(frame, "label", **options)
+    tables = sqltree.cross_validate(frame, "label", plan="tables", **options)
+    assert [m.stats["plan"] for m in auto.models] == ["memory"] * 3
+    assert [m.stats["plan"] for m in tables.models] == ["tables"] * 3
+    trees = [[m.to_dict()["tree"] for m in cv.models] for cv in (auto, tables)]
+    assert trees[0] == trees[1]
+    assert _comparable(auto)["pooled"] == _comparable(tables)["pooled"]
+    holdout_model, _ = sqltree.holdout(frame, "label", algorithm="cart", max_depth=2)
+    assert holdout_model.stats["plan"] == "memory"
+
+
 def _comparable(cv: sqltree.CrossValidation) -> dict:
     document = cv.to_dict()
     for fold in document["folds"]:

@@ -10,7 +10,9 @@ connection in Python. What SQLite writes differently is rewritten here, on the s
 - a ``VALUES`` list with named columns (``(VALUES ...) AS t(a, b)``, which SQLite does not
   parse) becomes ``(SELECT column1 AS a, column2 AS b FROM (VALUES ...)) AS t``;
 - SQLite has no NaN (it stores NULL) and reads ``CAST('Infinity' AS REAL)`` as 0, so the
-  special doubles the checks compare with become NULL and ``±9e999`` (SQLite's infinity).
+  special doubles the checks compare with become NULL and ``±9e999`` (SQLite's infinity);
+- SQLite misreads a few decimal texts by a unit in the last place, so every float is written
+  in a text it reads exactly (``sqlite_numbers``).
 
 SQLite keeps a column's type per value. A column's type is the widest its values have (text
 over real over integer), and a column declared ``BOOLEAN`` is boolean: its 0 and 1 are read back
@@ -30,6 +32,7 @@ from sqlglot.errors import ErrorLevel
 
 from ..errors import UnsupportedError
 from .base import Engine, temp_table_create
+from .sqlite_numbers import exact_numbers
 
 MIN_VERSION = (3, 35, 0)
 """The oldest SQLite with everything the select plan writes: window functions (3.25) and
@@ -105,6 +108,7 @@ class SQLiteEngine(Engine):
                     tree = rewritten
                 else:
                     node.replace(rewritten)
+        tree = exact_numbers(tree)
         return tree.sql(dialect=self.dialect, unsupported_level=ErrorLevel.RAISE, copy=False)
 
     # -- the contract --------------------------------------------------------------------------
