@@ -222,7 +222,7 @@ def close_values(rows: int = 400, seed: int = 2) -> pd.DataFrame:
 @pytest.mark.parametrize(
     "options",
     [
-        {"max_depth": 4, "weight": "w"},
+        {"max_depth": 3, "weight": "w"},
         {"max_depth": 3, "algorithm": "id3", "min_cases": 9, "missing": "drop"},
     ],
     ids=["j48-weights", "id3-min-cases-drop"],
@@ -283,14 +283,17 @@ def test_c45_scoring_rows_are_the_full_scans() -> None:
 
 def test_c45_on_every_engine(engine_factory: Any, bound_every_level: list[int]) -> None:
     engine, source = engine_factory(close_values(rows=300), "bounded45")
-    full = sqltree.train(source.copy(), "label", connection=engine, max_depth=2,
-                         threshold_search="full")
     bounded = sqltree.train(source.copy(), "label", connection=engine, max_depth=2,
                             threshold_search="bounded")
-    assert_same_model(full, bounded)
-    assert bound_every_level
     reference = sqltree.train(close_values(rows=300), "label", max_depth=2)
     assert bounded.to_dict()["tree"] == reference.to_dict()["tree"]
+    # engines without MATERIALIZED CTEs (Spark) would compute the query's CTEs at each use,
+    # and keep the full scan
+    assert bool(bound_every_level) == engine.SUPPORTS_MATERIALIZED_CTE
+    if engine.SUPPORTS_MATERIALIZED_CTE:
+        full = sqltree.train(source.copy(), "label", connection=engine, max_depth=2,
+                             threshold_search="full")
+        assert_same_model(full, bounded)
 
 
 @given(case=trained_cases(dataclasses.replace(SPEC, max_rows=150), algorithm="c4.5"))

@@ -97,7 +97,10 @@ class C45Strategy(Strategy):
             gap = score_options(options).cut_gap
             self.bins = bin_edges(self.data, options.max_bins, gap)
         elif (options.threshold_search == "bounded"
-              and self.n_classes <= MAX_C45_BOUND_CLASSES):
+              and self.n_classes <= MAX_C45_BOUND_CLASSES
+              # the bounded query reads its CTEs several times: inlined (Spark), they are
+              # planned and computed again at each reference
+              and self.data.engine.SUPPORTS_MATERIALIZED_CTE):
             self.search_edges = bin_edges(self.data, SEARCH_BINS, sample_rows=SEARCH_SAMPLE_ROWS)
         return q.build_level0(self.data, self.bins, lookup=self.data.engine.VECTORIZED)
 
