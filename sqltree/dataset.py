@@ -66,6 +66,9 @@ class Dataset:
     target_min: float | None = None
     target_sum: float | None = None
     """A regression target's least value and unweighted sum (the Poisson deviance's checks)."""
+    target_max: float | None = None
+    """A regression target's greatest value (with ``target_min``, the range that scales the
+    fixed-point sums of an ordered scan, ``RegressionStrategy.moment_bits``)."""
 
     def feature(self, name: str) -> Feature:
         for f in self.features:
@@ -361,11 +364,11 @@ def describe(
             f"target {target!r} has a type the engine does not name; cast it to text or integer"
         )
     if task == "regression":
-        mean, total_weight, least, total = _read_target_mean(engine, relation, target, w)
+        mean, total_weight, least, total, most = _read_target_mean(engine, relation, target, w)
         pairs = [(None, total_weight)]
     else:
         mean, pairs = None, _read_classes(engine, relation, target, w)
-        least = total = None
+        least = total = most = None
     n_null = n_rows - int(row["labelled"])
     if n_null:
         warnings.warn(
@@ -387,6 +390,7 @@ def describe(
         target_mean=mean,
         target_min=least,
         target_sum=total,
+        target_max=most,
     )
 
 
@@ -520,9 +524,9 @@ def _read_classes(
 
 def _read_target_mean(
     engine: Engine, relation: exp.Expression, target: str, w: exp.Expression
-) -> tuple[float, float, float, float]:
-    """A numeric target's weighted mean, total weight, least value and unweighted sum,
-    refusing NaN and infinities."""
+) -> tuple[float, float, float, float, float]:
+    """A numeric target's weighted mean, total weight, least value, unweighted sum and
+    greatest value, refusing NaN and infinities."""
     y = exp.cast(_column(target), "DOUBLE")
     known = _column(target).is_(exp.null()).not_()
     query = exp.select(
@@ -531,15 +535,16 @@ def _read_target_mean(
         _count_when(_is_special(y, ("NaN", "Infinity", "-Infinity"))),
         exp.func("MIN", y.copy()),
         exp.func("SUM", y.copy()),
+        exp.func("MAX", y.copy()),
     ).from_(relation).where(known)
-    ((weighted, total_weight, special, least, total),) = engine.execute(query)
+    ((weighted, total_weight, special, least, total, most),) = engine.execute(query)
     if int(special or 0):
         raise DataError(
             f"the target {target!r} holds NaN or infinite values in {int(special)} rows; "
             "a missing target is NULL (NULLIF(y, 'NaN'))"
         )
     return (float(weighted) / float(total_weight), float(total_weight), float(least),
-            float(total))
+            float(total), float(most))
 
 
 def _read_domains(engine: Engine, relation: exp.Expression, feats: list[Feature]) -> None:

@@ -2,10 +2,12 @@
 
 A *phase* is a piece of work that can take seconds (reading the source, growing, pruning,
 compiling, scoring, a cross-validation); it reports a start, any number of steps (a level, a
-pruning round, a fold) and an end. Each of these is an :class:`Event`, and every event goes
+pruning round, a fold) and an end, and, between them, a *note* after each statement that took
+more than ``SLOW_STATEMENT`` seconds (a level of a large tree runs several), so that long work
+is never silent for long. Each of these is an :class:`Event`, and every event goes
 
-- to the ``logging`` module, logger ``"sqltree"``: steps and ends at INFO, starts at DEBUG
-  (``logging.basicConfig(level=logging.INFO)`` shows them);
+- to the ``logging`` module, logger ``"sqltree"``: steps, notes and ends at INFO, starts at
+  DEBUG (``logging.basicConfig(level=logging.INFO)`` shows them);
 - to every callback listening in the current context (:func:`listening`): the ``progress=``
   argument of ``sqltree.train``, or the display of the command line (:class:`Display`).
 
@@ -37,7 +39,11 @@ from typing import IO, Any
 
 logger = logging.getLogger("sqltree")
 
-START, STEP, END = "start", "step", "end"
+START, STEP, END, NOTE = "start", "step", "end", "note"
+
+SLOW_STATEMENT = 2.0
+"""Seconds from which a statement gets a note of its own: a short run, and every step of it
+that is short, report as before; a level of a million rows, its long statements."""
 
 
 @dataclass(frozen=True)
@@ -49,11 +55,13 @@ class Event:
     phase : str
         ``"read"``, ``"grow"``, ``"prune"``, ``"compile"``, ``"score"``, or a caller's own
         (``"cross-validation"``).
-    kind : {"start", "step", "end"}
+    kind : {"start", "step", "end", "note"}
+        A note reports work inside a step (a statement that took long); it counts no step.
     message : str
         One line for a person: ``level 3: 24 nodes, 81,234 rows, 18 split, 0.42 s``.
     step : int
-        Steps reported so far in this phase (the step's own number for a ``"step"``).
+        Steps reported so far in this phase (the step's own number for a ``"step"``; for a
+        ``"note"``, the steps done before it).
     total : int, optional
         Steps the phase expects, when it knows (folds do; tree levels do not).
     seconds : float
@@ -176,6 +184,20 @@ def step(name: str, message: str, **details: Any) -> None:
     _emit(Event(name, STEP, message, 0, None, 0.0, len(_open.get()), details=details))
 
 
+def statement(seconds: float, what: str) -> None:
+    """Note a statement (or a long walk in Python) of the innermost open phase that took
+    ``seconds`` (``what`` it did: ``stored level_12``), if that is more than
+    ``SLOW_STATEMENT``; nothing outside a phase. The line is indented under the step under
+    way (a level, a round), which reports after."""
+    stack = _open.get()
+    if seconds <= SLOW_STATEMENT or not stack:
+        return
+    current = stack[-1]
+    _emit(Event(current.name, NOTE, f"  {current.name}: {what}, {seconds:.2f} s",
+                current.steps, current.total, current.seconds, current.depth,
+                details={"seconds": seconds, "statement": what}))
+
+
 # -- the display -------------------------------------------------------------------------------
 class Display:
     """Show events to a person: a live display on a terminal, a plain line per step otherwise.
@@ -234,6 +256,8 @@ class Display:
             return
         if not event.failed:
             self._live.console.print(escape(indent + event.message))
+        if event.kind == NOTE:
+            return
         if event.kind == STEP:
             if self._tasks:
                 self._live.advance(self._tasks[-1])

@@ -201,13 +201,9 @@ def test_algorithm_without_in_memory_scorer_falls_back_to_sql():
     assert_same_tree(model.root.to_dict(), auto.root.to_dict())
 
 
-def test_friedman_mse_in_memory_and_poisson_in_sql():
+def test_friedman_mse_in_memory():
     X, y = test_regression.diabetes()
     both_plans(X.assign(target=y), "target", criterion="friedman_mse", max_depth=4)
-    poisson = sqltree.train(X.assign(target=y), "target", criterion="poisson", max_depth=3,
-                            plan="memory")
-    assert poisson.stats["plan"] == "tables"
-    assert poisson.stats["plan_reason"].startswith("no in-memory scorer")
 
 
 def test_unknown_plan_is_refused():

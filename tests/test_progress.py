@@ -243,3 +243,22 @@ def test_spark_is_quiet_while_training_and_as_before_after(spark):
         spark.catalog.dropTempView(view)
         _stop_progress_bar(context)
         context.setLogLevel("ERROR")
+
+
+def test_a_long_statement_is_noted_inside_its_step(monkeypatch, capsys):
+    """A statement over ``SLOW_STATEMENT`` seconds gets a line of its own (every statement,
+    with the limit at 0), indented under the level or round under way; steps are unchanged."""
+    monkeypatch.setattr(progress, "SLOW_STATEMENT", 0.0)
+    _, heard = events_of(sqltree.train, str(GOLF), target="play", progress=True)
+    notes = [e for e in heard if e.kind == "note"]
+    levels = [e for e in heard if e.phase == "grow" and e.kind == "step"]
+    assert [e.step for e in levels] == [1, 2]
+    assert {e.phase for e in notes} == {"read", "grow", "prune"}
+    grown = [e for e in notes if e.phase == "grow"]
+    assert grown[0].step == 0 and grown[0].message.startswith("  grow: stored level_0, ")
+    assert sum(e.step == 0 for e in grown) == levels[0].details["queries"] + 1  # + level 0
+    assert all(e.details["seconds"] >= 0 and e.details["statement"] for e in notes)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines.index(levels[0].message) == len([e for e in heard[:heard.index(levels[0])]
+                                                  if e.kind != "start"])
+    assert sum(line.startswith("  grow: ") for line in lines) == len(grown)

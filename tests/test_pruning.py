@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 from sqlglot import exp
 
+from sqltree import progress
 from sqltree.algorithms import grow
 from sqltree.dataset import describe
 from sqltree.engines.duckdb import DuckDBEngine
@@ -21,6 +22,7 @@ from sqltree.pruning import (
     add_errs,
     collapse,
     estimated_errors,
+    known_counts,
     pessimistic_decision,
     prune,
     prune_c45,
@@ -415,6 +417,53 @@ def test_recount_matches_the_reference(labor: tuple[pd.DataFrame, str, Any, Node
     router.close()
 
 
+def _heads(root: Node) -> list[tuple[list[tuple[Node, int]], Node]]:
+    """(path, largest branch) of the highest nodes whose largest branch is internal: disjoint
+    structures, as in a round of subtree raising."""
+    entries = []
+    stack: list[tuple[Node, list[tuple[Node, int]]]] = [(root, [])]
+    while stack:
+        node, path = stack.pop()
+        if node.is_leaf:
+            continue
+        largest = max(range(len(node.children)), key=lambda i: node.children[i].weight)
+        if not node.children[largest].is_leaf:
+            entries.append((path, node.children[largest]))
+        else:
+            stack.extend((c, [*path, (node, i)]) for i, c in enumerate(node.children))
+    return entries
+
+
+def test_known_counts_bound_the_recount_from_below(
+    labor: tuple[pd.DataFrame, str, Any, Node],
+) -> None:
+    """The rows known at every test reach each leaf of a raised branch with their whole
+    weight: no more than the recount, class by class, where values are unknown (labor), and
+    all of it where none is."""
+    _, _, data, root = labor
+    complete = noisy_frame().dropna().reset_index(drop=True)
+    engine = DuckDBEngine()
+    complete_data = describe(complete, engine, "y")
+    complete_root, _ = grow(complete_data, GrowOptions())
+    below = 0
+    for dataset, tree in ((data, root), (complete_data, complete_root)):
+        entries = _heads(tree)
+        router = _Router.open(dataset)
+        known, recounted = known_counts(router, entries), recount_raised(router, entries)
+        router.close()
+        assert entries
+        for _, branch in entries:
+            for leaf in branch.leaves():
+                low, exact = known[id(leaf)], recounted.get(id(leaf), [0.0] * len(known[id(leaf)]))
+                if dataset is complete_data:
+                    assert low == pytest.approx(exact, abs=1e-9)
+                else:
+                    assert all(a <= b + 1e-9 for a, b in zip(low, exact, strict=True))
+                    below += sum(low) < sum(exact) - 1e-9
+    engine.cleanup()
+    assert below > 0
+
+
 def test_unknown_branch_takes_unknown_rows_whole() -> None:
     """Trees grown with missing="majority" (or CART's) send unknown values down one branch."""
     frame = pd.DataFrame(
@@ -518,15 +567,19 @@ def noisy_frame(rows: int = 300, seed: int = 2) -> pd.DataFrame:
 
 
 def test_recount_above_the_structures_in_one_statement_changes_nothing(monkeypatch) -> None:
-    """On DuckDB the levels above the raised structures run as one statement; stored level by
-    level (PostgreSQL, Spark), the same tree, with the counts of a Python routing of every
-    row (test_rounds_give_j48s_one_at_a_time_result compares the rounds with J48's order)."""
+    """On DuckDB the levels above the raised structures run as one statement, and a bound
+    from the rows known at every test settles most nodes without a recount; stored level by
+    level (PostgreSQL, Spark), every node recounted, the same tree, with the counts of a
+    Python routing of every row (test_rounds_give_j48s_one_at_a_time_result compares the
+    rounds with J48's order)."""
     frame = noisy_frame()
     engine = DuckDBEngine()
     data = describe(frame, engine, "y")
     grown, _ = grow(data, GrowOptions())
     chained, stored = copy.deepcopy(grown), copy.deepcopy(grown)
-    by_chain = prune_c45(chained, data)
+    heard: list = []
+    with progress.listening(heard.append):
+        by_chain = prune_c45(chained, data)
     with monkeypatch.context() as patch:
         patch.setattr(engine, "VECTORIZED", False)
         by_level = prune_c45(stored, data)
@@ -534,6 +587,9 @@ def test_recount_above_the_structures_in_one_statement_changes_nothing(monkeypat
     assert by_chain.raised > 0 and by_chain.leaves_after < by_chain.leaves_before
     assert chained.to_dict() == stored.to_dict()
     assert by_chain.queries < by_level.queries
+    # the rounds' nodes that the known rows' bound settles are not recounted; raises are
+    settled = sum(e.details.get("settled_by_bound", 0) for e in heard if e.phase == "prune")
+    assert settled > 0
     assert_counts_exact(chained, frame, "y", data.classes)
     # a recounted node that no row reaches has counts 0.0, so the model file keeps floats
     assert all(type(c) is float for node in chained.walk() for c in node.counts)

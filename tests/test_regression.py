@@ -244,6 +244,33 @@ def test_target_offset_by_1e9_grows_the_same_tree():
         assert n.impurity == pytest.approx(m.impurity, rel=1e-6, abs=1e-6)
 
 
+def test_ordered_scan_is_exact_at_any_target_scale():
+    """DuckDB's one-pass scan sums the moments in 128-bit fixed point at a scale chosen from
+    the target's range: a target times 2**-20 or 2**300 (exact in floating point), with
+    fractional weights and unknown values, grows the same tree, its values and impurities
+    scaled by the same powers of two (a fixed scale of 2**-40 would round the small target's
+    squares to a few units, and overflow on the large one). Smaller targets stop at
+    scikit-learn's absolute impurity floor, ``EPSILON``, as scikit-learn's trees do."""
+    X, y = with_nulls()
+    X, y = X.head(300).reset_index(drop=True), y[:300]
+    weight = np.random.default_rng(3).uniform(0.5, 2.0, len(y))
+
+    def grown(scale: float) -> Model:
+        frame = X.assign(target=y * scale, w=weight)
+        return sqltree.train(frame, "target", task="regression", weight="w", plan="tables",
+                             max_depth=5, min_samples_leaf=3)
+
+    base = list(grown(1.0).root.walk())
+    for k in (-20, 300):
+        nodes = list(grown(2.0**k).root.walk())
+        assert [n.split for n in nodes] == [n.split for n in base]
+        for a, b in zip(base, nodes, strict=True):
+            assert (a.n_samples, a.weight, a.unknown_branch) == (
+                b.n_samples, b.weight, b.unknown_branch)
+            assert b.value == pytest.approx(a.value * 2.0**k, rel=1e-12)
+            assert b.impurity == pytest.approx(a.impurity * 4.0**k, rel=1e-9)
+
+
 def test_friedman_improvement_is_friedmans_score():
     """Friedman's improvement ``wl wr (mean_l - mean_r)^2 / (wl + wr)``, which
     ``min_impurity_decrease`` compares with: the same splits as squared error, and a threshold

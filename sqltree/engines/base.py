@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 from sqlglot import exp
 from sqlglot.errors import ErrorLevel
 
+from .. import progress as reporting
 from ..errors import DataError, SourceError, SqlTreeError
 from ..sqlexpr import values_table
 from .select_plan import SELECT, TABLES, SelectPlan, choose_plan
@@ -282,15 +283,18 @@ class Engine(ABC):
 
     # -- helpers used by the planner ---------------------------------------------------------
     @contextmanager
-    def counted(self, sql: str) -> Iterator[None]:
-        """Count one statement, its time and (with ``keep_sql``) its text in ``stats``."""
+    def counted(self, sql: str, what: str = "query") -> Iterator[None]:
+        """Count one statement, its time and (with ``keep_sql``) its text in ``stats``; a long
+        one is noted to ``sqltree.progress`` as ``what`` (``progress.statement``)."""
         start = time.perf_counter()
         with self._statement():
             yield
+        seconds = time.perf_counter() - start
         self.stats.queries += 1
-        self.stats.seconds += time.perf_counter() - start
+        self.stats.seconds += seconds
         if self.keep_sql:
             self.stats.sql.append(sql)
+        reporting.statement(seconds, what)
 
     def _attached(self, query: exp.Expression, *, scan: bool = True) -> exp.Expression:
         """``query`` with the select plan's definitions it reads (counting a scan of the
@@ -397,7 +401,8 @@ class Engine(ABC):
         # Listed first: a statement interrupted after creating the table (PostgreSQL's
         # ANALYZE) must not leave it behind; dropping a table that is not there is a no-op.
         self._temp.append(name)
-        with self.counted(f"-- {name} :=\n" + self.render(query) if self.keep_sql else ""):
+        with self.counted(f"-- {name} :=\n" + self.render(query) if self.keep_sql else "",
+                          f"stored {name.removeprefix(self._prefix)}"):
             self._create_temp_table(name, query)
         return exp.Table(this=exp.to_identifier(name, quoted=True))
 

@@ -35,7 +35,7 @@ from .cost_complexity import (
     prune_ccp,
     prune_cost_complexity,
 )
-from .recount import _Router, recount_raised, route_counts
+from .recount import _Router, known_counts, recount_raised, route_counts
 
 
 def prune(
@@ -107,6 +107,7 @@ __all__ = [
     "cost_complexity_pruning_path",
     "cut_back",
     "estimated_errors",
+    "known_counts",
     "node_numbering",
     "pessimistic_decision",
     "prune",

@@ -22,7 +22,7 @@ from ..criteria import J48_SMALL
 from ..dataset import Dataset, resolve_relation
 from ..tree import CONTINUOUS, Node, normalise
 
-__all__ = ["recount_raised", "route_counts"]
+__all__ = ["known_counts", "recount_raised", "route_counts"]
 
 SMALL = J48_SMALL
 """J48 compares weights with ``Utils.SMALL``."""
@@ -158,10 +158,7 @@ def recount_raised(
                     assert split is not None
                     f = features[split.feature]
                     tests.append((local, f.index, split.threshold))
-            tests_table = engine.load_rows(
-                "tests", [c for c, _ in q.TESTS_COLUMNS], [t for _, t in q.TESTS_COLUMNS], tests
-            )
-            owned.append(tests_table)
+            tests_table = _load(engine, "tests", q.TESTS_COLUMNS, tests, owned)
             keyed: dict[int, dict[int, list[float]]] = {}
             # On the way down to the structures, rows go by the tree's stored shares: their
             # counts would decide nothing.
@@ -186,12 +183,9 @@ def recount_raised(
             next_id += len(below)
             if not routes:
                 break
-            routes_table = engine.load_rows(
-                "routes", [c for c, _ in q.ROUTES_COLUMNS], [t for _, t in q.ROUTES_COLUMNS],
-                routes,
-            )
-            owned.append(routes_table)
-            partition = q.build_partition(level, data.features, tests_table, routes_table)
+            routes_table = _load(engine, "routes", q.ROUTES_COLUMNS, routes, owned)
+            partition = q.build_partition(level, data.features, tests_table, routes_table,
+                                          copy=not pending)
             if chained and not any(at.raised for at in below.values()):
                 # Not stored: the path's levels run as one statement, which DuckDB pipelines.
                 level, pending = exp.Subquery(this=partition), True
@@ -205,6 +199,85 @@ def recount_raised(
         for table in owned:
             engine.drop(table)
     return counts
+
+
+def _load(
+    engine: Any,
+    hint: str,
+    columns: tuple[tuple[str, str], ...],
+    rows: Sequence[Sequence[Any]],
+    owned: list[exp.Table],
+) -> exp.Table:
+    """A small loaded table of ``rows``, listed in ``owned`` to be dropped."""
+    table = engine.load_rows(hint, [c for c, _ in columns], [t for _, t in columns], rows)
+    owned.append(table)
+    return table
+
+
+def known_counts(
+    router: _Router, entries: Sequence[tuple[Sequence[tuple[Node, int]], Node]]
+) -> dict[int, list[float]]:
+    """Class weights at every leaf of each structure from the rows whose values are known
+    and listed at every test of the structure on their way to it; keyed by ``id()``.
+
+    The rows at each path's end are those :func:`recount_raised` routes in, and every one of
+    them that this counts reaches the same leaf there with its whole weight; the rows that
+    meet an unknown value inside a structure, left out here, add weight to the leaves there.
+    So each count is at most the recounted one, class by class, and needs no shares: one
+    statement routes the rows to every leaf (the rows of a leaf reached early pass on to the
+    last level under the unknown key, which no test of a leaf gives a value), without a
+    count per level. The engine must run a chain of levels well (``VECTORIZED``).
+    """
+    data = router.data
+    engine = data.engine
+    features = {f.name: f for f in data.features}
+    frontier = {0: _positions(entries)}
+    level: exp.Expression = router.rows
+    owned: list[exp.Table] = []
+    next_id = 1
+    try:
+        while any(at.children for at in frontier.values()):
+            tests: list[tuple[int, int, float | None]] = []
+            routes: list[tuple[int, int, int, float]] = []
+            below: dict[int, _Position] = {}
+            for local, at in sorted(frontier.items()):
+                if not at.children:  # a structure's leaf: its rows wait for the last level
+                    tests.append((local, -1, None))
+                    routes.append((local, q.UNKNOWN_KEY, next_id, 1.0))
+                    below[next_id] = at
+                    next_id += 1
+                    continue
+                split = at.node.split
+                assert split is not None
+                feature = features[split.feature]
+                tests.append((local, feature.index, split.threshold))
+                keys_of_branch = _keys_of_branches(at.node, feature)
+                unknown_keys = [q.UNKNOWN_KEY, *_unlisted_codes(feature, keys_of_branch)]
+                for branch, child in sorted(at.children.items()):
+                    routes += [(local, key, next_id, 1.0) for key in keys_of_branch[branch]]
+                    factor = 0.0 if at.raised else _unknown_share(at.node, branch, [], False)
+                    if factor > 0.0:  # on the way down: the tree's stored shares
+                        routes += [(local, key, next_id, factor) for key in unknown_keys]
+                    below[next_id] = child
+                    next_id += 1
+            tests_table = _load(engine, "tests", q.TESTS_COLUMNS, tests, owned)
+            routes_table = _load(engine, "routes", q.ROUTES_COLUMNS, routes, owned)
+            level = exp.Subquery(this=q.build_partition(
+                level, data.features, tests_table, routes_table, copy=level is router.rows
+            ))
+            frontier = below
+        counts: dict[int, list[float]] = {}
+        k = len(data.classes)
+        query = q.build_class_weights(level, k, copy=level is router.rows)
+        for local, *weights in engine.execute(query):
+            counts[id(frontier[int(local)].node)] = [float(w or 0.0) for w in weights]
+        router.queries += 1
+        for at in frontier.values():
+            counts.setdefault(id(at.node), [0.0] * k)
+        return counts
+    finally:
+        for table in owned:
+            engine.drop(table)
 
 
 def _level_routes(

@@ -33,8 +33,9 @@ from ...criteria import TIE_TOLERANCE
 from ...dataset import Dataset, Feature
 from ...errors import DataError
 from ...grower import GrowOptions, Strategy, bin_edges
+from ...running_sums import wide_fixed_bits
 from ...sqlexpr import case, col, num, paren
-from ...tree import Node
+from ...tree import CONTINUOUS, Node
 from .scores import FEATURE_THRESHOLD, POISSON_EPSILON, REGRESSION, SCORE_COLUMNS, build_cart_scores
 from .strategy import CARTStrategy, NodeInfo, resolve_options
 from .subsets import MEAN_ORDER
@@ -103,14 +104,49 @@ class RegressionStrategy(CARTStrategy):
         )
 
     def rowwise(self, features: list[Feature]) -> list[int]:
-        # Only the ordered scan reads a histogram of rows, and regression scores by windows.
-        return []
+        # Only the ordered scan reads a histogram of rows.
+        return super().rowwise(features) if self.moment_bits() is not None else []
+
+    def moment_bits(self) -> list[int | None] | None:
+        """The fixed-point scale of each moment in the ordered scan (``running_sums.
+        to_wide_fixed``), or None where the engine has no such scan (windows per (node,
+        feature) instead) or the target's range is unknown or too wide for one.
+
+        The scan's sums run across every continuous feature's groups of a level, each
+        feature's adding up to the level's total: so a moment's partial sums are at most
+        the number of continuous features times the root's sum of ``|term|``, bounded by its
+        weight times the largest ``|y|``, ``y*y`` or ``|y LN y|`` (at most ``1/e`` below 1).
+        A factor of 2 covers the rounding of the centred ``y``. Unit weights' sums are whole
+        numbers, exact in DOUBLE: their scale is None (summed as they are, as classification's).
+        """
+        data = self.data
+        if not data.engine.SUPPORTS_ORDERED_SCAN or data.target_max is None:
+            return None
+        assert data.target_min is not None and data.target_mean is not None
+        if self.poisson:
+            top = max(data.target_max, 0.0)
+            spread = [top, max(1 / math.e, top * abs(math.log(top)) if top > 0 else 0.0)]
+        else:
+            top = max(data.target_max - data.target_mean, data.target_mean - data.target_min)
+            spread = [top, top * top]
+        scanned = 2.0 * max(sum(f.kind == CONTINUOUS for f in data.features), 1)
+        weight = float(sum(data.class_weights))
+        bounds = [scanned * weight * factor for factor in (1.0, *spread)]
+        if not all(math.isfinite(b) for b in bounds):
+            return None
+        bits: list[int | None] = [wide_fixed_bits(b) for b in bounds]
+        if data.weight is None:
+            bits[0] = None
+        return bits
 
     def build_histogram(
         self, level: exp.Table, features: list[Feature], nodes: int = 1
     ) -> exp.Expression:
         moments = poisson_terms() if self.poisson else q.moment_terms()
-        return q.build_histogram(level, features, q.MOMENTS, counts=True, moments=moments)
+        return q.build_histogram(
+            level, features, q.MOMENTS, rowwise=self.rowwise(features), counts=True,
+            moments=moments,
+        )
 
     def read_counts(self, engine: Any, hist: exp.Table) -> dict[int, list[float]]:
         return self.take_counts(engine.execute(q.build_node_counts(hist, q.MOMENTS, counts=True)))
@@ -153,9 +189,10 @@ class RegressionStrategy(CARTStrategy):
             criterion=self.criterion,
             min_samples_leaf=r.min_samples_leaf,
             min_weight_leaf=r.min_weight_leaf,
-            ordered_scan=False,
+            ordered_scan=self.data.engine.SUPPORTS_ORDERED_SCAN,
             fractional=False,
             tie_tolerance=self.tie_tolerance,
+            moment_bits=self.moment_bits(),
         )
 
     def finish(self, root: Node) -> Node:

@@ -110,6 +110,7 @@ def build_cart_scores(
     bits: int | None = None,
     tie_tolerance: float = TIE_TOLERANCE,
     search_edges: Mapping[int, Sequence[float]] | None = None,
+    moment_bits: Sequence[int | None] | None = None,
 ) -> exp.Select:
     """Score every binary split of every node and feature of the histogram's level.
 
@@ -126,23 +127,19 @@ def build_cart_scores(
     (``queries.build_histogram``), whose sums here are exact, so the counts of a candidate (and
     the shares a split stores) are the same on every run and engine.
 
-<<<<<<< HEAD
-    ``criterion="squared_error"``: a regression histogram (``queries.MOMENTS``, ``n_classes``
-    3): the moments take the class weights' place in every stage, nominal values are ordered
-    by their mean target (every cut: exact for squared error, Breiman et al. 1984, theorem
-    4.5), ``gain`` is the weighted variance decrease and ``tie_tolerance`` its ties.
+    A regression criterion (``REGRESSION``): a regression histogram (``queries.MOMENTS``,
+    ``n_classes`` 3): the moments take the class weights' place in every stage, nominal values
+    are ordered by their mean target (every cut: exact for squared error, Breiman et al. 1984,
+    theorem 4.5), ``gain`` is the impurity decrease (``_regression_gains``) and
+    ``tie_tolerance`` its ties. ``moment_bits`` (the fixed-point scale of each moment, None
+    for whole numbers, ``RegressionStrategy.moment_bits``): its continuous running sums come
+    from the ordered scan too, in 128-bit fixed point (``running_sums.to_wide_fixed``);
+    without, from windows per (node, feature).
 
     ``search_edges`` (bin edges per continuous feature; the histogram holds the bins,
     ``queries.build_histogram``'s ``search_bins``): the bound-pruned threshold search
     (``bounded.bounded_continuous``), the same choice as the full scan; classification with at
     most ``MAX_BOUND_CLASSES`` classes, not with ``all_candidates``.
-=======
-    A regression criterion (``REGRESSION``): a regression histogram (``queries.MOMENTS``,
-    ``n_classes`` 3): the moments take the class weights' place in every stage, nominal values
-    are ordered by their mean target (every cut: exact for squared error, Breiman et al. 1984,
-    theorem 4.5), ``gain`` is the impurity decrease (``_regression_gains``) and
-    ``tie_tolerance`` its ties.
->>>>>>> main
     """
     k = n_classes
     regression = criterion in REGRESSION
@@ -170,8 +167,9 @@ def build_cart_scores(
     elif continuous:
         parts.append(
             _continuous_candidates(
-                hist, continuous, k, ordered_scan=ordered_scan and not regression,
-                fractional=fractional, bits=bits, ctes=ctes,
+                hist, continuous, k,
+                ordered_scan=ordered_scan and (not regression or moment_bits is not None),
+                fractional=fractional, bits=bits, ctes=ctes, moment_bits=moment_bits,
             )
         )
     if nominal:
@@ -278,9 +276,10 @@ def _continuous_candidates(
     fractional: bool,
     bits: int | None,
     ctes: list[tuple[str, exp.Expression]],
+    moment_bits: Sequence[int | None] | None = None,
 ) -> exp.Select:
     """``a <= t`` between adjacent known values more than ``FEATURE_THRESHOLD`` apart, with
-    the running row count and class weights up to ``a``."""
+    the running row count and class weights (or moments) up to ``a``."""
     k = n_classes
     in_continuous = q.attr_in(continuous)
     sums = ["n", *class_columns(k)]
@@ -289,6 +288,9 @@ def _continuous_candidates(
         running = ordered_running_sums(
             hist, sums, in_continuous, prefix="r", ctes=ctes, fixed=fractional, bits=bits,
             counts=("n",),
+            wide=None if moment_bits is None else {
+                c: b for c, b in zip(class_columns(k), moment_bits, strict=True) if b is not None
+            },
         )
         scan = exp.select(
             "node", "attr", "v", "nv",

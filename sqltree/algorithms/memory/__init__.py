@@ -81,7 +81,8 @@ class _InMemory(CARTStrategy):
 
     def materialize_histogram(self, level: Level, features: list[Feature], nodes: int
                               ) -> Histogram:
-        return Histogram(level, features, self.n_classes, self.hist_bits, self.moments)
+        return Histogram(level, features, self.n_classes, self.hist_bits, self.moments,
+                         self.criterion == "poisson")
 
     def materialize_partition(self, level: Level, tests: list[TestRow],
                               routes: list[RouteRow], ordered: bool) -> Level:
@@ -130,9 +131,9 @@ MEMORY_STRATEGIES: dict[str, type[Strategy]] = {
 }
 """Algorithm name (``GrowOptions.strategy_name``) -> its strategy on the memory plan."""
 
-NO_MEMORY_CRITERIA = ("poisson",)
-"""Criteria whose histogram and gains the in-memory scorer does not compute (yet): they train
-on the SQL plan."""
+NO_MEMORY_CRITERIA: tuple[str, ...] = ()
+"""Criteria whose histogram and gains the in-memory scorer does not compute: they train on
+the SQL plan (none now; CART's and the regression criteria all have one)."""
 
 
 def memory_strategy(data: Dataset, options: GrowOptions, reason: str) -> Strategy | None:

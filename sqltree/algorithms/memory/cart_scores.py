@@ -25,6 +25,7 @@ from ..cart.scores import (
     FEATURE_THRESHOLD,
     KNOWN_LEFT,
     ORDERED_CUT,
+    POISSON_EPSILON,
     REGRESSION,
     SUBSET,
 )
@@ -211,6 +212,21 @@ def _variance(c: np.ndarray, w: np.ndarray) -> np.ndarray:
     return np.where(value > 0.0, value, 0.0)
 
 
+def _sum_log_mean(c: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """``cart.scores._sum_log_mean``: ``s1 LN(s1 / w)``, 0 where ``s1`` is not positive."""
+    s1 = c[:, 1]
+    positive = s1 > 0.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(positive, s1 * np.log(np.where(positive, s1 / w, 1.0)), 0.0)
+
+
+def _deviance(c: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """``cart.scores._deviance``: a side's half Poisson deviance ``(s2 - s1 LN(s1/w)) / w``,
+    never below 0."""
+    value = (c[:, 2] - _sum_log_mean(c, w)) / w
+    return np.where(value > 0.0, value, 0.0)
+
+
 @dataclass
 class Rules:
     """What ``_gains`` compares with: the leaf rules, the criterion and the tie tolerance."""
@@ -258,10 +274,18 @@ def score(
         (n_left >= rules.min_samples_leaf) & (n_right >= rules.min_samples_leaf)
         & (wl > 0) & (wr > 0) & (wl >= rules.min_weight_leaf) & (wr >= rules.min_weight_leaf)
     )
+    poisson = rules.criterion == "poisson"
+    if poisson:
+        keep &= (a[:, 1] > POISSON_EPSILON) & (b[:, 1] > POISSON_EPSILON)
     k = np.flatnonzero(keep)
     idx, side, n_left, n_right, a, b = idx[k], side[k], n_left[k], n_right[k], a[k], b[k]
     wl, wr, wn, unk = wl[k], wr[k], wn[k], unk[k]
-    if regression:
+    if poisson:
+        t_k = t[idx]
+        imp_l, imp_r = _deviance(a, wl), _deviance(b, wr)
+        gain = (_sum_log_mean(a, wl) + _sum_log_mean(b, wr) - _sum_log_mean(t_k, wn)) / wn
+        after = (wr / wn) * imp_r + (wl / wn) * imp_l
+    elif regression:
         imp_l, imp_r = _variance(a, wl), _variance(b, wr)
         gap = a[:, 1] / wl - b[:, 1] / wr
         gain = (wl / wn) * (wr / wn) * (gap * gap)

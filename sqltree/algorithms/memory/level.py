@@ -100,11 +100,19 @@ def partition(
     )
 
 
-def per_row_sums(level: Level, n_classes: int, bits: int | None, moments: bool) -> np.ndarray:
+def per_row_sums(level: Level, n_classes: int, bits: int | None, moments: bool,
+                 poisson: bool = False) -> np.ndarray:
     """Each row's terms of the histogram's sums: its weight in its class's column (an integer
-    count of ``2**-bits`` with ``bits``), or the moments ``w``, ``w*y``, ``w*y*y``."""
+    count of ``2**-bits`` with ``bits``), or the moments ``w``, ``w*y``, ``w*y*y``; with
+    ``poisson``, ``w*y*LN(y)`` (0 where y is not positive) last, as
+    ``cart.regression.poisson_terms`` writes them."""
     if moments:
         wy = level.w * level.y
+        if poisson:
+            positive = level.y > 0
+            with np.errstate(divide="ignore", invalid="ignore"):
+                last = np.where(positive, wy * np.log(np.where(positive, level.y, 1.0)), 0.0)
+            return np.column_stack([level.w, wy, last])
         return np.column_stack([level.w, wy, wy * level.y])
     if bits is None:
         out = np.zeros((len(level.w), n_classes), dtype=np.float64)
@@ -154,11 +162,13 @@ class Histogram:
     n_classes: int
     bits: int | None
     moments: bool = False
+    poisson: bool = False
     terms: np.ndarray = field(init=False)
     _groups: dict[int, Groups] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
-        self.terms = per_row_sums(self.level, self.n_classes, self.bits, self.moments)
+        self.terms = per_row_sums(self.level, self.n_classes, self.bits, self.moments,
+                                  self.poisson)
 
     def totals(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per node (ascending): its id, row count and sums (``attr = -1`` rows)."""
