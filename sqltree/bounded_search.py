@@ -87,6 +87,7 @@ def binned_sums(
     fixed: bool,
     bits: int | None,
     counts: Collection[str] = (),
+    distinct: bool = False,
 ) -> exp.Select:
     """Per (node, attr, bin ``b``) of the known values of the features in ``edges``, from a
     histogram with bins (``queries.build_histogram``'s ``search_bins``).
@@ -94,7 +95,8 @@ def binned_sums(
     Columns: node, attr, b, lo and hi (the bin's smallest and largest value), nlo (the next
     non-empty bin's smallest value, NULL after the last), and per ``columns[i]`` the sums
     ``s<i>`` over the bins before and ``e<i>`` through this one, in the scan's arithmetic
-    (``scan_term``: integers where ``fixed`` or ``bits``; convert with ``weights``).
+    (``scan_term``: integers where ``fixed`` or ``bits``; convert with ``weights``). With
+    ``distinct``, also ``d``: the bin's number of distinct values (a histogram may repeat one).
     """
     terms = [col(c) if c in counts else scan_term(c, fixed, bits) for c in columns]
     grouped = (
@@ -102,6 +104,8 @@ def binned_sums(
             col("node"), col("attr"), col("b"),
             alias(exp.func("MIN", col("v")), "lo"), alias(exp.func("MAX", col("v")), "hi"),
             *[alias(exp.func("SUM", t), f"t{i}") for i, t in enumerate(terms)],
+            *([alias(exp.Count(this=exp.Distinct(expressions=[col("v")])), "d")]
+              if distinct else []),
         )
         .from_(hist.copy(), copy=False)
         .where(_known_continuous(edges), copy=False)
@@ -109,7 +113,7 @@ def binned_sums(
     )
     part = [col("node"), col("attr")]
     return exp.select(
-        "node", "attr", "b", "lo", "hi",
+        "node", "attr", "b", "lo", "hi", *(["d"] if distinct else []),
         alias(window(exp.func("LEAD", col("lo")), part, [col("b")]), "nlo"),
         *[
             alias(window(exp.func("SUM", col(f"t{i}")), part, [col("b")], running=True)

@@ -125,9 +125,11 @@ def check_train_options(
         else:
             _check_cart(cart_options)
         return
-    if cart_options:
+    _check_search(cart_options)
+    cart_only = sorted(name for name in cart_options if name != "threshold_search")
+    if cart_only:
         raise UnsupportedOptionError(
-            f"{sorted(cart_options)} apply to algorithm='cart' only, not {algorithm!r}"
+            f"{cart_only} apply to algorithm='cart' only, not {algorithm!r}"
         )
     c45_pruning = pruning == "c4.5" or (pruning == "default" and algorithm == "c4.5")
     if not c45_pruning and (cf != DEFAULT_CF or subtree_raising is not True):
@@ -223,9 +225,7 @@ def _check_cart(options: Mapping[str, Any]) -> None:
     if criterion not in CART_CRITERIA:
         raise OptionError(f"criterion must be one of {CART_CRITERIA}, not {criterion!r}")
     _check_leaf_options(options)
-    search = options.get("threshold_search", "full")
-    if search not in THRESHOLD_SEARCH:
-        raise OptionError(f"threshold_search must be one of {THRESHOLD_SEARCH}, not {search!r}")
+    _check_search(options)
     class_weight = options.get("class_weight")
     if class_weight is None or class_weight == "balanced":
         return
@@ -235,6 +235,12 @@ def _check_cart(options: Mapping[str, Any]) -> None:
         )
     for label, w in class_weight.items():
         _number(f"class_weight[{label!r}]", w, low=0.0)
+
+
+def _check_search(options: Mapping[str, Any]) -> None:
+    search = options.get("threshold_search", "full")
+    if search not in THRESHOLD_SEARCH:
+        raise OptionError(f"threshold_search must be one of {THRESHOLD_SEARCH}, not {search!r}")
 
 
 def _check_leaf_options(options: Mapping[str, Any]) -> None:

@@ -163,7 +163,7 @@ def test_bad_option(value: Any) -> None:
 
 
 @given(case=trained_cases(dataclasses.replace(SPEC, max_rows=150), algorithm="cart"))
-@settings(max_examples=examples(8),
+@settings(max_examples=examples(5),
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 def test_hostile_tables(case: tuple[Any, dict[str, Any]]) -> None:
     table, opts = case
@@ -173,3 +173,148 @@ def test_hostile_tables(case: tuple[Any, dict[str, Any]]) -> None:
         full = train(table, {**opts, "threshold_search": "full"}, con)
         bounded = train(table, {**opts, "threshold_search": "bounded"}, con)
     assert_identical(full, bounded)
+
+
+# -- C4.5 and ID3 ---------------------------------------------------------------------------------
+@pytest.fixture
+def bound_every_level(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Bound every level, however few values its nodes hold (small tables would scan fully);
+    the list counts the bounded scoring queries built."""
+    from sqltree.algorithms import c45_scores
+
+    monkeypatch.setattr("sqltree.algorithms.c45.MIN_GROUP_VALUES", 0)
+    built: list[int] = []
+    real = c45_scores.bounded_best_cuts
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        built.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(c45_scores, "bounded_best_cuts", counted)
+    return built
+
+
+def assert_same_model(full: sqltree.Model, bounded: sqltree.Model) -> None:
+    """The whole model file alike but for the option asked and the run's own statistics."""
+    def comparable(model: sqltree.Model) -> dict[str, Any]:
+        out = model.to_dict()
+        out["options"] = {k: v for k, v in out["options"].items() if k != "threshold_search"}
+        out["stats"] = {"pruning": out["stats"].get("pruning")}
+        return out
+    assert comparable(bounded) == comparable(full), f"{full.text()}\n---\n{bounded.text()}"
+
+
+def both_c45(source: Any, **options: Any) -> tuple[sqltree.Model, sqltree.Model]:
+    full = sqltree.train(source, "label", threshold_search="full", **options)
+    bounded = sqltree.train(source, "label", threshold_search="bounded", **options)
+    return full, bounded
+
+
+def close_values(rows: int = 400, seed: int = 2) -> pd.DataFrame:
+    """``frame`` with a feature whose values lie 1e-6 apart in pairs (J48 cuts not between
+    them)."""
+    data = frame(rows=rows, seed=seed)
+    rng = np.random.default_rng(seed)
+    data["e"] = rng.integers(0, 60, rows) + rng.choice([0.0, 1e-6], rows)
+    return data
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"max_depth": 3, "weight": "w"},
+        {"max_depth": 3, "algorithm": "id3", "min_cases": 9, "missing": "drop"},
+    ],
+    ids=["j48-weights", "id3-min-cases-drop"],
+)
+def test_c45_same_model_as_full_scan(options: dict[str, Any],
+                                     bound_every_level: list[int]) -> None:
+    """J48's rules: fractional unknowns (the frame's NULLs) and weights in fixed point, its
+    minimum split weight, MDL; a feature with values closer than 1e-5 keeps the full scan."""
+    data = close_values()
+    data["w"] = np.random.default_rng(4).choice([0.5, 1.0, 2.25], len(data))
+    full, bounded = both_c45(data, **options)
+    assert_same_model(full, bounded)
+    assert bound_every_level
+
+
+def test_c45_most_classes(bound_every_level: list[int]) -> None:
+    """The most classes the bound takes (2 and 3 are the other tests')."""
+    full, bounded = both_c45(frame(MAX_BOUND_CLASSES, rows=300), max_depth=2)
+    assert_same_model(full, bounded)
+    assert bound_every_level
+
+
+def test_c45_scoring_rows_are_the_full_scans() -> None:
+    """The scoring rows, MDL counts of valid cuts included, are the full scan's."""
+    import duckdb
+
+    from sqltree.algorithms import c45_scores
+    from sqltree.algorithms.c45 import score_options
+    from sqltree.algorithms.c45_bounded import build_close_features
+    from sqltree.algorithms.c45_cuts import build_distinct_values
+    from sqltree.bounded_search import with_bins
+    from sqltree.dataset import describe
+    from sqltree.engines.duckdb import DuckDBEngine
+    from sqltree.grower import GrowOptions, bin_edges
+    from sqltree.queries import build_histogram, build_level0
+
+    con = duckdb.connect()
+    con.register("frame_view", frame(rows=3000))
+    con.execute("CREATE TABLE t AS SELECT * FROM frame_view")
+    engine = DuckDBEngine(con)
+    data = describe("t", engine, "label")
+    edges = bin_edges(data, 64)
+    assert edges is not None
+    level = engine.materialize("level", build_level0(data))
+    hist = engine.materialize("hist", with_bins(
+        build_histogram(level, data.features, 3), data.features, edges, True))
+    values = engine.materialize("values", build_distinct_values(hist, data.features))
+    close = {a for a, in engine.execute(build_close_features(values, 1e-5))}
+    assert close == {0}  # the normal feature has values closer than 1e-5, which bins miss
+    edges = {a: e for a, e in edges.items() if a not in close}
+    options = dataclasses.replace(score_options(GrowOptions()), ordered_scan=True,
+                                  fractional=False)
+    rows = [sorted(engine.execute(c45_scores.build_split_scores(
+        hist, data.features, 3, options, e))) for e in (None, edges)]
+    assert rows[1] == rows[0]
+    assert next(r[8] for r in rows[1] if r[1] == 2) > 100  # feature c: many valid cuts
+
+
+def test_c45_on_every_engine(engine_factory: Any, bound_every_level: list[int]) -> None:
+    engine, source = engine_factory(close_values(rows=300), "bounded45")
+    bounded = sqltree.train(source.copy(), "label", connection=engine, max_depth=2,
+                            threshold_search="bounded")
+    reference = sqltree.train(close_values(rows=300), "label", max_depth=2)
+    assert bounded.to_dict()["tree"] == reference.to_dict()["tree"]
+    # engines without MATERIALIZED CTEs (Spark) would compute the query's CTEs at each use,
+    # and keep the full scan
+    assert bool(bound_every_level) == engine.SUPPORTS_MATERIALIZED_CTE
+    if engine.SUPPORTS_MATERIALIZED_CTE:
+        full = sqltree.train(source.copy(), "label", connection=engine, max_depth=2,
+                             threshold_search="full")
+        assert_same_model(full, bounded)
+
+
+@given(case=trained_cases(dataclasses.replace(SPEC, max_rows=150), algorithm="c4.5"))
+@settings(max_examples=examples(3),
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+def test_c45_hostile_tables(case: tuple[Any, dict[str, Any]], bound_every_level: list[int]) -> None:
+    table, opts = case
+    opts = {k: v for k, v in opts.items() if k != "max_bins"}
+    with contextlib.closing(duckdb_with(table)) as con, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        full = train(table, {**opts, "threshold_search": "full"}, con)
+        bounded = train(table, {**opts, "threshold_search": "bounded"}, con)
+    assert_same_model(full, bounded)
+
+
+def test_estimators_take_threshold_search() -> None:
+    from sqltree.estimator import C45Classifier, DecisionTreeClassifier
+
+    data = frame(rows=120)
+    fitted = C45Classifier(max_depth=2, threshold_search="bounded").fit(
+        data[["a", "c"]].fillna(0.0), data["label"])
+    assert fitted.model_.to_dict()["options"]["threshold_search"] == "bounded"
+    cart = DecisionTreeClassifier(threshold_search="bounded")
+    assert cart._cart_options()["threshold_search"] == "bounded"

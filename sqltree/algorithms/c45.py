@@ -13,6 +13,7 @@ from typing import Any
 from sqlglot import exp
 
 from .. import queries as q
+from ..bounded_search import SEARCH_BINS, SEARCH_SAMPLE_ROWS, with_bins
 from ..criteria import J48_SMALL, TIE_TOLERANCE
 from ..dataset import Dataset, Feature
 from ..fixed_point import entropy_bound, fixed_point_bits
@@ -28,6 +29,12 @@ from ..grower import (
     load_rows,
 )
 from ..tree import CONTINUOUS, NOMINAL, Node, Split, argmax
+from .c45_bounded import (
+    MAX_C45_BOUND_CLASSES,
+    MIN_GROUP_VALUES,
+    build_close_features,
+    count_known,
+)
 from .c45_criteria import ScoreOptions
 from .c45_cuts import CHOSEN_COLUMNS, build_distinct_values, build_observed_thresholds
 from .c45_scores import SCORE_COLUMNS, build_branch_counts, build_split_scores
@@ -80,13 +87,50 @@ class C45Strategy(Strategy):
             if weight[attr] > 0 and n >= DENSE_VALUES * weight[attr]
         )
 
+    search_edges: dict[int, list[float]] | None = None
+    """Bin edges of the bound-pruned threshold search (``threshold_search="bounded"``), less
+    the features with values closer than J48's cut gap once those are known."""
+
     def build_level0(self) -> exp.Expression:
         options = self.options
         if options.max_bins:
             # J48 never cuts between values closer than its 1e-5, so neither do bin edges.
             gap = score_options(options).cut_gap
             self.bins = bin_edges(self.data, options.max_bins, gap)
+        elif (options.threshold_search == "bounded"
+              and self.n_classes <= MAX_C45_BOUND_CLASSES
+              # the bounded query reads its CTEs several times: inlined (Spark), they are
+              # planned and computed again at each reference
+              and self.data.engine.SUPPORTS_MATERIALIZED_CTE):
+            self.search_edges = bin_edges(self.data, SEARCH_BINS, sample_rows=SEARCH_SAMPLE_ROWS)
         return q.build_level0(self.data, self.bins, lookup=self.data.engine.VECTORIZED)
+
+    bounded_level = False
+    """Whether this level's continuous cuts are searched bound-pruned."""
+    _nodes = 1
+
+    def build_histogram(
+        self, level: exp.Table, features: list[Feature], nodes: int = 1
+    ) -> exp.Expression:
+        """The shared histogram, with the bounded search's bins."""
+        histogram = super().build_histogram(level, features, nodes)
+        self._nodes = nodes
+        if not self.search_edges:
+            return histogram
+        return with_bins(histogram, features, self.search_edges, self.data.engine.VECTORIZED)
+
+    def _choose_search(self, engine: Any, hist: exp.Table) -> None:
+        """Bound this level only where its (node, feature) groups hold many more values than
+        bins: in small groups the bins' aggregate and bounds cost more than the scan they
+        save. Groups only shrink with depth, so a level that scans fully ends the binning."""
+        self.bounded_level = False
+        if not self.search_edges:
+            return
+        (rows,), = engine.execute(count_known(hist, sorted(self.search_edges)))
+        groups = self._nodes * len(self.search_edges)
+        self.bounded_level = int(rows or 0) >= MIN_GROUP_VALUES * groups
+        if not self.bounded_level:
+            self.search_edges = None
 
     def on_histogram(self, engine: Any, hist: exp.Table, depth: int) -> None:
         if self.bins:  # thresholds are bin edges, observed values already
@@ -95,6 +139,14 @@ class C45Strategy(Strategy):
             self.values_table = engine.materialize(
                 "values", build_distinct_values(hist, self.data.features)
             )
+            gap = score_options(self.options).cut_gap
+            if self.search_edges and gap > 0:
+                # bins cannot see a gap too small to cut at: those features keep the full scan
+                close = {int(a) for a, in engine.execute(
+                    build_close_features(self.values_table, gap))}
+                self.search_edges = {
+                    a: e for a, e in self.search_edges.items() if a not in close}
+        self._choose_search(engine, hist)
 
     def may_split(self, p: Pending) -> bool:
         return _may_split(p, self.options)
@@ -107,7 +159,8 @@ class C45Strategy(Strategy):
             bits=self.hist_bits,
             entropy_bits=self.entropy_bits,
         )
-        return build_split_scores(hist, features, self.n_classes, options)
+        edges = self.search_edges if self.bounded_level else None
+        return build_split_scores(hist, features, self.n_classes, options, edges)
 
     def choose(self, rows: list[dict[str, Any]], p: Pending) -> _Choice | None:
         return choose_split(rows, self.data, self.options, p.used)

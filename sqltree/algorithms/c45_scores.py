@@ -8,7 +8,7 @@ chooses among these few rows (``c45.choose_split``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from sqlglot import exp
 
@@ -18,6 +18,7 @@ from ..queries import UNKNOWN_KEY, attr_in
 from ..running_sums import same_group
 from ..sqlexpr import alias, case, class_columns, col, num, safe_div, with_materialized, xlogx
 from ..tree import CONTINUOUS
+from .c45_bounded import bounded_best_cuts
 from .c45_criteria import LN2, ScoreOptions, SplitCriteria, node_feature_totals
 from .c45_cuts import best_cuts_ordered, best_cuts_windowed
 
@@ -33,24 +34,35 @@ def build_split_scores(
     features: Sequence[Feature],
     n_classes: int,
     options: ScoreOptions,
+    search_edges: Mapping[int, Sequence[float]] | None = None,
 ) -> exp.Select:
     """Information gain, split info and gain ratio of every candidate split of every node.
 
     One row per (node, feature) with the best threshold of a continuous feature (by gain, ties
     to the lowest threshold), or one row per candidate threshold when ``all_thresholds``.
-    Columns: ``SCORE_COLUMNS``.
+    Columns: ``SCORE_COLUMNS``. ``search_edges``: bin edges of the continuous features to
+    search bound-pruned (``c45_bounded``; the histogram holds their bins), the same rows.
     """
     agg = node_feature_totals(hist, features, class_columns(n_classes), options)
     criteria = SplitCriteria(n_classes, options)
     nominal = _nominal_scores(agg, [f.index for f in features if f.kind != CONTINUOUS], criteria)
-    continuous = attr_in([f.index for f in features if f.kind == CONTINUOUS])
+    attrs = [f.index for f in features if f.kind == CONTINUOUS]
+    edges = {} if options.all_thresholds else {
+        a: search_edges[a] for a in attrs if search_edges and a in search_edges}
     ctes: list[tuple[str, exp.Expression]] = []
-    if options.ordered_scan and not options.all_thresholds:
-        cuts = best_cuts_ordered(hist, agg, continuous, criteria, ctes)
-    else:
-        cuts = best_cuts_windowed(hist, agg, continuous, criteria)
-    both = exp.union(nominal, cuts, distinct=False, copy=False).subquery("u")
-    return with_materialized(_with_gain_ratio(both, options), ctes)
+    scanned = [a for a in attrs if a not in edges]
+    both: exp.Expression = nominal
+    if scanned or not edges:
+        if options.ordered_scan and not options.all_thresholds:
+            cuts = best_cuts_ordered(hist, agg, attr_in(scanned), criteria, ctes)
+        else:
+            cuts = best_cuts_windowed(hist, agg, attr_in(scanned), criteria)
+        both = exp.union(both, cuts, distinct=False, copy=False)
+    if edges:
+        bounded = bounded_best_cuts(hist, agg, edges, criteria, ctes, options.ordered_scan)
+        both = exp.union(both, bounded, distinct=False, copy=False)
+    return with_materialized(_with_gain_ratio(both.subquery("u"), options), ctes,
+                             options.ordered_scan)
 
 
 def _nominal_scores(

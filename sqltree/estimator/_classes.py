@@ -118,6 +118,9 @@ class DecisionTreeClassifier(_CART, SQLTreeClassifier):
         object columns are nominal anyway.
     max_bins : int, optional
         Cut continuous features into at most this many quantile bins (large data).
+    threshold_search : {"full", "bounded"}, default="full"
+        Exact mode: scan every value, or only the quantile bins whose gain bound can reach
+        the best cut (docs/exact-search.md); the same tree.
 
     Examples
     --------
@@ -150,6 +153,7 @@ class DecisionTreeClassifier(_CART, SQLTreeClassifier):
         ccp_alpha: float = 0.0,
         nominal: list[str] | None = None,
         max_bins: int | None = None,
+        threshold_search: str = "full",
     ) -> None:
         self.criterion = criterion
         self.splitter = splitter
@@ -165,12 +169,14 @@ class DecisionTreeClassifier(_CART, SQLTreeClassifier):
         self.ccp_alpha = ccp_alpha
         self.nominal = nominal
         self.max_bins = max_bins
+        self.threshold_search = threshold_search
 
     def _criterion_name(self) -> str:
         return "gini" if self.criterion == "gini" else "entropy"
 
     def _cart_options(self) -> dict[str, Any]:
-        return {**super()._cart_options(), "class_weight": self.class_weight}
+        return {**super()._cart_options(), "class_weight": self.class_weight,
+                "threshold_search": self.threshold_search}
 
 
 class DecisionTreeRegressor(_CART, SQLTreeRegressor):
@@ -200,6 +206,9 @@ class DecisionTreeRegressor(_CART, SQLTreeRegressor):
         boolean, categorical and object columns are nominal anyway.
     max_bins : int, optional
         Cut continuous features into at most this many quantile bins (large data).
+    threshold_search : {"full", "bounded"}, default="full"
+        Exact mode: scan every value, or only the quantile bins whose gain bound can reach
+        the best cut (docs/exact-search.md); the same tree.
 
     Examples
     --------
@@ -271,6 +280,9 @@ class C45Classifier(SQLTreeClassifier):
         object columns are nominal anyway.
     max_bins : int, optional
         Cut continuous features into at most this many quantile bins (large data).
+    threshold_search : {"full", "bounded"}, default="full"
+        Exact mode: scan every value, or only the quantile bins whose gain bound can reach
+        each feature's best cut (docs/exact-search.md); the same tree.
 
     Notes
     -----
@@ -302,6 +314,7 @@ class C45Classifier(SQLTreeClassifier):
         min_gain: float = 0.0,
         nominal: list[str] | None = None,
         max_bins: int | None = None,
+        threshold_search: str = "full",
     ) -> None:
         self.confidence_factor = confidence_factor
         self.min_objects = min_objects
@@ -313,6 +326,7 @@ class C45Classifier(SQLTreeClassifier):
         self.min_gain = min_gain
         self.nominal = nominal
         self.max_bins = max_bins
+        self.threshold_search = threshold_search
 
     def _check_params(self) -> None:
         if self.pruning not in ("c4.5", "pessimistic"):
@@ -346,6 +360,7 @@ class C45Classifier(SQLTreeClassifier):
             pruning=pruning,
             cf=self.confidence_factor if error_based else 0.25,
             subtree_raising=bool(self.subtree_raising) if error_based else True,
+            threshold_search=self.threshold_search,
         )
 
 
