@@ -133,3 +133,17 @@ def _same(a: Any, b: Any, tol: float) -> bool:
             return a is b
         return abs(float(a) - float(b)) <= tol * max(1.0, abs(float(a)))
     return a == b
+
+
+def close(a: Any, b: Any, rel: float = 1e-9) -> bool:
+    """Documents (dicts, lists, numbers) equal up to floats within ``rel`` of each other: sums
+    an engine adds in parallel may differ in their last bits from run to run."""
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(
+            close(a[k], b[k], rel) for k in a)
+    if isinstance(a, list):
+        return isinstance(b, list) and len(a) == len(b) and all(
+            close(x, y, rel) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=rel, abs_tol=1e-12)
+    return a == b

@@ -17,7 +17,7 @@ import pytest
 
 import sqltree
 from sqltree.cli import COMMAND_EXAMPLES, main
-from tests.helpers import DATA, GOLF, GOLF_TREE, ROOT, mixed_table
+from tests.helpers import DATA, GOLF, GOLF_TREE, ROOT, close, mixed_table
 
 
 def run_cli(*args, cwd=None):
@@ -133,6 +133,7 @@ def test_evaluate_unknown_majority_scores_the_majority_sql(with_unknowns, capsys
                  "--unknown", "majority"]) == 0
     got = json.loads(capsys.readouterr().out)
     title = f"Evaluation on {rows_path}"
-    assert got == json.loads(model.evaluate(str(rows_path), unknown="majority",
-                                            title=title).to_json())
+    # The engine's parallel sums of probabilities may differ in the last bit run to run.
+    assert close(got, json.loads(model.evaluate(str(rows_path), unknown="majority",
+                                                title=title).to_json()), rel=1e-12)
     assert got != json.loads(model.evaluate(str(rows_path), title=title).to_json())

@@ -16,7 +16,7 @@ from sqlglot import exp
 import sqltree
 from sqltree import crossval
 from sqltree.engines import get_engine
-from tests.helpers import GOLF_NUMERIC, WITHOUT_SPARK, _clean, mixed_table, read_csv
+from tests.helpers import GOLF_NUMERIC, WITHOUT_SPARK, _clean, close, mixed_table, read_csv
 
 
 def _odd_values() -> pd.DataFrame:
@@ -184,17 +184,7 @@ def test_cross_validation_is_the_same_on_every_engine(engine_factory) -> None:
     expected = _comparable(sqltree.cross_validate(frame, "play", **options))
     engine, source = engine_factory(frame)
     found = _comparable(sqltree.cross_validate(source, "play", connection=engine, **options))
-    assert _close(found, expected), (found, expected)
-
-
-def _close(a, b) -> bool:
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
-    if isinstance(a, list):
-        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, float):
-        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
-    return a == b
+    assert close(found, expected), (found, expected)
 
 
 @WITHOUT_SPARK  # its split is compared above, and training there in the test before
@@ -204,7 +194,7 @@ def test_holdout_is_the_same_on_every_engine(engine_factory) -> None:
     engine, source = engine_factory(frame)
     found_model, found = sqltree.holdout(source, "play", test_fraction=0.3, connection=engine)
     assert found_model.root.to_dict() == model.root.to_dict()
-    assert _close(found.to_dict(), expected.to_dict())
+    assert close(found.to_dict(), expected.to_dict())
 
 
 def test_holdout_keeps_the_fraction_of_each_class() -> None:
@@ -224,7 +214,7 @@ def test_a_postgresql_url_serves_every_fold(postgres_url) -> None:
     options = {"folds": 2, "algorithm": "id3", "max_depth": 1}
     expected = _comparable(sqltree.cross_validate(frame, "play", **options))
     found = _comparable(sqltree.cross_validate(frame, "play", connection=postgres_url, **options))
-    assert _close(found, expected)
+    assert close(found, expected)
 
 
 # -- refusals --------------------------------------------------------------------------------------
