@@ -205,6 +205,7 @@ def assert_same_model(full: sqltree.Model, bounded: sqltree.Model) -> None:
 
 
 def both_c45(source: Any, **options: Any) -> tuple[sqltree.Model, sqltree.Model]:
+    options.setdefault("plan", "tables")  # a small DataFrame would otherwise grow in memory
     full = sqltree.train(source, "label", threshold_search="full", **options)
     bounded = sqltree.train(source, "label", threshold_search="bounded", **options)
     return full, bounded
