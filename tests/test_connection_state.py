@@ -245,14 +245,15 @@ def test_postgres_session_is_given_back(postgres_url: str, mode: str, outcome: s
         before = pg_state(conn)
         frame = mixed_table(2000)
         if outcome == "success":
-            model = sqltree.train(frame, target="label", connection=conn, max_depth=3)
+            model = sqltree.train(frame, target="label", connection=conn, max_depth=3,
+                                  plan="tables")
             assert pg_state(conn) == before
             model.predict(frame, connection=conn)
         else:
             with pytest.raises(Boom):
                 sqltree.train(
                     frame, target="label", connection=conn, max_depth=3,
-                    progress=fail_at_level(2),
+                    progress=fail_at_level(2), plan="tables",
                 )
         assert pg_state(conn) == before
         assert pg_leftovers(conn) == []
@@ -271,7 +272,8 @@ def test_two_threads_train_on_one_postgres_connection(postgres_url: str, mode: s
     try:
         before = pg_state(conn)
         results, errors = run_in_threads(
-            lambda: sqltree.train(frame, target="label", connection=conn, max_depth=3).text()
+            lambda: sqltree.train(frame, target="label", connection=conn, max_depth=3,
+                                  plan="tables").text()
         )
         assert errors == []
         assert results == [want, want]
@@ -360,13 +362,14 @@ def test_spark_session_is_given_back_and_quiet(spark: Any, outcome: str, tmp_pat
         engine = SparkEngine(spark)
         with spark_warnings(spark, tmp_path / "warnings.log") as log:
             if outcome == "success":
-                model = sqltree.train(frame, target="label", connection=engine, max_depth=3)
+                model = sqltree.train(frame, target="label", connection=engine, max_depth=3,
+                                      plan="tables")
                 model.predict(frame, connection=engine)
             else:
                 with pytest.raises(Boom):
                     sqltree.train(
                         frame, target="label", connection=engine, max_depth=3,
-                        progress=fail_at_level(2),
+                        progress=fail_at_level(2), plan="tables",
                     )
         assert spark_state(spark) == before
         assert [t.name for t in spark.catalog.listTables() if t.name.startswith("sqltree_")] == []
@@ -399,9 +402,11 @@ def test_spark_statements_do_not_grow_with_the_tree(spark: Any) -> None:
 
     frame = wide_tree_frame()
     root_only = SparkEngine(spark)
-    sqltree.train(frame, target="y", min_cases=1, max_depth=1, connection=root_only)
+    # plan="tables": a DataFrame this small would otherwise grow in memory
+    sqltree.train(frame, target="y", min_cases=1, max_depth=1, connection=root_only,
+                  plan="tables")
     engine = SparkEngine(spark)
-    model = sqltree.train(frame, target="y", min_cases=1, connection=engine)
+    model = sqltree.train(frame, target="y", min_cases=1, connection=engine, plan="tables")
     assert model.n_leaves > 1000
     assert model.stats["pruning"]["queries"] > 0  # subtree raising recounted in the engine
     assert engine.stats.max_statement_chars <= root_only.stats.max_statement_chars
