@@ -104,18 +104,16 @@ def test_on_every_engine(engine_factory: Any) -> None:
         n.get("threshold") for n in reference.to_dict()["tree"]]
 
 
-def test_fewer_candidates_same_best() -> None:
-    """The bounded search scores far fewer continuous cuts than there are, and the scoring
-    query's best candidate is the full scan's."""
+def binned_histogram(counts: bool) -> tuple[Any, Any, Any, Any, Any]:
+    """A 3,000-row ``frame`` in DuckDB: its engine, description, 64 quantile edges per
+    continuous feature, level 0 and its histogram with bins."""
     import duckdb
 
-    from sqltree.algorithms.cart import scores
     from sqltree.bounded_search import with_bins
     from sqltree.dataset import describe
     from sqltree.engines.duckdb import DuckDBEngine
     from sqltree.grower import bin_edges
     from sqltree.queries import build_histogram, build_level0
-    from sqltree.sqlexpr import with_materialized
 
     con = duckdb.connect()
     con.register("frame_view", frame(rows=3000))
@@ -126,7 +124,17 @@ def test_fewer_candidates_same_best() -> None:
     assert edges is not None
     level = engine.materialize("level", build_level0(data))
     hist = engine.materialize("hist", with_bins(
-        build_histogram(level, data.features, 3, counts=True), data.features, edges, True))
+        build_histogram(level, data.features, 3, counts=counts), data.features, edges, True))
+    return engine, data, edges, level, hist
+
+
+def test_fewer_candidates_same_best() -> None:
+    """The bounded search scores far fewer continuous cuts than there are, and the scoring
+    query's best candidate is the full scan's."""
+    from sqltree.algorithms.cart import scores
+    from sqltree.sqlexpr import with_materialized
+
+    engine, data, edges, _level, hist = binned_histogram(counts=True)
 
     def count(candidates: Any, ctes: list[Any]) -> int:
         query = exp.select(exp.func("COUNT", exp.Star())).from_(candidates.subquery("c"))
@@ -248,28 +256,13 @@ def test_c45_most_classes(bound_every_level: list[int]) -> None:
 
 def test_c45_scoring_rows_are_the_full_scans() -> None:
     """The scoring rows, MDL counts of valid cuts included, are the full scan's."""
-    import duckdb
-
     from sqltree.algorithms import c45_scores
     from sqltree.algorithms.c45 import score_options
     from sqltree.algorithms.c45_bounded import build_close_features
     from sqltree.algorithms.c45_cuts import build_distinct_values
-    from sqltree.bounded_search import with_bins
-    from sqltree.dataset import describe
-    from sqltree.engines.duckdb import DuckDBEngine
-    from sqltree.grower import GrowOptions, bin_edges
-    from sqltree.queries import build_histogram, build_level0
+    from sqltree.grower import GrowOptions
 
-    con = duckdb.connect()
-    con.register("frame_view", frame(rows=3000))
-    con.execute("CREATE TABLE t AS SELECT * FROM frame_view")
-    engine = DuckDBEngine(con)
-    data = describe("t", engine, "label")
-    edges = bin_edges(data, 64)
-    assert edges is not None
-    level = engine.materialize("level", build_level0(data))
-    hist = engine.materialize("hist", with_bins(
-        build_histogram(level, data.features, 3), data.features, edges, True))
+    engine, data, edges, _level, hist = binned_histogram(counts=False)
     values = engine.materialize("values", build_distinct_values(hist, data.features))
     close = {a for a, in engine.execute(build_close_features(values, 1e-5))}
     assert close == {0}  # the normal feature has values closer than 1e-5, which bins miss
