@@ -118,9 +118,16 @@ class _Estimates:
     def __init__(self, cf: float) -> None:
         self.cf = cf
         self._kept: dict[int, float] = {}
+        # A grown tree's leaves repeat a few small counts (424,545 of the 1M file's 709,560
+        # leaves hold less than 2 rows): each distinct one is estimated once.
+        self._leaves: dict[tuple[float, ...], float] = {}
 
     def leaf(self, counts: Sequence[float]) -> float:
-        return estimated_errors(counts, self.cf)
+        key = tuple(counts)
+        found = self._leaves.get(key)
+        if found is None:
+            found = self._leaves[key] = estimated_errors(counts, self.cf)
+        return found
 
     def subtree(self, node: Node) -> float:
         if node.is_leaf:
@@ -135,18 +142,26 @@ class _Estimates:
         self._kept[id(node)] = errors
 
 
-def _training_errors(root: Node) -> dict[int, float]:
-    """Training errors of every subtree, summed over children as J48 does."""
+def _training_errors(root: Node) -> tuple[list[Node], dict[int, float]]:
+    """Every internal node, parents first, and the training errors of every internal node's
+    subtree, summed over children as J48 does (a plain loop: a grown tree has a million
+    nodes)."""
+    order: list[Node] = []
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.split is not None:
+            order.append(node)
+            stack.extend(node.children)
     errors: dict[int, float] = {}
-    for node in reversed(list(root.walk())):  # children before their parent
-        if node.is_leaf:
-            errors[id(node)] = _incorrect(node.counts)
-        else:
-            total = 0.0
-            for child in node.children:
-                total += errors[id(child)]
-            errors[id(node)] = total
-    return errors
+    get = errors.get
+    for node in reversed(order):  # children before their parent
+        total = 0.0
+        for child in node.children:
+            below = get(id(child))
+            total += _incorrect(child.counts) if below is None else below
+        errors[id(node)] = total
+    return order, errors
 
 
 def _leaf(node: Node) -> None:
@@ -172,17 +187,25 @@ def collapse(root: Node) -> int:
     root would on its own (less 1e-3) by a leaf, top down; J48 does this before pruning, and
     also when it does not prune (-U). Returns the number of subtrees collapsed.
     """
-    errors = _training_errors(root)
+    return _collapse(root)[0]
 
-    def visit(node: Node) -> int:
-        if node.is_leaf:
-            return 0
-        if errors[id(node)] >= _incorrect(node.counts) - 1e-3:
-            _leaf(node)
-            return 1
-        return sum(visit(child) for child in node.children)
 
-    return visit(root)
+def _collapse(root: Node) -> tuple[int, int]:
+    """:func:`collapse`, and the number of leaves the tree lost."""
+    order, errors = _training_errors(root)
+    gone: set[int] = set()  # nodes below a collapsed one: no longer in the tree
+    collapsed = lost = 0
+    for node in order:  # parents before their children
+        below = id(node) in gone
+        if below or errors[id(node)] >= _incorrect(node.counts) - 1e-3:
+            for child in node.children:
+                gone.add(id(child))
+                lost += child.split is None
+            if not below:
+                _leaf(node)
+                collapsed += 1
+                lost -= 1  # the node is a leaf now
+    return collapsed, lost
 
 
 # -- C4.5 error-based pruning ------------------------------------------------------------------
@@ -204,6 +227,7 @@ def prune_c45(
     collapse_first: bool = True,
     batch: bool = True,
     rows: Any = None,
+    leaves: int | None = None,
 ) -> PruneStats:
     """Prune ``root`` in place as J48 does (``-C cf``; ``-S`` is ``subtree_raising=False``).
 
@@ -219,17 +243,18 @@ def prune_c45(
     affect each other, so all nodes whose children are final are decided together, with one
     recount statement per round (about one per level of the tree instead of one per node).
     The resulting tree is the same. ``rows``: the training rows where the memory plan holds
-    them, recounted there instead of in the engine.
+    them, recounted there instead of in the engine. ``leaves``: the tree's leaves, where the
+    caller has counted them.
     """
-    stats = PruneStats("c4.5", leaves_before=count_leaves(root))
+    stats = PruneStats("c4.5", leaves_before=count_leaves(root) if leaves is None else leaves)
     if collapse_first:
         started = time.perf_counter()
-        stats.collapsed = collapse(root)
+        stats.collapsed, lost = _collapse(root)
         if stats.collapsed:  # a walk over every node of the grown tree: seconds at 1M rows
             reporting.step(
                 "prune",
                 f"collapsed {reporting.count(stats.collapsed, 'subtree')} that fix no "
-                f"training error: {count_leaves(root):,} leaves, "
+                f"training error: {stats.leaves_before - lost:,} leaves, "
                 f"{time.perf_counter() - started:.2f} s",
                 collapsed=stats.collapsed,
             )
@@ -346,8 +371,9 @@ def _carry_out(
     estimates.keep(node, estimates.subtree(node))
 
 
-def _settled(node: Node, estimates: _Estimates, known: dict[int, list[float]]) -> str | None:
-    """J48's choice for ``node``, if the lower bound of its raised branch's estimate from
+def _settled(node: Node, branch: Node, estimates: _Estimates, known: dict[int, list[float]]
+             ) -> str | None:
+    """J48's choice for ``node``, if the lower bound of its raised ``branch``'s estimate from
     ``known`` (``recount.known_counts``) settles it without the branch's recount, else None.
 
     Each leaf's recounted weights are the known ones plus more, and C4.5's estimate of a leaf,
@@ -358,7 +384,6 @@ def _settled(node: Node, estimates: _Estimates, known: dict[int, list[float]]) -
     needs the recount. ``margin`` covers the bound's rounding (DOUBLE sums in any order, J48's
     SMALL in each leaf's errors).
     """
-    branch = node.children[_max_bag(node)]
     leaves = list(branch.leaves())
     bound = sum(estimates.leaf(known.get(id(leaf), [])) for leaf in leaves)
     margin = 1e-8 * node.weight + 4 * SMALL * (len(leaves) + 1)
@@ -388,29 +413,32 @@ def _prune_c45_rounds(
     bounded = router.data.engine.VECTORIZED and router.in_memory is None
     for number, nodes in enumerate(rounds, 1):
         started, before = time.perf_counter(), (stats.pruned, stats.raised)
-        round_ = [(node, _path(node, parents)) for node in nodes]
-        raising = [(node, path) for node, path in round_
-                   if not node.children[_max_bag(node)].is_leaf]
+        # (node, path, largest branch) of the nodes that raising might change: only they
+        # need their path (round 1, 54,161 nodes of the 1M tree, has none)
+        raising: list[tuple[Node, list[tuple[Node, int]], Node]] = []
+        for node in nodes:
+            branch = node.children[_max_bag(node)]
+            if branch.split is None:  # raising the leaf is making the node a leaf
+                outcome = _outcome(node, estimates, estimates.leaf(node.counts))
+                _carry_out(node, [], estimates, router, stats, None, outcome)
+            else:
+                raising.append((node, _path(node, parents), branch))
         settled: dict[int, str] = {}
         if raising and bounded:
-            known = known_counts(router, [(p, n.children[_max_bag(n)]) for n, p in raising])
-            for node, _ in raising:
-                outcome = _settled(node, estimates, known)
+            known = known_counts(router, [(path, branch) for _, path, branch in raising])
+            for node, _, branch in raising:
+                outcome = _settled(node, branch, estimates, known)
                 if outcome is not None:
                     settled[id(node)] = outcome
-        entries = [(path, node.children[_max_bag(node)]) for node, path in raising
-                   if id(node) not in settled]
+        entries = [(path, branch) for node, path, branch in raising if id(node) not in settled]
         raised = recount_raised(router, entries) if entries else {}
-        for node, path in round_:
+        for node, path, branch in raising:
             if id(node) in settled:
                 _carry_out(node, path, estimates, router, stats, None, settled[id(node)])
                 continue
-            branch = node.children[_max_bag(node)]
-            own = None
-            if not branch.is_leaf:
-                own = {id(n): raised[id(n)] for n in branch.walk() if id(n) in raised}
+            own = {id(n): raised[id(n)] for n in branch.walk() if id(n) in raised}
             _decide(node, path, estimates, router, stats, own)
-        _report_round(number, len(round_), stats, before, time.perf_counter() - started,
+        _report_round(number, len(nodes), stats, before, time.perf_counter() - started,
                       len(raising) - len(entries), len(entries))
 
 
