@@ -91,6 +91,21 @@ def test_collapse_removes_subtrees_that_fix_no_training_error() -> None:
     assert root.children[0].is_leaf and not root.children[1].is_leaf
 
 
+def test_collapse_reports_the_leaves_it_leaves() -> None:
+    """A collapsed subtree with internal nodes below it: the progress line's leaf count,
+    worked out by the collapse itself, is the tree's."""
+    inner = nominal("c", ["p", "q"], [leaf([2.0, 1.0]), leaf([1.0, 0.0])])
+    useless = nominal("b", ["p", "q"], [inner, leaf([3.0, 1.0])])
+    useful = nominal("d", ["p", "q"], [leaf([4.0, 0.0]), leaf([0.0, 4.0])])
+    root = nominal("a", ["x", "y"], [useless, useful])
+    heard: list[progress.Event] = []
+    with progress.listening(heard.append):
+        stats = prune_c45(root, None, subtree_raising=False, leaves=5)
+    assert stats.collapsed == 1 and root.children[0].is_leaf
+    line = next(e.message for e in heard if e.message.startswith("collapsed"))
+    assert ": 3 leaves" in line, line
+
+
 def test_quinlan_voting_example_is_pruned() -> None:
     """C4.5 (1993), section 4.2: three pure leaves of 6, 9 and 1 cases under a node of 16 with
     one error; the subtree's estimate exceeds the leaf's, so the subtree goes."""

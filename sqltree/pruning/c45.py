@@ -21,6 +21,7 @@ from statistics import NormalDist
 from typing import Any
 
 from .. import progress as reporting
+from ..compiler import collector_paused
 from ..criteria import J48_SMALL
 from ..dataset import Dataset
 from ..tree import Node
@@ -249,7 +250,8 @@ def prune_c45(
     stats = PruneStats("c4.5", leaves_before=count_leaves(root) if leaves is None else leaves)
     if collapse_first:
         started = time.perf_counter()
-        stats.collapsed, lost = _collapse(root)
+        with collector_paused():  # walks of a million nodes: the collector's passes cost more
+            stats.collapsed, lost = _collapse(root)
         if stats.collapsed:  # a walk over every node of the grown tree: seconds at 1M rows
             reporting.step(
                 "prune",
@@ -404,7 +406,8 @@ def _prune_c45_rounds(
     undecided node are undecided, so its path is the one the tree had then.
     """
     started = time.perf_counter()
-    rounds, parents = _by_height(root)
+    with collector_paused():
+        rounds, parents = _by_height(root)
     reporting.statement(  # a walk of every node: seconds for a million-row tree
         time.perf_counter() - started,
         f"{sum(map(len, rounds)):,} nodes ordered into {len(rounds)} rounds by height",
@@ -416,13 +419,14 @@ def _prune_c45_rounds(
         # (node, path, largest branch) of the nodes that raising might change: only they
         # need their path (round 1, 54,161 nodes of the 1M tree, has none)
         raising: list[tuple[Node, list[tuple[Node, int]], Node]] = []
-        for node in nodes:
-            branch = node.children[_max_bag(node)]
-            if branch.split is None:  # raising the leaf is making the node a leaf
-                outcome = _outcome(node, estimates, estimates.leaf(node.counts))
-                _carry_out(node, [], estimates, router, stats, None, outcome)
-            else:
-                raising.append((node, _path(node, parents), branch))
+        with collector_paused():  # no statement: Python over (in round 1) most of the tree
+            for node in nodes:
+                branch = node.children[_max_bag(node)]
+                if branch.split is None:  # raising the leaf is making the node a leaf
+                    outcome = _outcome(node, estimates, estimates.leaf(node.counts))
+                    _carry_out(node, [], estimates, router, stats, None, outcome)
+                else:
+                    raising.append((node, _path(node, parents), branch))
         settled: dict[int, str] = {}
         if raising and bounded:
             known = known_counts(router, [(path, branch) for _, path, branch in raising])
