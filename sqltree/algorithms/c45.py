@@ -148,6 +148,9 @@ class C45Strategy(Strategy):
                     a: e for a, e in self.search_edges.items() if a not in close}
         self._choose_search(engine, hist)
 
+    def level_search(self) -> str:
+        return "bounded" if self.bounded_level else super().level_search()
+
     def may_split(self, p: Pending) -> bool:
         return _may_split(p, self.options)
 
