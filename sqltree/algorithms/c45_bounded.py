@@ -178,56 +178,54 @@ def close_pairs(hist: exp.Table, values: exp.Table, attrs: Sequence[int], gap: f
                 ctes: list[tuple[str, exp.Expression]]) -> None:
     """Per (node, attr): ``n_close``, the values of the unscanned all-valid bins of
     ``bin_bounds``, but each bin's first, that are not more than ``gap`` above their
-    predecessor in the node: the bins' invalid cuts. Adds the CTEs ``close_wit`` and
+    predecessor in the node: the bins' invalid cuts. Adds the CTEs ``close_rows`` and
     ``close_pairs``.
 
-    Such a value ``b`` has a value ``a`` of the node below it with ``a + gap >= b`` (its
-    predecessor ``p`` is one, and for any such ``a``, ``a <= p``, rounding is monotone), so no
-    sort is needed: an equi-join on ``close_bucket`` (the witness ``a`` in its bucket and the
-    next), then the exact test. ``values`` (``build_close_values``) keeps the join to the values
-    that can be either side.
+    Such a value ``b`` has a value ``a`` of its bin below it with ``a + gap >= b`` (its
+    predecessor is one, in the bin as ``b`` is not the bin's first; and any such ``a`` lies
+    at or below the predecessor, rounding being monotone), so no sort is needed: an equi-join
+    on ``close_bucket`` (the witness ``a`` in its bucket and the next), then the exact test.
+    ``values`` (``build_close_values``) keeps the join to the values that can be either side.
     """
-    def rows(role: str) -> exp.Select:
-        return (
-            exp.select(col("node", "h"), col("attr", "h"), col("v", "h"), col("bk", "c"))
-            .from_(alias(hist.copy(), "h"), copy=False)
-            .join(alias(values.copy(), "c"), on=exp.and_(
-                exp.EQ(this=col("attr", "h"), expression=col("attr", "c")),
-                exp.EQ(this=col("v", "h"), expression=col("v", "c"))), copy=False)
-            .where(exp.and_(attr_in(attrs, "h"),
-                            exp.EQ(this=col(role, "c"), expression=num(1))), copy=False)
-        )
-
-    ctes.append(("close_wit", rows("to_next")))
-    witnesses = exp.union(
-        exp.select("node", "attr", "v", "bk").from_("close_wit"),
-        exp.select("node", "attr", "v", alias(col("bk") + num(1), "bk")).from_("close_wit"),
-        distinct=False,
-    )
     unscanned = exp.and_(
+        attr_in(attrs, "h"),
         exp.EQ(this=col("scan", "k"), expression=num(0)),
         exp.EQ(this=col("all_valid", "k"), expression=num(1)),
-        exp.GT(this=col("v", "h"), expression=col("lo", "k")),
     )
-    candidates = rows("to_prev").select(col("b", "h"), copy=False).join(
-        alias(exp.to_table("bin_bounds"), "k"),
-        on=exp.and_(same_group("h", "k"), exp.EQ(this=col("b", "h"), expression=col("b", "k"))),
-        copy=False,
-    ).where(unscanned, copy=False)
-    pairs = (
+    ctes.append(("close_rows", (
+        exp.select(col("node", "h"), col("attr", "h"), col("b", "h"), col("v", "h"),
+                   col("lo", "k"), col("bk", "c"), col("to_prev", "c"), col("to_next", "c"))
+        .from_(alias(hist.copy(), "h"), copy=False)
+        .join(alias(exp.to_table("bin_bounds"), "k"), on=exp.and_(
+            same_group("h", "k"), exp.EQ(this=col("b", "h"), expression=col("b", "k"))),
+            copy=False)
+        .join(alias(values.copy(), "c"), on=exp.and_(
+            exp.EQ(this=col("attr", "h"), expression=col("attr", "c")),
+            exp.EQ(this=col("v", "h"), expression=col("v", "c"))), copy=False)
+        .where(unscanned, copy=False)
+    )))
+    witness = exp.EQ(this=col("to_next"), expression=num(1))
+    witnesses = exp.union(
+        exp.select("node", "attr", "b", "v", "bk").from_("close_rows").where(witness),
+        exp.select("node", "attr", "b", "v", alias(col("bk") + num(1), "bk"))
+        .from_("close_rows").where(witness.copy()),
+        distinct=False,
+    )
+    key = exp.and_(same_group("c", "w"), *[exp.EQ(this=col(c, "c"), expression=col(c, "w"))
+                                           for c in ("b", "bk")])
+    ctes.append(("close_pairs", (
         exp.select(col("node", "c"), col("attr", "c"),
                    alias(exp.Count(this=exp.Distinct(expressions=[col("v", "c")])), "n_close"))
-        .from_(candidates.subquery("c", copy=False), copy=False)
-        .join(witnesses.subquery("w", copy=False), on=exp.and_(
-            same_group("c", "w"), exp.EQ(this=col("bk", "c"), expression=col("bk", "w"))),
-            copy=False)
+        .from_(alias(exp.to_table("close_rows"), "c"), copy=False)
+        .join(witnesses.subquery("w", copy=False), on=key, copy=False)
         .where(exp.and_(
+            exp.EQ(this=col("to_prev", "c"), expression=num(1)),
+            exp.GT(this=col("v", "c"), expression=col("lo", "c")),
             exp.LT(this=col("v", "w"), expression=col("v", "c")),
             exp.GTE(this=paren(col("v", "w") + num(gap)), expression=col("v", "c")),
         ), copy=False)
         .group_by(col("node", "c"), col("attr", "c"), copy=False)
-    )
-    ctes.append(("close_pairs", pairs))
+    )))
 
 
 def _scored(lefts: exp.Select, criteria: SplitCriteria) -> exp.Select:
