@@ -282,6 +282,34 @@ def test_c45_scoring_rows_are_the_full_scans() -> None:
     assert [r[8] for r in rows[2] if r[1] == 0] > [r[8] for r in rows[0] if r[1] == 0]
 
 
+def test_c45_close_values_scored_as_the_full_scan(bound_every_level: list[int]) -> None:
+    """Clusters of values that are close only in double rounding, at the largest magnitudes
+    where J48's 1e-5 still separates doubles (2**36: 1.5e-5 apart, below 2**36: 7.6e-6),
+    across zero and with negative values: every level's scoring rows, valid cuts counted, are
+    the full scan's."""
+    from sqltree.algorithms.c45 import C45Strategy
+
+    rng = np.random.default_rng(7)
+    data = close_values(rows=400, seed=7)
+    base = rng.choice([-(2.0**36), 2.0**36 - 2**-14, 0.0, 5.0, 2.0**37], len(data))
+    data["e"] = base + rng.integers(0, 40, len(data)) * 1e-3 + rng.integers(0, 3, len(data)) * (
+        np.spacing(np.abs(base)) + 1e-7 * (base == 0))
+    scored: dict[str, list[Any]] = {"full": [], "bounded": []}
+    real = C45Strategy.score_rows
+
+    def recorded(self: Any, hist: Any, features: Any) -> Any:
+        rows = real(self, hist, features)
+        scored[self.options.threshold_search].append(sorted(map(tuple, rows)))
+        return rows
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(C45Strategy, "score_rows", recorded)
+        full, bounded = both_c45(data, max_depth=3)
+    assert scored["bounded"] == scored["full"]
+    assert_same_model(full, bounded)
+    assert bound_every_level and all(bound_every_level)
+
+
 def test_c45_on_every_engine(engine_factory: Any, bound_every_level: list[int]) -> None:
     engine, source = engine_factory(close_values(rows=300), "bounded45")
     bounded = sqltree.train(source.copy(), "label", connection=engine, max_depth=2,
