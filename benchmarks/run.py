@@ -164,8 +164,7 @@ def sqltree_worker(args: argparse.Namespace) -> dict[str, Any]:
         options = {"task": "regression", "max_depth": args.max_depth}
     if args.max_bins:
         options["max_bins"] = args.max_bins
-    if args.threshold_search != "full":
-        options["threshold_search"] = args.threshold_search
+    options["threshold_search"] = args.threshold_search
     if args.pruning != "default":
         options["pruning"] = None if args.pruning == "none" else args.pruning
     if args.algorithm == "c4.5" and not regression:
@@ -496,9 +495,9 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--memory-limit", default=None, help="DuckDB memory_limit, e.g. 4GB")
     p.add_argument(
-        "--threshold-search", default="full",
-        help="sqltree's exact threshold search: full, bounded, or both comma-separated (each "
-        "its own sqltree run) (default: %(default)s)",
+        "--threshold-search", default="auto",
+        help="sqltree's exact threshold search: auto, full or bounded, several "
+        "comma-separated (each its own sqltree run) (default: %(default)s)",
     )
     p.add_argument(
         "--plan", default="auto", choices=["auto", "tables", "select"],
@@ -556,7 +555,7 @@ def main(argv: list[str] | None = None) -> None:
     runs = [(side, search) for side in args.sides
             for search in (searches if side == "sqltree" else [""])]
     for side, search in runs:
-        args.threshold_search = search or "full"
+        args.threshold_search = search or "auto"
         result = run_side(side, args, train, test)
         mode = f"binned {args.max_bins}" if args.max_bins else f"exact ({args.threshold_search})"
         where = (" on PostgreSQL" if args.postgres else "") + (
@@ -589,12 +588,13 @@ def main(argv: list[str] | None = None) -> None:
     for r in results:
         if r.get("levels"):
             print(f"\n{r['label']} per level:\n")
-            print("| level | nodes | splits | queries | scans | s |")
-            print("| --- | --- | --- | --- | --- | --- |")
+            print("| level | nodes | splits | search | queries | scans | s |")
+            print("| --- | --- | --- | --- | --- | --- | --- |")
             for lv in r["levels"]:
                 print(
-                    f"| {lv['depth']} | {lv['nodes']} | {lv['splits']} | {lv['queries']} | "
-                    f"{lv['scans']} | {lv['seconds']:.2f} |"
+                    f"| {lv['depth']} | {lv['nodes']} | {lv['splits']} | "
+                    f"{lv.get('search', '')} | {lv['queries']} | {lv['scans']} | "
+                    f"{lv['seconds']:.2f} |"
                 )
     _write_json(args.json, results)
 

@@ -42,6 +42,11 @@ MAX_BOUND_CLASSES = 4
 """Above this many classes the bound's 2^k corners (two unknown sides each) make an expression
 too large to pay; those trees use the full scan."""
 
+MIN_GROUP_VALUES = 4 * SEARCH_BINS
+"""Histogram rows per (node, bounded feature) a level needs for the bounded search to pay:
+levels with fewer than about 300 rows per group were no faster bounded on the 200k and
+1M-row benchmarks (benchmarks/README.md), levels with more were faster."""
+
 Edges = Mapping[int, Sequence[float]]
 
 

@@ -170,10 +170,11 @@ def _add_cart_and_engine_flags(t: argparse.ArgumentParser) -> None:
     cart.add_argument("--min-samples-leaf", type=float, metavar="N")
     cart.add_argument("--max-leaf-nodes", type=int, metavar="N")
     cart.add_argument("--ccp-alpha", type=float, metavar="ALPHA")
-    cart.add_argument("--threshold-search", choices=["full", "bounded"],
-                      help="exact mode (CART, C4.5, ID3): scan every value (full, the default) "
-                           "or only the quantile bins whose gain bound can reach the best cut; "
-                           "the same tree")
+    cart.add_argument("--threshold-search", choices=["auto", "full", "bounded"],
+                      help="exact mode (CART, C4.5, ID3): scan every value (full) or only the "
+                           "quantile bins whose gain bound can reach the best cut (bounded); "
+                           "the same tree. auto (the default): bounded for CART classification "
+                           "on DuckDB while levels are large enough to pay, else full")
     t.add_argument("--plan", choices=["auto", "tables", "select", "memory"], default="auto",
                    help="where each level's rows live: temporary tables, single SELECTs over "
                         "the source (read-only connections), or memory (CART: the rows read "

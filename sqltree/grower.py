@@ -63,8 +63,9 @@ class GrowOptions:
     class_weight: Any = None
     ccp_alpha: float = 0.0
     # exact thresholds: "bounded" scans only the quantile bins whose gain bound can win
-    # (``sqltree.bounded_search``), "full" every value
-    threshold_search: str = "full"
+    # (``sqltree.bounded_search``), "full" every value, "auto" bounded where it was measured
+    # faster (the algorithm's strategy decides, per level)
+    threshold_search: str = "auto"
     task: str = "classification"
 
     @property
@@ -81,6 +82,9 @@ class LevelStats:
     queries: int
     scans: int
     seconds: float
+    search: str = "full"
+    """How the level's continuous cuts were searched: "full", "bounded" or "binned"
+    (``Strategy.level_search``)."""
 
 
 @dataclass
@@ -173,6 +177,10 @@ class Strategy:
 
     bins: dict[int, list[float]] | None = None
     """Bin edges per continuous feature index in binned mode (set by ``build_level0``)."""
+
+    def level_search(self) -> str:
+        """How the level just grown searched its continuous cuts (``LevelStats.search``)."""
+        return "binned" if self.bins else "full"
 
     def build_histogram(
         self, level: exp.Table, features: list[Feature], nodes: int = 1
@@ -419,6 +427,7 @@ def _grow(strategy: Strategy, progress: Progress | None) -> tuple[Node, GrowStat
                 queries=engine.stats.queries - queries_at_start,
                 scans=scans,
                 seconds=round(time.perf_counter() - start, 6),
+                search=strategy.level_search(),
             )
             stats.levels.append(level_stats)
             stats.scans += scans

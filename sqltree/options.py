@@ -26,7 +26,7 @@ CART_OPTIONS = (
     "criterion", "min_samples_leaf", "min_weight_fraction_leaf", "min_impurity_decrease",
     "max_leaf_nodes", "class_weight", "ccp_alpha", "threshold_search",
 )
-THRESHOLD_SEARCH = ("bounded", "full")
+THRESHOLD_SEARCH = ("auto", "bounded", "full")
 DEFAULT_MISSING = "fractional"
 DEFAULT_CF = 0.25
 
@@ -238,7 +238,7 @@ def _check_cart(options: Mapping[str, Any]) -> None:
 
 
 def _check_search(options: Mapping[str, Any]) -> None:
-    search = options.get("threshold_search", "full")
+    search = options.get("threshold_search", "auto")
     if search not in THRESHOLD_SEARCH:
         raise OptionError(f"threshold_search must be one of {THRESHOLD_SEARCH}, not {search!r}")
 

@@ -38,10 +38,16 @@ def frame(n_classes: int = 3, rows: int = 900, seed: int = 5) -> pd.DataFrame:
     return out
 
 
-def both(source: Any, **options: Any) -> tuple[sqltree.Model, sqltree.Model]:
+def both(source: Any, searched: str = "bounded",
+         **options: Any) -> tuple[sqltree.Model, sqltree.Model]:
+    """The full scan's and the bounded search's trees, in the engine (a small DataFrame would
+    grow on the memory plan, which searches in numpy); ``searched``: how the bounded side's
+    levels must say they searched."""
+    options.setdefault("plan", "tables")
     full = sqltree.train(source, "label", algorithm="cart", threshold_search="full", **options)
     bounded = sqltree.train(source, "label", algorithm="cart", threshold_search="bounded",
                             **options)
+    assert {level["search"] for level in bounded.stats["levels"]} == {searched}
     return full, bounded
 
 
@@ -69,7 +75,8 @@ def test_same_tree_as_full_scan(options: dict[str, Any]) -> None:
 @pytest.mark.parametrize("n_classes", [2, MAX_BOUND_CLASSES, MAX_BOUND_CLASSES + 1])
 def test_same_tree_for_each_class_count(n_classes: int) -> None:
     """Two classes, the most the bound takes, and one more (the full scan's own path)."""
-    full, bounded = both(frame(n_classes, rows=800), max_depth=3)
+    searched = "bounded" if n_classes <= MAX_BOUND_CLASSES else "full"
+    full, bounded = both(frame(n_classes, rows=800), searched, max_depth=3)
     assert_identical(full, bounded)
 
 
@@ -78,6 +85,22 @@ def test_sample_weights_in_fixed_point() -> None:
     data["w"] = np.random.default_rng(3).choice([0.5, 1.0, 2.25], len(data))
     full, bounded = both(data, weight="w", max_depth=4)
     assert_identical(full, bounded)
+
+
+def test_auto_bounds_large_levels_only() -> None:
+    """The default search bounds CART's levels on DuckDB while their nodes hold enough values
+    to pay, then scans fully for good: the same tree as the full scan either way."""
+    full = sqltree.train(frame(rows=3000), "label", algorithm="cart", max_depth=5,
+                         plan="tables", threshold_search="full")
+    auto = sqltree.train(frame(rows=3000), "label", algorithm="cart", max_depth=5,
+                         plan="tables")
+    assert_identical(full, auto)
+    searched = [level["search"] for level in auto.stats["levels"]]
+    assert searched[0] == "bounded" and searched[-1] == "full", searched
+    assert searched == sorted(searched), searched  # "bounded" levels, then "full" ones
+    in_memory = sqltree.train(frame(rows=3000), "label", algorithm="cart", max_depth=5)
+    assert in_memory.stats["plan"] == "memory"
+    assert {level["search"] for level in in_memory.stats["levels"]} == {"full"}
 
 
 def test_select_plan() -> None:

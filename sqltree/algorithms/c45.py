@@ -160,6 +160,9 @@ class C45Strategy(Strategy):
         else:
             engine.drop(table)
 
+    def level_search(self) -> str:
+        return "bounded" if self.bounded_level else super().level_search()
+
     def may_split(self, p: Pending) -> bool:
         return _may_split(p, self.options)
 

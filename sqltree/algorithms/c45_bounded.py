@@ -44,10 +44,7 @@ from .c45_criteria import LN2, SplitCriteria
 MAX_C45_BOUND_CLASSES = bs.MAX_BOUND_CLASSES
 """Above this many classes the 2^k corners cost more than the scan they save."""
 
-MIN_GROUP_VALUES = 4 * bs.SEARCH_BINS
-"""Histogram rows per (node, bounded feature) a level needs for the bounded search: levels
-with fewer than about 300 rows per node were no faster bounded on the 200k and 1M-row
-benchmarks (benchmarks/README.md), levels with more were faster."""
+MIN_GROUP_VALUES = bs.MIN_GROUP_VALUES
 
 ROUNDING_MARGIN = 1e-9
 """Added to the tie tolerance: a bound and an exact gain are rounded differently."""

@@ -118,9 +118,10 @@ class DecisionTreeClassifier(_CART, SQLTreeClassifier):
         object columns are nominal anyway.
     max_bins : int, optional
         Cut continuous features into at most this many quantile bins (large data).
-    threshold_search : {"full", "bounded"}, default="full"
+    threshold_search : {"auto", "full", "bounded"}, default="auto"
         Exact mode: scan every value, or only the quantile bins whose gain bound can reach
-        the best cut (docs/exact-search.md); the same tree.
+        the best cut (docs/exact-search.md); the same tree. ``"auto"``: bounded on DuckDB for
+        classification while a level's nodes hold enough values to pay, else full.
 
     Examples
     --------
@@ -153,7 +154,7 @@ class DecisionTreeClassifier(_CART, SQLTreeClassifier):
         ccp_alpha: float = 0.0,
         nominal: list[str] | None = None,
         max_bins: int | None = None,
-        threshold_search: str = "full",
+        threshold_search: str = "auto",
     ) -> None:
         self.criterion = criterion
         self.splitter = splitter
@@ -206,9 +207,10 @@ class DecisionTreeRegressor(_CART, SQLTreeRegressor):
         boolean, categorical and object columns are nominal anyway.
     max_bins : int, optional
         Cut continuous features into at most this many quantile bins (large data).
-    threshold_search : {"full", "bounded"}, default="full"
+    threshold_search : {"auto", "full", "bounded"}, default="auto"
         Exact mode: scan every value, or only the quantile bins whose gain bound can reach
-        the best cut (docs/exact-search.md); the same tree.
+        the best cut (docs/exact-search.md); the same tree. ``"auto"``: bounded on DuckDB for
+        classification while a level's nodes hold enough values to pay, else full.
 
     Examples
     --------
@@ -280,9 +282,10 @@ class C45Classifier(SQLTreeClassifier):
         object columns are nominal anyway.
     max_bins : int, optional
         Cut continuous features into at most this many quantile bins (large data).
-    threshold_search : {"full", "bounded"}, default="full"
+    threshold_search : {"auto", "full", "bounded"}, default="auto"
         Exact mode: scan every value, or only the quantile bins whose gain bound can reach
-        each feature's best cut (docs/exact-search.md); the same tree.
+        each feature's best cut (docs/exact-search.md); the same tree. ``"auto"``: the full
+        scan.
 
     Notes
     -----
@@ -314,7 +317,7 @@ class C45Classifier(SQLTreeClassifier):
         min_gain: float = 0.0,
         nominal: list[str] | None = None,
         max_bins: int | None = None,
-        threshold_search: str = "full",
+        threshold_search: str = "auto",
     ) -> None:
         self.confidence_factor = confidence_factor
         self.min_objects = min_objects

@@ -146,9 +146,10 @@ def build_cart_scores(
     regression = criterion in REGRESSION
     continuous = [f.index for f in features if f.kind == CONTINUOUS]
     nominal = [f.index for f in features if f.kind == NOMINAL]
-    agg, stats = _feature_totals(hist, features, k, bits)
+    totals, agg, stats = _feature_totals(hist, features, k, bits)
     parts: list[exp.Select] = []
-    ctes: list[tuple[str, exp.Expression]] = []
+    # read by several parts: computed once (each inlined copy scanned the whole histogram)
+    ctes: list[tuple[str, exp.Expression]] = [("feature_totals", totals)]
     bounded = (
         search_edges is not None and not regression and not all_candidates
         and k <= MAX_BOUND_CLASSES
@@ -200,16 +201,17 @@ def build_cart_scores(
 
 def _feature_totals(
     hist: exp.Table, features: Sequence[Feature], n_classes: int, bits: int | None
-) -> tuple[exp.Select, exp.Select]:
-    """Per (node, feature): known rows ``kn`` and class weights ``k<i>`` (``agg``), and the
-    same joined with the node's totals ``tn`` and ``t<i>``, unknown values included."""
+) -> tuple[exp.Select, exp.Select, exp.Select]:
+    """Per (node, feature): known rows ``kn`` and class weights ``k<i>``: the CTE
+    ``feature_totals``'s body, and a query of that CTE (``agg``); and the same joined with the
+    node's totals ``tn`` and ``t<i>``, unknown values included."""
     classes = class_columns(n_classes)
     is_known = col("v").is_(exp.null()).not_()
 
     def known_sum(e: exp.Expression) -> exp.Expression:
         return exp.func("SUM", case((is_known, e), default=num(0)))
 
-    agg = (
+    body = (
         exp.select(
             col("node"),
             col("attr"),
@@ -220,6 +222,7 @@ def _feature_totals(
         .where(q.of_features(features), copy=False)
         .group_by(col("node"), col("attr"), copy=False)
     )
+    agg = exp.select("*").from_("feature_totals")
     totals = (
         exp.select(
             col("node"),
@@ -238,7 +241,7 @@ def _feature_totals(
             copy=False,
         )
     )
-    return agg, stats
+    return body, agg, stats
 
 
 def _candidate(
