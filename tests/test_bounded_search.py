@@ -210,7 +210,7 @@ def test_hostile_tables(case: tuple[Any, dict[str, Any]]) -> None:
 @pytest.fixture
 def bound_every_level(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Bound every level, however few values its nodes hold (small tables would scan fully);
-    the list counts the bounded scoring queries built."""
+    the list holds, per bounded scoring query built, its number of close features."""
     from sqltree.algorithms import c45_scores
 
     monkeypatch.setattr("sqltree.algorithms.c45.MIN_GROUP_VALUES", 0)
@@ -218,7 +218,8 @@ def bound_every_level(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     real = c45_scores.bounded_best_cuts
 
     def counted(*args: Any, **kwargs: Any) -> Any:
-        built.append(1)
+        close = args[6] if len(args) > 6 else kwargs.get("close")
+        built.append(len(close.attrs) if close else 0)
         return real(*args, **kwargs)
 
     monkeypatch.setattr(c45_scores, "bounded_best_cuts", counted)
@@ -243,11 +244,11 @@ def both_c45(source: Any, **options: Any) -> tuple[sqltree.Model, sqltree.Model]
 
 
 def close_values(rows: int = 400, seed: int = 2) -> pd.DataFrame:
-    """``frame`` with a feature whose values lie 1e-6 apart in pairs (J48 cuts not between
-    them)."""
+    """``frame`` with a feature whose values lie in clusters of up to four, 1e-6 apart (J48
+    cuts not between them), more values than bins: bins hold close values."""
     data = frame(rows=rows, seed=seed)
     rng = np.random.default_rng(seed)
-    data["e"] = rng.integers(0, 60, rows) + rng.choice([0.0, 1e-6], rows)
+    data["e"] = rng.integers(0, 60, rows) + rng.integers(0, 4, rows) * 1e-6
     return data
 
 
@@ -262,12 +263,14 @@ def close_values(rows: int = 400, seed: int = 2) -> pd.DataFrame:
 def test_c45_same_model_as_full_scan(options: dict[str, Any],
                                      bound_every_level: list[int]) -> None:
     """J48's rules: fractional unknowns (the frame's NULLs) and weights in fixed point, its
-    minimum split weight, MDL; a feature with values closer than 1e-5 keeps the full scan."""
+    minimum split weight, MDL; features with values closer than 1e-5 (J48's, not ID3's) are
+    bounded too."""
     data = close_values()
     data["w"] = np.random.default_rng(4).choice([0.5, 1.0, 2.25], len(data))
     full, bounded = both_c45(data, **options)
     assert_same_model(full, bounded)
     assert bound_every_level
+    assert set(bound_every_level) == ({0} if options.get("algorithm") == "id3" else {2})
 
 
 def test_c45_most_classes(bound_every_level: list[int]) -> None:
@@ -278,24 +281,56 @@ def test_c45_most_classes(bound_every_level: list[int]) -> None:
 
 
 def test_c45_scoring_rows_are_the_full_scans() -> None:
-    """The scoring rows, MDL counts of valid cuts included, are the full scan's."""
+    """The scoring rows, MDL counts of valid cuts included, are the full scan's; the normal
+    feature's values closer than 1e-5 are taken off the count of the bins left unscanned."""
     from sqltree.algorithms import c45_scores
     from sqltree.algorithms.c45 import score_options
-    from sqltree.algorithms.c45_bounded import build_close_features
+    from sqltree.algorithms.c45_bounded import CloseValues, build_close_values, close_features
     from sqltree.algorithms.c45_cuts import build_distinct_values
     from sqltree.grower import GrowOptions
 
     engine, data, edges, _level, hist = binned_histogram(counts=False)
     values = engine.materialize("values", build_distinct_values(hist, data.features))
-    close = {a for a, in engine.execute(build_close_features(values, 1e-5))}
-    assert close == {0}  # the normal feature has values closer than 1e-5, which bins miss
-    edges = {a: e for a, e in edges.items() if a not in close}
+    table = engine.materialize("close", build_close_values(values, sorted(edges), 1e-5))
+    close = CloseValues(table, tuple(a for a, in engine.execute(close_features(table))))
+    assert close.attrs == (0,)  # the normal feature has values closer than 1e-5
     options = dataclasses.replace(score_options(GrowOptions()), ordered_scan=True,
                                   fractional=False)
     rows = [sorted(engine.execute(c45_scores.build_split_scores(
-        hist, data.features, 3, options, e))) for e in (None, edges)]
+        hist, data.features, 3, options, e, c))) for e, c in
+        ((None, None), (edges, close), (edges, None))]
     assert rows[1] == rows[0]
     assert next(r[8] for r in rows[1] if r[1] == 2) > 100  # feature c: many valid cuts
+    # without the close pairs, bins left unscanned would count cuts J48 does not make
+    assert [r[8] for r in rows[2] if r[1] == 0] > [r[8] for r in rows[0] if r[1] == 0]
+
+
+def test_c45_close_values_scored_as_the_full_scan(bound_every_level: list[int]) -> None:
+    """Clusters of values that are close only in double rounding, at the largest magnitudes
+    where J48's 1e-5 still separates doubles (2**36: 1.5e-5 apart, below 2**36: 7.6e-6),
+    across zero and with negative values: every level's scoring rows, valid cuts counted, are
+    the full scan's."""
+    from sqltree.algorithms.c45 import C45Strategy
+
+    rng = np.random.default_rng(7)
+    data = close_values(rows=400, seed=7)
+    base = rng.choice([-(2.0**36), 2.0**36 - 2**-14, 0.0, 5.0, 2.0**37], len(data))
+    data["e"] = base + rng.integers(0, 40, len(data)) * 1e-3 + rng.integers(0, 3, len(data)) * (
+        np.spacing(np.abs(base)) + 1e-7 * (base == 0))
+    scored: dict[str, list[Any]] = {"full": [], "bounded": []}
+    real = C45Strategy.score_rows
+
+    def recorded(self: Any, hist: Any, features: Any) -> Any:
+        rows = real(self, hist, features)
+        scored[self.options.threshold_search].append(sorted(map(tuple, rows)))
+        return rows
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(C45Strategy, "score_rows", recorded)
+        full, bounded = both_c45(data, max_depth=3)
+    assert scored["bounded"] == scored["full"]
+    assert_same_model(full, bounded)
+    assert bound_every_level and all(bound_every_level)
 
 
 def test_c45_on_every_engine(engine_factory: Any, bound_every_level: list[int]) -> None:
@@ -307,6 +342,7 @@ def test_c45_on_every_engine(engine_factory: Any, bound_every_level: list[int]) 
     # engines without MATERIALIZED CTEs (Spark) would compute the query's CTEs at each use,
     # and keep the full scan
     assert bool(bound_every_level) == engine.SUPPORTS_MATERIALIZED_CTE
+    assert all(bound_every_level)  # with the close-valued feature
     if engine.SUPPORTS_MATERIALIZED_CTE:
         full = sqltree.train(source.copy(), "label", connection=engine, max_depth=2,
                              threshold_search="full")

@@ -32,7 +32,9 @@ from ..tree import CONTINUOUS, NOMINAL, Node, Split, argmax
 from .c45_bounded import (
     MAX_C45_BOUND_CLASSES,
     MIN_GROUP_VALUES,
-    build_close_features,
+    CloseValues,
+    build_close_values,
+    close_features,
     count_known,
 )
 from .c45_criteria import ScoreOptions
@@ -88,8 +90,10 @@ class C45Strategy(Strategy):
         )
 
     search_edges: dict[int, list[float]] | None = None
-    """Bin edges of the bound-pruned threshold search (``threshold_search="bounded"``), less
-    the features with values closer than J48's cut gap once those are known."""
+    """Bin edges of the bound-pruned threshold search (``threshold_search="bounded"``)."""
+    close_values: CloseValues | None = None
+    """The bounded features with values not more than J48's cut gap apart, and those values
+    (``c45_bounded.build_close_values``), found at level 0."""
 
     def build_level0(self) -> exp.Expression:
         options = self.options
@@ -141,12 +145,20 @@ class C45Strategy(Strategy):
             )
             gap = score_options(self.options).cut_gap
             if self.search_edges and gap > 0:
-                # bins cannot see a gap too small to cut at: those features keep the full scan
-                close = {int(a) for a, in engine.execute(
-                    build_close_features(self.values_table, gap))}
-                self.search_edges = {
-                    a: e for a, e in self.search_edges.items() if a not in close}
+                self._find_close_values(engine, gap)
         self._choose_search(engine, hist)
+
+    def _find_close_values(self, engine: Any, gap: float) -> None:
+        """Store the values of the bounded features that can be close to a neighbour in some
+        node; keep the table only where a feature has any."""
+        assert self.values_table is not None and self.search_edges
+        table = engine.materialize("close", build_close_values(
+            self.values_table, sorted(self.search_edges), gap))
+        attrs = tuple(sorted(int(a) for a, in engine.execute(close_features(table))))
+        if attrs:
+            self.close_values = CloseValues(table, attrs)
+        else:
+            engine.drop(table)
 
     def level_search(self) -> str:
         return "bounded" if self.bounded_level else super().level_search()
@@ -163,7 +175,8 @@ class C45Strategy(Strategy):
             entropy_bits=self.entropy_bits,
         )
         edges = self.search_edges if self.bounded_level else None
-        return build_split_scores(hist, features, self.n_classes, options, edges)
+        return build_split_scores(hist, features, self.n_classes, options, edges,
+                                  self.close_values)
 
     def choose(self, rows: list[dict[str, Any]], p: Pending) -> _Choice | None:
         return choose_split(rows, self.data, self.options, p.used)
@@ -289,9 +302,10 @@ class C45Strategy(Strategy):
 
     def close(self, engine: Any) -> None:
         self._drop_loaded(engine)
-        if self.values_table is not None:
-            engine.drop(self.values_table)
-            self.values_table = None
+        for table in (self.values_table, self.close_values and self.close_values.table):
+            if table is not None:
+                engine.drop(table)
+        self.values_table = self.close_values = None
 
 
 @dataclass

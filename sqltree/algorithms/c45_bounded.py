@@ -16,15 +16,21 @@ The count of valid cuts: a cut is valid when both sides weigh more than the mini
 only grows along a feature's values, so a bin whose sums before it already clear the minimum
 and whose sums through it leave enough on the right holds only valid cuts (its distinct values
 less one), and a bin below or above those limits holds none; at most two bins per
-(node, feature) straddle a limit, and those are always scanned. Features that have two values
-within ``cut_gap`` anywhere (``build_close_features``, once per training) keep the full scan:
-bins cannot see such gaps.
+(node, feature) straddle a limit, and those are always scanned.
+
+Values not more than ``cut_gap`` apart: every cut scored is checked by ``SplitCriteria.cut``,
+gap included, and the corner bound covers valid and invalid cuts alike, so only the count of an
+unscanned all-valid bin needs them: less the bin's values, but its first, that are close to
+their predecessor in the node (``close_pairs``). Which values can be is found once per training
+from the distinct values (``build_close_values``).
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from sqlglot import exp
 
@@ -44,21 +50,67 @@ ROUNDING_MARGIN = 1e-9
 """Added to the tie tolerance: a bound and an exact gain are rounded differently."""
 
 
-def build_close_features(values: exp.Table, gap: float) -> exp.Select:
-    """The features (attr) of the table of distinct (attr, v) with two neighbouring values
-    that are not more than ``gap`` apart: no node has a cut between them either."""
-    nxt = exp.select(
-        "attr", "v", alias(window(exp.func("LEAD", col("v")), [col("attr")], [col("v")]), "nv")
-    ).from_(values.copy())
-    return (
-        exp.select("attr")
-        .from_(nxt.subquery("n", copy=False), copy=False)
-        .where(exp.and_(
-            col("nv").is_(exp.null()).not_(),
-            exp.GTE(this=paren(col("v") + num(gap)), expression=col("nv")),
-        ), copy=False)
-        .group_by("attr", copy=False)
-    )
+@dataclass(frozen=True)
+class CloseValues:
+    """The features with values not more than the cut gap apart (``attrs``), and the table of
+    ``build_close_values`` that holds those values."""
+
+    table: exp.Table
+    attrs: tuple[int, ...]
+
+
+def close_limit(gap: float) -> float:
+    """No two doubles of magnitude at least this are close: above a double ``a`` of magnitude
+    ``2**e`` or more the next lies ``2**(e - 52)`` away, at least ``2**(e - 53)`` at a power of
+    two; ``a + gap`` rounds back to ``a`` unless ``gap`` is half that, so ``2**e <= 2**54 * gap``
+    and ``|a| < 2**55 * gap``. A value above ``a`` and close to it is then below the limit too."""
+    return 2.0**55 * gap
+
+
+def close_bucket(value: exp.Expression, gap: float) -> exp.Expression:
+    """``value``'s bucket: ``FLOOR(value * 2**s)`` as BIGINT, with ``2**-s`` the least power of
+    two above ``3 * gap``. Two close values ``a < b`` (``a + gap >= b`` in doubles) are in the
+    same bucket or neighbouring ones: ``a + gap`` is rounded by at most half the spacing of the
+    doubles there, at most twice the spacing at ``a`` (one binade up), itself at most
+    ``2 * gap`` (``close_limit``), so ``b - a <= 3 * gap``. The product by a power of two is
+    exact, and below ``close_limit`` the bucket's magnitude is below ``2**55 / 3``: a BIGINT."""
+    scale = 2 ** -(math.floor(math.log2(3 * gap)) + 1)
+    return exp.cast(exp.func("FLOOR", exp.Mul(this=value, expression=num(scale))), "BIGINT")
+
+
+def build_close_values(values: exp.Table, attrs: Sequence[int], gap: float) -> exp.Select:
+    """The distinct (attr, v) of ``values`` of the features ``attrs`` that are not more than
+    ``gap`` above their predecessor (``to_prev`` 1) or below their successor (``to_next`` 1), with
+    their bucket ``bk`` (``close_bucket``).
+
+    A node's values are a subset of the feature's, so a value close to its predecessor in a node
+    is close to its predecessor over all values (that one lies between), and the value below
+    it that makes it close is close to its own successor over all values: only these rows can
+    take part in a node's close pair (``close_pairs``). Values beyond ``close_limit`` never can,
+    and are left out (which keeps the buckets in BIGINT).
+    """
+    part, order = [col("attr")], [col("v")]
+    near = exp.select(
+        "attr", "v",
+        alias(window(exp.func("LAG", col("v")), part, order), "pv"),
+        alias(window(exp.func("LEAD", col("v")), part, order), "nv"),
+    ).from_(values.copy()).where(attr_in(attrs))
+    to_prev = exp.GTE(this=paren(col("pv") + num(gap)), expression=col("v"))
+    to_next = exp.GTE(this=paren(col("v") + num(gap)), expression=col("nv"))
+    return exp.select(
+        "attr", "v", alias(close_bucket(col("v"), gap), "bk"),
+        alias(case((to_prev, num(1)), default=num(0)), "to_prev"),
+        alias(case((to_next, num(1)), default=num(0)), "to_next"),
+    ).from_(near.subquery("n", copy=False), copy=False).where(exp.and_(
+        exp.LT(this=exp.Abs(this=col("v")), expression=num(close_limit(gap))),
+        exp.or_(to_prev.copy(), to_next.copy()),
+    ), copy=False)
+
+
+def close_features(close_values: exp.Table) -> exp.Select:
+    """The features of ``build_close_values``' table with a value close to its predecessor."""
+    return exp.select("attr").from_(close_values.copy()).where(
+        exp.EQ(this=col("to_prev"), expression=num(1))).group_by("attr")
 
 
 def count_known(hist: exp.Table, attrs: Sequence[int]) -> exp.Select:
@@ -74,11 +126,13 @@ def bounded_best_cuts(
     criteria: SplitCriteria,
     ctes: list[tuple[str, exp.Expression]],
     ordered: bool,
+    close: CloseValues | None = None,
 ) -> exp.Select:
     """Best cut per (node, feature of ``edges``), in ``best_cuts_ordered``'s columns.
 
     ``agg``: ``node_feature_totals``; ``ordered``: the cuts inside bins by one ordered
-    streaming scan (DuckDB), else windows. Adds its CTEs to ``ctes``.
+    streaming scan (DuckDB), else windows; ``close``: the features of ``edges`` with values
+    not more than the cut gap apart, and those values. Adds its CTEs to ``ctes``.
     """
     options = criteria.options
     k = criteria.n_classes
@@ -111,7 +165,64 @@ def bounded_best_cuts(
         exp.select("*").from_(_scored(interior, criteria).subquery("sc")).where(valid.copy()),
         distinct=False,
     )))
-    return _best(criteria)
+    close_attrs = [a for a in close.attrs if a in edges] if close else []
+    if close and close_attrs:
+        close_pairs(hist, close.table, close_attrs, options.cut_gap, ctes)
+    return _best(criteria, bool(close_attrs))
+
+
+def close_pairs(hist: exp.Table, values: exp.Table, attrs: Sequence[int], gap: float,
+                ctes: list[tuple[str, exp.Expression]]) -> None:
+    """Per (node, attr): ``n_close``, the values of the unscanned all-valid bins of
+    ``bin_bounds``, but each bin's first, that are not more than ``gap`` above their
+    predecessor in the node: the bins' invalid cuts. Adds the CTEs ``close_rows`` and
+    ``close_pairs``.
+
+    Such a value ``b`` has a value ``a`` of its bin below it with ``a + gap >= b`` (its
+    predecessor is one, in the bin as ``b`` is not the bin's first; and any such ``a`` lies
+    at or below the predecessor, rounding being monotone), so no sort is needed: an equi-join
+    on ``close_bucket`` (the witness ``a`` in its bucket and the next), then the exact test.
+    ``values`` (``build_close_values``) keeps the join to the values that can be either side.
+    """
+    unscanned = exp.and_(
+        attr_in(attrs, "h"),
+        exp.EQ(this=col("scan", "k"), expression=num(0)),
+        exp.EQ(this=col("all_valid", "k"), expression=num(1)),
+    )
+    ctes.append(("close_rows", (
+        exp.select(col("node", "h"), col("attr", "h"), col("b", "h"), col("v", "h"),
+                   col("lo", "k"), col("bk", "c"), col("to_prev", "c"), col("to_next", "c"))
+        .from_(alias(hist.copy(), "h"), copy=False)
+        .join(alias(exp.to_table("bin_bounds"), "k"), on=exp.and_(
+            same_group("h", "k"), exp.EQ(this=col("b", "h"), expression=col("b", "k"))),
+            copy=False)
+        .join(alias(values.copy(), "c"), on=exp.and_(
+            exp.EQ(this=col("attr", "h"), expression=col("attr", "c")),
+            exp.EQ(this=col("v", "h"), expression=col("v", "c"))), copy=False)
+        .where(unscanned, copy=False)
+    )))
+    witness = exp.EQ(this=col("to_next"), expression=num(1))
+    witnesses = exp.union(
+        exp.select("node", "attr", "b", "v", "bk").from_("close_rows").where(witness),
+        exp.select("node", "attr", "b", "v", alias(col("bk") + num(1), "bk"))
+        .from_("close_rows").where(witness.copy()),
+        distinct=False,
+    )
+    key = exp.and_(same_group("c", "w"), *[exp.EQ(this=col(c, "c"), expression=col(c, "w"))
+                                           for c in ("b", "bk")])
+    ctes.append(("close_pairs", (
+        exp.select(col("node", "c"), col("attr", "c"),
+                   alias(exp.Count(this=exp.Distinct(expressions=[col("v", "c")])), "n_close"))
+        .from_(alias(exp.to_table("close_rows"), "c"), copy=False)
+        .join(witnesses.subquery("w", copy=False), on=key, copy=False)
+        .where(exp.and_(
+            exp.EQ(this=col("to_prev", "c"), expression=num(1)),
+            exp.GT(this=col("v", "c"), expression=col("lo", "c")),
+            exp.LT(this=col("v", "w"), expression=col("v", "c")),
+            exp.GTE(this=paren(col("v", "w") + num(gap)), expression=col("v", "c")),
+        ), copy=False)
+        .group_by(col("node", "c"), col("attr", "c"), copy=False)
+    )))
 
 
 def _scored(lefts: exp.Select, criteria: SplitCriteria) -> exp.Select:
@@ -225,10 +336,11 @@ def _best_boundary() -> exp.Select:
     )
 
 
-def _best(criteria: SplitCriteria) -> exp.Select:
+def _best(criteria: SplitCriteria, close: bool) -> exp.Select:
     """Per (node, attr) of ``bcand``: the lowest threshold whose gain is within
     ``threshold_tie`` of the best, its split info, and the number of valid cuts (those scored
-    and those of the bins left unscanned whose cuts are all valid)."""
+    and those of the bins left unscanned whose cuts are all valid; with ``close``, less
+    ``close_pairs``)."""
     part = [col("node"), col("attr")]
     ranked = exp.select(
         "*", alias(window(exp.func("MAX", col("gain")), part), "best_gain"),
@@ -253,10 +365,11 @@ def _best(criteria: SplitCriteria) -> exp.Select:
         .from_("bcand")
         .group_by("node", "attr")
     )
-    candidates = exp.cast(
-        col("n_valid", "n") + exp.func("COALESCE", col("n_unscanned", "u"), num(0)), "BIGINT"
-    )
-    return (
+    count = col("n_valid", "n") + exp.func("COALESCE", col("n_unscanned", "u"), num(0))
+    if close:
+        count = count - exp.func("COALESCE", col("n_close", "cp"), num(0))
+    candidates = exp.cast(count, "BIGINT")
+    best = (
         exp.select(
             col("node", "t"), col("attr", "t"), col("threshold", "t"), col("next_value", "t"),
             col("gain", "t"), alias(criteria.split_info(col("lw", "t"), "a"), "split_info"),
@@ -270,3 +383,7 @@ def _best(criteria: SplitCriteria) -> exp.Select:
               copy=False)
         .where(exp.EQ(this=col("rank_in_ties", "t"), expression=num(1)), copy=False)
     )
+    if close:
+        best = best.join(alias(exp.to_table("close_pairs"), "cp"), on=same_group("t", "cp"),
+                         join_type="left", copy=False)
+    return best

@@ -18,7 +18,7 @@ from ..queries import UNKNOWN_KEY, attr_in
 from ..running_sums import same_group
 from ..sqlexpr import alias, case, class_columns, col, num, safe_div, with_materialized, xlogx
 from ..tree import CONTINUOUS
-from .c45_bounded import bounded_best_cuts
+from .c45_bounded import CloseValues, bounded_best_cuts
 from .c45_criteria import LN2, ScoreOptions, SplitCriteria, node_feature_totals
 from .c45_cuts import best_cuts_ordered, best_cuts_windowed
 
@@ -35,13 +35,15 @@ def build_split_scores(
     n_classes: int,
     options: ScoreOptions,
     search_edges: Mapping[int, Sequence[float]] | None = None,
+    close: CloseValues | None = None,
 ) -> exp.Select:
     """Information gain, split info and gain ratio of every candidate split of every node.
 
     One row per (node, feature) with the best threshold of a continuous feature (by gain, ties
     to the lowest threshold), or one row per candidate threshold when ``all_thresholds``.
     Columns: ``SCORE_COLUMNS``. ``search_edges``: bin edges of the continuous features to
-    search bound-pruned (``c45_bounded``; the histogram holds their bins), the same rows.
+    search bound-pruned (``c45_bounded``; the histogram holds their bins), the same rows;
+    ``close``: those of them with values not more than the cut gap apart.
     """
     agg = node_feature_totals(hist, features, class_columns(n_classes), options)
     criteria = SplitCriteria(n_classes, options)
@@ -59,7 +61,8 @@ def build_split_scores(
             cuts = best_cuts_windowed(hist, agg, attr_in(scanned), criteria)
         both = exp.union(both, cuts, distinct=False, copy=False)
     if edges:
-        bounded = bounded_best_cuts(hist, agg, edges, criteria, ctes, options.ordered_scan)
+        bounded = bounded_best_cuts(hist, agg, edges, criteria, ctes, options.ordered_scan,
+                                    close)
         both = exp.union(both, bounded, distinct=False, copy=False)
     return with_materialized(_with_gain_ratio(both.subquery("u"), options), ctes,
                              options.ordered_scan)
