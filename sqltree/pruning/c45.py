@@ -13,6 +13,7 @@ validation rows at every node, counted the same way over the validation source.
 from __future__ import annotations
 
 import functools
+import gc
 import math
 import time
 from collections.abc import Sequence
@@ -247,11 +248,25 @@ def prune_c45(
     them, recounted there instead of in the engine. ``leaves``: the tree's leaves, where the
     caller has counted them.
     """
-    stats = PruneStats("c4.5", leaves_before=count_leaves(root) if leaves is None else leaves)
+    # A grown tree is millions of objects the cycle collector tracks (a 1M-row fit: 4.1
+    # million, from growth), enough that its first full pass would fall in pruning (1.6 s
+    # on a quiet machine, to collect 1,676 objects). Paused, with the young generations
+    # collected after each round (the statements' expressions), that pass comes after
+    # pruning has freed most of the tree (its nodes hold no cycles: reference counts free
+    # them).
+    with collector_paused():
+        return _prune_c45_paused(root, data, cf, subtree_raising, collapse_first, batch, rows,
+                                 count_leaves(root) if leaves is None else leaves)
+
+
+def _prune_c45_paused(
+    root: Node, data: Dataset | None, cf: float, subtree_raising: bool, collapse_first: bool,
+    batch: bool, rows: Any, leaves: int,
+) -> PruneStats:
+    stats = PruneStats("c4.5", leaves_before=leaves)
     if collapse_first:
         started = time.perf_counter()
-        with collector_paused():  # walks of a million nodes: the collector's passes cost more
-            stats.collapsed, lost = _collapse(root)
+        stats.collapsed, lost = _collapse(root)
         if stats.collapsed:  # a walk over every node of the grown tree: seconds at 1M rows
             reporting.step(
                 "prune",
@@ -406,8 +421,7 @@ def _prune_c45_rounds(
     undecided node are undecided, so its path is the one the tree had then.
     """
     started = time.perf_counter()
-    with collector_paused():
-        rounds, parents = _by_height(root)
+    rounds, parents = _by_height(root)
     reporting.statement(  # a walk of every node: seconds for a million-row tree
         time.perf_counter() - started,
         f"{sum(map(len, rounds)):,} nodes ordered into {len(rounds)} rounds by height",
@@ -419,14 +433,13 @@ def _prune_c45_rounds(
         # (node, path, largest branch) of the nodes that raising might change: only they
         # need their path (round 1, 54,161 nodes of the 1M tree, has none)
         raising: list[tuple[Node, list[tuple[Node, int]], Node]] = []
-        with collector_paused():  # no statement: Python over (in round 1) most of the tree
-            for node in nodes:
-                branch = node.children[_max_bag(node)]
-                if branch.split is None:  # raising the leaf is making the node a leaf
-                    outcome = _outcome(node, estimates, estimates.leaf(node.counts))
-                    _carry_out(node, [], estimates, router, stats, None, outcome)
-                else:
-                    raising.append((node, _path(node, parents), branch))
+        for node in nodes:
+            branch = node.children[_max_bag(node)]
+            if branch.split is None:  # raising the leaf is making the node a leaf
+                outcome = _outcome(node, estimates, estimates.leaf(node.counts))
+                _carry_out(node, [], estimates, router, stats, None, outcome)
+            else:
+                raising.append((node, _path(node, parents), branch))
         settled: dict[int, str] = {}
         if raising and bounded:
             known = known_counts(router, [(path, branch) for _, path, branch in raising])
@@ -444,6 +457,7 @@ def _prune_c45_rounds(
             _decide(node, path, estimates, router, stats, own)
         _report_round(number, len(nodes), stats, before, time.perf_counter() - started,
                       len(raising) - len(entries), len(entries))
+        gc.collect(1)  # the round's garbage (prune_c45 pauses the collector)
 
 
 def _by_height(root: Node) -> tuple[list[list[Node]], dict[int, tuple[Node, int]]]:
