@@ -4,6 +4,7 @@ recounted in SQL), pessimistic pruning (seed 002's table) and reduced-error prun
 from __future__ import annotations
 
 import copy
+import gc
 import math
 from collections.abc import Iterator
 from typing import Any
@@ -104,6 +105,20 @@ def test_collapse_reports_the_leaves_it_leaves() -> None:
     assert stats.collapsed == 1 and root.children[0].is_leaf
     line = next(e.message for e in heard if e.message.startswith("collapsed"))
     assert ": 3 leaves" in line, line
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_pruning_leaves_the_cycle_collector_as_it_found_it(enabled: bool) -> None:
+    """C4.5 pruning pauses Python's cycle collector over the grown tree, and only pauses it."""
+    useful = nominal("d", ["p", "q"], [leaf([4.0, 0.0]), leaf([0.0, 4.0])])
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        prune_c45(nominal("a", ["x", "y"], [useful, leaf([1.0, 1.0])]), None,
+                  subtree_raising=False)
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
 
 
 def test_quinlan_voting_example_is_pruned() -> None:
