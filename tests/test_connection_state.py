@@ -8,6 +8,7 @@ gone; on Spark, statements stay bounded however large the tree.
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -150,6 +151,19 @@ def test_duckdb_settings_are_given_back_after_scoring_a_connection() -> None:
     model.predict("data", connection=con, into="scored")
     assert duckdb_settings(con) == before
     assert duckdb_leftovers(con) == []
+
+
+def test_sqltrees_own_duckdb_spills_into_the_temporary_folder(tmp_path, monkeypatch) -> None:
+    """A database sqltree opens for itself never spills into the working directory."""
+    import tempfile
+
+    monkeypatch.chdir(tmp_path)
+    for connection in (DuckDBEngine().connection, DuckDBEngine.private_connection()):
+        ((folder,),) = connection.execute("SELECT current_setting('temp_directory')").fetchall()
+        assert os.path.dirname(folder) == tempfile.gettempdir(), folder
+    model = sqltree.train(pd.DataFrame({"x": range(40), "y": ["a", "b"] * 20}), "y",
+                          plan="tables", connection=DuckDBEngine(memory_limit="50MB"))
+    assert model.n_leaves >= 1 and not any(tmp_path.iterdir())
 
 
 def test_two_threads_train_on_one_duckdb_connection() -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import tempfile
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -16,6 +18,14 @@ from .select_plan import TABLES
 
 _CSV_TYPES = ("BIGINT", "DOUBLE", "VARCHAR")
 _PROBE_SIDE_OPTIMIZER = "build_side_probe_side"
+
+
+def new_database() -> duckdb.DuckDBPyConnection:
+    """A new in-memory database of sqltree's own, spilling (when a statement needs more than
+    ``memory_limit``) into a folder of this process in the system's temporary folder: DuckDB's
+    default is ``.tmp`` in the working directory, which would leave files in a user's project."""
+    spill = os.path.join(tempfile.gettempdir(), f"sqltree-duckdb-{os.getpid()}")
+    return duckdb.connect(config={"temp_directory": spill})
 
 
 class DuckDBEngine(Engine):
@@ -61,7 +71,7 @@ class DuckDBEngine(Engine):
         self._loaded: set[str] = set()
         self._registered: list[str] = []
         self.owns_connection = connection is None
-        self.connection = connection if connection is not None else duckdb.connect()
+        self.connection = connection if connection is not None else new_database()
         self.threads = threads
         self.memory_limit = memory_limit
         self.private = private
@@ -78,7 +88,7 @@ class DuckDBEngine(Engine):
         it across fits, which saves opening a database, about 12 ms, per fit): engines on it
         find the settings already made, so they change nothing and give nothing back.
         """
-        connection = duckdb.connect()
+        connection = new_database()
         engine = cls(connection)
         assert engine._shared is not None
         engine._shared.saved.clear()  # no caller's values to give back
