@@ -193,17 +193,21 @@ def test_bad_option(value: Any) -> None:
         sqltree.train(frame(rows=50), "label", algorithm="cart", threshold_search=value)
 
 
-@given(case=trained_cases(dataclasses.replace(SPEC, max_rows=150), algorithm="cart"))
-@settings(max_examples=examples(5),
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-def test_hostile_tables(case: tuple[Any, dict[str, Any]]) -> None:
-    table, opts = case
+def full_and_bounded(table: Any, opts: dict[str, Any]) -> tuple[Any, Any]:
+    """A hostile table's exact trees by the full scan and by the bounded search, in DuckDB."""
     opts = {k: v for k, v in opts.items() if k != "max_bins"}
     with contextlib.closing(duckdb_with(table)) as con, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         full = train(table, {**opts, "threshold_search": "full"}, con)
         bounded = train(table, {**opts, "threshold_search": "bounded"}, con)
-    assert_identical(full, bounded)
+    return full, bounded
+
+
+@given(case=trained_cases(dataclasses.replace(SPEC, max_rows=150), algorithm="cart"))
+@settings(max_examples=examples(5),
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+def test_hostile_tables(case: tuple[Any, dict[str, Any]]) -> None:
+    assert_identical(*full_and_bounded(*case))
 
 
 # -- C4.5 and ID3 ---------------------------------------------------------------------------------
@@ -353,13 +357,7 @@ def test_c45_on_every_engine(engine_factory: Any, bound_every_level: list[int]) 
 @settings(max_examples=examples(3),
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 def test_c45_hostile_tables(case: tuple[Any, dict[str, Any]], bound_every_level: list[int]) -> None:
-    table, opts = case
-    opts = {k: v for k, v in opts.items() if k != "max_bins"}
-    with contextlib.closing(duckdb_with(table)) as con, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        full = train(table, {**opts, "threshold_search": "full"}, con)
-        bounded = train(table, {**opts, "threshold_search": "bounded"}, con)
-    assert_same_model(full, bounded)
+    assert_same_model(*full_and_bounded(*case))
 
 
 def test_estimators_take_threshold_search() -> None:
