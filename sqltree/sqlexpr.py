@@ -116,6 +116,36 @@ def with_materialized(
         query = query.with_(name, as_=body, materialized=materialized or None, copy=False)
     return query
 
+COMPUTED_ONCE = "computed_once"
+"""The ``meta`` key of ``computed_once`` derived tables."""
+
+
+def computed_once(select: exp.Select) -> exp.Select:
+    """Mark ``select``, a derived table whose computed columns the query around it reads
+    several times, and return it. PostgreSQL merges a derived table into the query that reads
+    it, and then computes each column again wherever it is read: a CART level's statement took
+    4.1 s merged and 1.65 s kept apart at 30,000 rows. Engines with ``FENCES_DERIVED_TABLES`` keep marked
+    tables apart when they render (``fenced``)."""
+    select.meta[COMPUTED_ONCE] = True
+    return select
+
+
+def fenced(query: exp.Expression) -> exp.Expression:
+    """``query`` with ``OFFSET 0`` on each derived table marked by ``computed_once``, which
+    PostgreSQL never merges into the query around it (a copy; ``query`` itself if none is
+    marked)."""
+    if not any(s.meta.get(COMPUTED_ONCE) for s in query.find_all(exp.Select)):
+        return query
+
+    def fence(node: exp.Expression) -> exp.Expression:
+        if (isinstance(node, exp.Select) and node.meta.get(COMPUTED_ONCE)
+                and not node.args.get("limit") and not node.args.get("offset")):
+            return node.offset(0, copy=False)
+        return node
+
+    return query.transform(fence)
+
+
 def literal(value: object) -> exp.Expression:
     if isinstance(value, bool):
         return exp.Boolean(this=value)

@@ -11,17 +11,20 @@ import math
 import warnings
 from typing import Any
 
+import duckdb
 import numpy as np
 import pandas as pd
 import pytest
 from sqlglot import exp
 
+import sqltree
 from sqltree.algorithms import grow
 from sqltree.dataset import describe
 from sqltree.engines.base import Engine
 from sqltree.engines.duckdb import DuckDBEngine
 from sqltree.errors import DataError, UnsupportedError
 from sqltree.grower import GrowOptions, GrowStats
+from sqltree.sqlexpr import computed_once, fenced
 from sqltree.tree import Node
 
 from .conftest import DATA, EngineFactory
@@ -355,6 +358,46 @@ def test_postgres_statements_run_without_jit(postgres_url: str) -> None:
         assert engine.connection.execute("SHOW jit").fetchone() == before
     finally:
         engine.close()
+
+
+@pytest.mark.postgres
+def test_postgres_statements_name_their_tables_and_compute_in_double(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each stored table is analyzed by name (a bare ``ANALYZE`` analyzes the whole
+    database); weights are DOUBLE, not NUMERIC (PostgreSQL's type for ``1.0e0``, whose sums
+    and logarithms cost 20 times as much); the derived tables marked ``computed_once`` are kept
+    apart by ``OFFSET 0``, and only on PostgreSQL."""
+    from sqltree.engines.postgres import PostgresEngine
+    from sqltree.queries import build_level0
+
+    sent: list[str] = []
+    real = PostgresEngine._execute
+
+    def recorded(self: Any, sql: str, *, fetch: bool) -> list[tuple[Any, ...]]:
+        sent.append(sql)
+        return real(self, sql, fetch=fetch)
+
+    monkeypatch.setattr(PostgresEngine, "_execute", recorded)
+    data = pd.DataFrame({"odd name": [1.0, 2.0, 3.0, 4.0] * 5, "y": ["a", "b"] * 10})
+    engine = PostgresEngine.connect(postgres_url)
+    try:
+        level = engine.materialize("level", build_level0(describe(data, engine, "y")))
+        (w_type,) = engine.execute(
+            exp.select(exp.cast(exp.func("PG_TYPEOF", exp.column("w")), "TEXT"))
+            .from_(level).limit(1))
+        assert w_type == ("double precision",)
+        model = sqltree.train(data, "y", connection=engine.connection, algorithm="cart",
+                              max_depth=2, plan="tables")
+        assert model.root.children
+    finally:
+        engine.close()
+    analyzed = [s for s in sent if s.startswith("ANALYZE")]
+    assert analyzed and all(s.startswith('ANALYZE "sqltree_') for s in analyzed), analyzed
+    assert any("OFFSET 0" in s for s in sent)
+    marked = exp.select("*").from_(computed_once(exp.select("a").from_("t")).subquery("x"))
+    assert "OFFSET 0" in fenced(marked).sql("postgres")
+    assert "OFFSET" not in DuckDBEngine(duckdb.connect()).render(marked)
 
 
 @pytest.mark.postgres

@@ -3,7 +3,7 @@ WITH feature_totals AS MATERIALIZED (
   SELECT
     node,
     attr,
-    SUM(CASE WHEN NOT v IS NULL THEN n ELSE 0 END) AS kn,
+    CAST(SUM(CASE WHEN NOT v IS NULL THEN n ELSE 0 END) AS BIGINT) AS kn,
     (
       CAST((
         SUM(CASE WHEN NOT v IS NULL THEN c0 ELSE 0 END)

@@ -18,7 +18,17 @@ from ..dataset import Feature
 from ..fixed_point import weight
 from ..queries import attr_in
 from ..running_sums import left_sum, ordered_scan, same_group, scan_term, sum_before
-from ..sqlexpr import add_all, alias, case, class_columns, col, num, total, window
+from ..sqlexpr import (
+    add_all,
+    alias,
+    case,
+    class_columns,
+    col,
+    computed_once,
+    num,
+    total,
+    window,
+)
 from ..tree import CONTINUOUS
 from .c45_criteria import SplitCriteria
 
@@ -35,7 +45,8 @@ def best_cuts_windowed(
     """
     options = criteria.options
     part = [col("node"), col("attr")]
-    cand = _windowed_candidates(hist, agg, continuous, criteria)
+    # gain is read four times below: computed once (``computed_once``)
+    cand = computed_once(_windowed_candidates(hist, agg, continuous, criteria))
     if options.all_thresholds:
         return exp.select(
             "node", "attr", "threshold", "next_value", "gain", "split_info",

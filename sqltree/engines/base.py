@@ -32,7 +32,7 @@ from sqlglot.errors import ErrorLevel
 
 from .. import progress as reporting
 from ..errors import DataError, SourceError, SqlTreeError
-from ..sqlexpr import values_table
+from ..sqlexpr import fenced, values_table
 from .select_plan import SELECT, TABLES, SelectPlan, choose_plan
 
 
@@ -120,6 +120,11 @@ class Engine(ABC):
 
     SUPPORTS_MATERIALIZED_CTE: ClassVar[bool] = True
     """Whether ``WITH name AS MATERIALIZED (...)`` computes a CTE once for the statement."""
+
+    FENCES_DERIVED_TABLES: ClassVar[bool] = False
+    """Whether ``render`` keeps the derived tables marked ``sqlexpr.computed_once`` apart from
+    the query around them (``sqlexpr.fenced``): engines that merge derived tables into their
+    readers and then compute a column at each reference."""
 
     keep_sql: bool = False
     """Record every statement's text in ``stats.sql`` (for debugging and golden files)."""
@@ -241,6 +246,8 @@ class Engine(ABC):
     # -- rendering -------------------------------------------------------------------------
     def render(self, query: exp.Expression) -> str:
         """Render ``query`` in this engine's dialect, refusing anything it cannot express."""
+        if self.FENCES_DERIVED_TABLES:
+            query = fenced(query)
         return query.sql(dialect=self.dialect, unsupported_level=ErrorLevel.RAISE)
 
     # -- the contract ------------------------------------------------------------------------

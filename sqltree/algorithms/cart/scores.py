@@ -34,6 +34,7 @@ from ...sqlexpr import (
     case,
     class_columns,
     col,
+    computed_once,
     num,
     paren,
     values_table,
@@ -215,7 +216,8 @@ def _feature_totals(
         exp.select(
             col("node"),
             col("attr"),
-            alias(known_sum(col("n")), "kn"),
+            # a BIGINT: PostgreSQL sums BIGINTs to NUMERIC, slow in every candidate's arithmetic
+            alias(exp.cast(known_sum(col("n")), "BIGINT"), "kn"),
             *[alias(weight(known_sum(col(c)), bits), f"k{i}") for i, c in enumerate(classes)],
         )
         .from_(hist.copy(), copy=False)
@@ -428,7 +430,7 @@ def _unknown_sides(
     ]
     not_known_left = exp.NEQ(this=col("kind", c_), expression=num(KNOWN_LEFT))
     some_unknown = exp.GT(this=unknown_n.copy(), expression=num(0))
-    return (
+    return computed_once(
         exp.select(
             *[col(c, c_) for c in CANDIDATE_COLUMNS[:7]],
             side,
@@ -477,14 +479,14 @@ def _gains(
     b = [col(f"b{i}") for i in range(n_classes)]
     t = [col(f"t{i}") for i in range(n_classes)]
     # The three weights get names first, so the impurity expressions refer to columns.
-    weighed = exp.select(
+    weighed = computed_once(exp.select(
         "*",
         alias(add_all(a), "w_left"),
         alias(add_all(b), "w_right"),
         alias(add_all(t), "w_node"),
-    ).from_(expanded.subquery("e", copy=False), copy=False)
+    ).from_(expanded.subquery("e", copy=False), copy=False))
     wl, wr, wt = col("w_left"), col("w_right"), col("w_node")
-    scored = (
+    scored = computed_once(
         exp.select(
             *CANDIDATE_COLUMNS,
             alias(build_impurity(a, wl, criterion), "impurity_left"),
@@ -540,7 +542,7 @@ def _regression_gains(
             exp.GT(this=col("b1"), expression=num(POISSON_EPSILON)),
         )
     side_impurity = _deviance if poisson else _variance
-    scored = (
+    scored = computed_once(
         exp.select(
             *CANDIDATE_COLUMNS,
             "w_node",
