@@ -32,6 +32,7 @@ from sqltree.pruning import (
     recount_raised,
     route_counts,
 )
+from sqltree.pruning.c45 import _Estimates
 from sqltree.tree import Node, Split
 from tests.helpers import GOLF, GOLF_NUMERIC, read_csv
 from tests.weka import example, read_arff
@@ -141,6 +142,25 @@ def test_raising_needs_the_data() -> None:
         prune_c45(root)
     with pytest.raises(ValueError, match="pruning must be one of"):
         prune(root, None, "optimal")
+
+
+def test_a_kept_node_made_a_leaf_again_is_estimated_as_a_leaf() -> None:
+    """Pruning a raised branch again can make a node kept before a leaf: its parent's
+    subtree estimate then takes the leaf's estimate, not the sum it was kept with."""
+    estimates = _Estimates(0.25)
+    child = nominal("a", ["x", "y"], [leaf([5.0, 1.0]), leaf([0.0, 4.0])])
+    parent = nominal("b", ["p", "q"], [child, leaf([3.0, 0.0])])
+    assert estimates.tree(child) == pytest.approx(
+        estimated_errors([5.0, 1.0]) + estimated_errors([0.0, 4.0])
+    )
+    estimates.decided(child, kept=True)
+    kept = estimates.subtree(parent)
+    assert kept == pytest.approx(estimates.tree(child) + estimated_errors([3.0, 0.0]))
+    child.make_leaf()
+    assert estimates.subtree(parent) == pytest.approx(
+        estimated_errors([5.0, 5.0]) + estimated_errors([3.0, 0.0])
+    )
+    assert estimates.subtree(parent) != pytest.approx(kept)
 
 
 # -- counts stay exact: a Python reference of C4.5's fractional routing ------------------------

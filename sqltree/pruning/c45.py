@@ -123,6 +123,9 @@ class _Estimates:
         # A grown tree's leaves repeat a few small counts (424,545 of the 1M file's 709,560
         # leaves hold less than 2 rows): each distinct one is estimated once.
         self._leaves: dict[tuple[float, ...], float] = {}
+        # the subtree sums of the nodes being decided (a round's, or the last one visited),
+        # so that keeping one does not sum its children again
+        self._deciding: dict[int, float] = {}
 
     def leaf(self, counts: Sequence[float]) -> float:
         key = tuple(counts)
@@ -135,13 +138,25 @@ class _Estimates:
         if node.is_leaf:
             return self.leaf(node.counts)
         errors = 0.0
+        kept = self._kept
         for child in node.children:
-            known = self._kept.get(id(child))
+            if child.split is None:  # a leaf now, even if it was kept before a raise
+                errors += self.leaf(child.counts)
+                continue
+            known = kept.get(id(child))
             errors += known if known is not None else self.subtree(child)
         return errors
 
-    def keep(self, node: Node, errors: float) -> None:
-        self._kept[id(node)] = errors
+    def tree(self, node: Node) -> float:
+        """:meth:`subtree` of a node being decided, remembered until it is decided."""
+        errors = self._deciding[id(node)] = self.subtree(node)
+        return errors
+
+    def decided(self, node: Node, kept: bool) -> None:
+        """``node`` is decided: kept with its subtree's sum, or changed (a leaf, raised)."""
+        errors = self._deciding.pop(id(node), None)
+        if kept:
+            self._kept[id(node)] = self.subtree(node) if errors is None else errors
 
 
 def _training_errors(root: Node) -> tuple[list[Node], dict[int, float]]:
@@ -318,7 +333,7 @@ def _outcome(node: Node, estimates: _Estimates, errors_largest: float) -> str:
     largest branch, estimated at ``errors_largest`` with all of the node's rows) or
     ``"keep"``."""
     errors_leaf = estimates.leaf(node.counts)
-    errors_tree = estimates.subtree(node)
+    errors_tree = estimates.tree(node)
     if errors_leaf - (errors_tree + 0.1) < SMALL and errors_leaf - (errors_largest + 0.1) < SMALL:
         return "leaf"
     if errors_largest - (errors_tree + 0.1) < SMALL:
@@ -365,6 +380,7 @@ def _carry_out(
 ) -> None:
     """Make ``node`` a leaf, raise its largest branch (whose recounted weights ``raised``
     holds) and prune it again, or keep it."""
+    estimates.decided(node, outcome == "keep")
     if outcome == "leaf":
         _leaf(node)
         stats.pruned += 1
@@ -385,7 +401,6 @@ def _carry_out(
         stats.raised += 1
         _prune_c45(node, path, estimates, router, stats)  # J48 prunes the raised subtree again
         return
-    estimates.keep(node, estimates.subtree(node))
 
 
 def _settled(node: Node, branch: Node, estimates: _Estimates, known: dict[int, list[float]]
