@@ -18,17 +18,7 @@ from ..dataset import Feature
 from ..fixed_point import weight
 from ..queries import attr_in
 from ..running_sums import left_sum, ordered_scan, same_group, scan_term, sum_before
-from ..sqlexpr import (
-    add_all,
-    alias,
-    case,
-    class_columns,
-    col,
-    computed_once,
-    num,
-    total,
-    window,
-)
+from ..sqlexpr import add_all, alias, case, class_columns, col, computed_once, num, total, window
 from ..tree import CONTINUOUS
 from .c45_criteria import SplitCriteria
 
