@@ -54,16 +54,30 @@ def default_sigint() -> Iterator[None]:
 
 def interrupted(train: Callable[[], Any], after: float) -> None:
     """Run ``train`` with a SIGINT delivered to the process ``after`` seconds in; it must end
-    in KeyboardInterrupt (a training that finished first fails the test)."""
-    timer = threading.Timer(after, signal.raise_signal, (signal.SIGINT,))
+    in KeyboardInterrupt (a training that finished first fails the test).
+
+    A KeyboardInterrupt raised while a garbage-collection callback runs (hypothesis installs
+    one in the test process) is reported as unraisable and lost, as a user's Ctrl-C would be
+    then; so while the training still runs, the signal is sent again each second."""
+    done = threading.Event()
+
+    def send() -> None:
+        if done.wait(after):
+            return
+        for _ in range(10):
+            signal.raise_signal(signal.SIGINT)
+            if done.wait(1.0):
+                return
+
+    sender = threading.Thread(target=send, daemon=True)
     with pytest.raises(KeyboardInterrupt):
         try:
-            timer.start()
+            sender.start()
             train()
         finally:
             # A signal already sent is handled here, still inside pytest.raises.
-            timer.cancel()
-            timer.join()
+            done.set()
+            sender.join()
 
 
 def run_in_threads(work: Callable[[], Any], n: int = 2) -> tuple[list[Any], list[BaseException]]:
