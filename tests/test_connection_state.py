@@ -212,11 +212,12 @@ def test_two_threads_with_engine_options_on_one_duckdb_connection() -> None:
 @pytest.mark.parametrize("after", [0.3, 1.2])
 def test_ctrl_c_during_duckdb_training(after: float) -> None:
     con = duckdb.connect()
-    # A million rows with a noisy label: growth takes far longer than the interrupt's delay.
+    # A million rows labelled in 500 noisy stripes of ``a``: the tree is a chain hundreds of
+    # levels deep, whose growth takes minutes, far longer than the interrupt's delay.
     con.execute(
         "CREATE TABLE big AS SELECT (hash(i) % 100000) / 100.0 AS a, "
         "(hash(i * 3) % 10007) / 7.0 AS b, CAST(hash(i * 5) % 997 AS INTEGER) AS c, "
-        "CASE WHEN (hash(i) % 100000) / 100.0 + (hash(i * 7) % 300) > 600 "
+        "CASE WHEN floor((hash(i) % 100000) / 200.0) % 2 = 0 AND hash(i * 7) % 10 > 0 "
         "THEN 'yes' ELSE 'no' END AS label FROM range(1000000) t(i)"
     )
     for statement in CALLER_SETTINGS:
@@ -316,11 +317,12 @@ def test_two_threads_train_on_one_postgres_connection(postgres_url: str, mode: s
 @pytest.mark.parametrize("mode", ["autocommit", "transaction"])
 def test_ctrl_c_during_postgres_training(postgres_url: str, mode: str) -> None:
     conn = pg_connection(postgres_url, mode)
+    # labelled in noisy stripes as for DuckDB: a chain-like tree whose growth takes minutes
     try:
         conn.execute(
             "CREATE TEMP TABLE big AS SELECT (i * 7919 % 100000) / 100.0 AS a, "
             "(i * 104729 % 10007) / 7.0 AS b, "
-            "CASE WHEN (i * 7919 % 100000) / 100.0 + (i * 31 % 300) > 600 "
+            "CASE WHEN floor((i * 7919 % 100000) / 200.0)::int % 2 = 0 AND i * 31 % 10 > 0 "
             "THEN 'yes' ELSE 'no' END AS label FROM generate_series(1::bigint, 300000) AS t(i)"
         )
         before = pg_state(conn)

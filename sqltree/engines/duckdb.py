@@ -163,9 +163,14 @@ class DuckDBEngine(Engine):
         # DuckDB runs Python's SIGINT handler while a query runs; when it raises, DuckDB stops
         # the query and reports it as this RuntimeError (the KeyboardInterrupt is gone).
         # Connection.interrupt() from another thread raises duckdb.InterruptException instead.
+        # A KeyboardInterrupt raised in Python code that DuckDB calls (the scan of a
+        # registered table counts its rows) comes back as an error naming it.
         return (
-            type(error) is RuntimeError and str(error) == "Query interrupted"
-        ) or super()._interrupted(error)
+            (type(error) is RuntimeError and str(error) == "Query interrupted")
+            or (isinstance(error, duckdb.Error)
+                and re.search(r"failed: KeyboardInterrupt\b", str(error)) is not None)
+            or super()._interrupted(error)
+        )
 
     def render(self, query: exp.Expression) -> str:
         # Without sqlglot's defensive copy: the generator's DuckDB preprocessing leaves
