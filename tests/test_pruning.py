@@ -33,7 +33,7 @@ from sqltree.pruning import (
     route_counts,
 )
 from sqltree.pruning.c45 import _Estimates
-from sqltree.tree import Node, Split
+from sqltree.tree import CONTINUOUS, Node, Split
 from tests.helpers import GOLF, GOLF_NUMERIC, read_csv
 from tests.weka import example, read_arff
 
@@ -643,3 +643,39 @@ def test_recount_above_the_structures_in_one_statement_changes_nothing(monkeypat
     assert_counts_exact(chained, frame, "y", data.classes)
     # a recounted node that no row reaches has counts 0.0, so the model file keeps floats
     assert all(type(c) is float for node in chained.walk() for c in node.counts)
+
+
+def test_recounts_route_rows_down_a_path_hundreds_of_levels_deep() -> None:
+    """A chain 400 tests deep (a stripe per value of one feature): the statements that route
+    rows down its path stay within what sqlglot renders, and count what a walk of the rows
+    counts."""
+    depth = 400
+    frame = pd.DataFrame({"a": [float(i) for i in range(depth + 2)] * 2,
+                          "y": ["k"] * (depth + 2) + ["l"] * (depth + 2)})
+    engine = DuckDBEngine()
+    data = describe(frame, engine, "y")
+
+    def leaf(weights: list[float]) -> Node:
+        return Node(counts=weights, proba=[w / sum(weights) for w in weights])
+
+    # node i tests a <= i: its left leaf holds the value i, the chain goes on to the right
+    tail = Node(counts=[2.0, 2.0], proba=[0.5, 0.5], split=Split("a", CONTINUOUS, depth + 0.5),
+                children=[leaf([1.0, 1.0]), leaf([1.0, 1.0])], shares=[0.5, 0.5])
+    path = []
+    chain = tail
+    for i in reversed(range(depth)):
+        rows = 2.0 * (depth + 2 - i)
+        chain = Node(counts=[rows / 2, rows / 2], proba=[0.5, 0.5],
+                     split=Split("a", CONTINUOUS, i + 0.5),
+                     children=[leaf([1.0, 1.0]), chain], shares=[0.5, 0.5])
+    node = chain
+    while node is not tail:
+        path.append((node, 1))
+        node = node.children[1]
+    router = _Router.open(data)
+    entries = [(path, tail)]
+    known, recounted = known_counts(router, entries), recount_raised(router, entries)
+    router.close()
+    engine.cleanup()
+    for counts in (known, recounted):
+        assert [counts[id(c)] for c in tail.children] == [[1.0, 1.0], [1.0, 1.0]]

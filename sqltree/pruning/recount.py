@@ -27,6 +27,11 @@ __all__ = ["known_counts", "recount_raised", "route_counts"]
 SMALL = J48_SMALL
 """J48 compares weights with ``Utils.SMALL``."""
 
+CHAINED_LEVELS = 12
+"""Levels run as one statement at most; a longer chain is stored on the way. sqlglot renders a
+statement recursively, and a chain of a few hundred levels (a deep tree's path) exceeds
+Python's recursion limit."""
+
 class _Router:
     """Where the training (or validation) rows are, encoded as in the grower's level tables.
 
@@ -153,7 +158,7 @@ def recount_raised(
     # PostgreSQL's estimates of chained joins fall to one row (see the select plan), so only
     # DuckDB runs the levels above the structures in one statement.
     chained = engine.VECTORIZED
-    pending = False  # whether ``level`` is a query of levels not stored yet
+    pending = 0  # how many levels ``level`` chains that are not stored yet
     owned: list[exp.Table] = []
     next_id = 1
     try:
@@ -173,7 +178,7 @@ def recount_raised(
                 if pending:  # read twice below: stored first
                     stored = engine.materialize("raise", level.this)
                     owned.append(stored)
-                    level, pending = stored, False
+                    level, pending = stored, 0
                     router.queries += 1
                 query = q.build_keyed_counts(level, data.features, tests_table, k)
                 for node, key, *weights in engine.execute(query):
@@ -193,13 +198,14 @@ def recount_raised(
             routes_table = _load(engine, "routes", q.ROUTES_COLUMNS, routes, owned)
             partition = q.build_partition(level, data.features, tests_table, routes_table,
                                           copy=not pending)
-            if chained and not any(at.raised for at in below.values()):
+            if (chained and pending < CHAINED_LEVELS
+                    and not any(at.raised for at in below.values())):
                 # Not stored: the path's levels run as one statement, which DuckDB pipelines.
-                level, pending = exp.Subquery(this=partition), True
+                level, pending = exp.Subquery(this=partition), pending + 1
             else:
                 stored = engine.materialize("raise", partition)
                 owned.append(stored)
-                level, pending = stored, False
+                level, pending = stored, 0
                 router.queries += 1
             frontier = below
     finally:
@@ -240,38 +246,24 @@ def known_counts(
     features = {f.name: f for f in data.features}
     frontier = {0: _positions(entries)}
     level: exp.Expression = router.rows
+    pending = 0  # how many levels ``level`` chains that are not stored yet
     owned: list[exp.Table] = []
     next_id = 1
     try:
         while any(at.children for at in frontier.values()):
-            tests: list[tuple[int, int, float | None]] = []
-            routes: list[tuple[int, int, int, float]] = []
-            below: dict[int, _Position] = {}
-            for local, at in sorted(frontier.items()):
-                if not at.children:  # a structure's leaf: its rows wait for the last level
-                    tests.append((local, -1, None))
-                    routes.append((local, q.UNKNOWN_KEY, next_id, 1.0))
-                    below[next_id] = at
-                    next_id += 1
-                    continue
-                split = at.node.split
-                assert split is not None
-                feature = features[split.feature]
-                tests.append((local, feature.index, split.threshold))
-                keys_of_branch = _keys_of_branches(at.node, feature)
-                unknown_keys = [q.UNKNOWN_KEY, *_unlisted_codes(feature, keys_of_branch)]
-                for branch, child in sorted(at.children.items()):
-                    routes += [(local, key, next_id, 1.0) for key in keys_of_branch[branch]]
-                    factor = 0.0 if at.raised else _unknown_share(at.node, branch, [], False)
-                    if factor > 0.0:  # on the way down: the tree's stored shares
-                        routes += [(local, key, next_id, factor) for key in unknown_keys]
-                    below[next_id] = child
-                    next_id += 1
+            tests, routes, below = _known_routes(frontier, features, next_id)
+            next_id += len(below)
             tests_table = _load(engine, "tests", q.TESTS_COLUMNS, tests, owned)
             routes_table = _load(engine, "routes", q.ROUTES_COLUMNS, routes, owned)
-            level = exp.Subquery(this=q.build_partition(
+            partition = q.build_partition(
                 level, data.features, tests_table, routes_table, copy=level is router.rows
-            ))
+            )
+            if pending < CHAINED_LEVELS:
+                level, pending = exp.Subquery(this=partition), pending + 1
+            else:
+                level, pending = engine.materialize("raise", partition), 0
+                owned.append(level)
+                router.queries += 1
             frontier = below
         counts: dict[int, list[float]] = {}
         k = len(data.classes)
@@ -285,6 +277,38 @@ def known_counts(
     finally:
         for table in owned:
             engine.drop(table)
+
+
+def _known_routes(
+    frontier: dict[int, _Position], features: dict[str, Any], next_id: int
+) -> tuple[list[tuple[int, int, float | None]], list[tuple[int, int, int, float]],
+           dict[int, _Position]]:
+    """:func:`known_counts`' tests and routes of a level, and the next level's positions
+    numbered from ``next_id``: a structure's leaf passes its rows on under the unknown key."""
+    tests: list[tuple[int, int, float | None]] = []
+    routes: list[tuple[int, int, int, float]] = []
+    below: dict[int, _Position] = {}
+    for local, at in sorted(frontier.items()):
+        if not at.children:  # a structure's leaf: its rows wait for the last level
+            tests.append((local, -1, None))
+            routes.append((local, q.UNKNOWN_KEY, next_id, 1.0))
+            below[next_id] = at
+            next_id += 1
+            continue
+        split = at.node.split
+        assert split is not None
+        feature = features[split.feature]
+        tests.append((local, feature.index, split.threshold))
+        keys_of_branch = _keys_of_branches(at.node, feature)
+        unknown_keys = [q.UNKNOWN_KEY, *_unlisted_codes(feature, keys_of_branch)]
+        for branch, child in sorted(at.children.items()):
+            routes += [(local, key, next_id, 1.0) for key in keys_of_branch[branch]]
+            factor = 0.0 if at.raised else _unknown_share(at.node, branch, [], False)
+            if factor > 0.0:  # on the way down: the tree's stored shares
+                routes += [(local, key, next_id, factor) for key in unknown_keys]
+            below[next_id] = child
+            next_id += 1
+    return tests, routes, below
 
 
 def _level_routes(
