@@ -124,6 +124,18 @@ def postgres_admin(postgres_url: str) -> Iterator[Any]:
     conn.close()
 
 
+# -- workers ---------------------------------------------------------------------------------
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """With pytest-xdist's ``--dist loadgroup`` (the default options), the Spark tests run in
+    one worker and the PostgreSQL tests in one: one session and one cluster per run."""
+    for item in items:
+        for engine in ("spark", "postgres"):
+            if item.get_closest_marker(engine) is not None:
+                item.add_marker(pytest.mark.xdist_group(engine))
+                break
+
+
 # -- Spark -----------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
