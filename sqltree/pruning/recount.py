@@ -27,10 +27,10 @@ __all__ = ["known_counts", "recount_raised", "route_counts"]
 SMALL = J48_SMALL
 """J48 compares weights with ``Utils.SMALL``."""
 
-CHAINED_LEVELS = 12
+CHAINED_LEVELS = 16
 """Levels run as one statement at most; a longer chain is stored on the way. sqlglot renders a
-statement recursively, and a chain of a few hundred levels (a deep tree's path) exceeds
-Python's recursion limit."""
+statement recursively, about 30 Python frames per chained level: 28 levels rendered and 32
+exceeded Python's default recursion limit (1,000), so a deep tree's path needs stops."""
 
 class _Router:
     """Where the training (or validation) rows are, encoded as in the grower's level tables.
