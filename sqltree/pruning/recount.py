@@ -198,20 +198,28 @@ def recount_raised(
             routes_table = _load(engine, "routes", q.ROUTES_COLUMNS, routes, owned)
             partition = q.build_partition(level, data.features, tests_table, routes_table,
                                           copy=not pending)
-            if (chained and pending < CHAINED_LEVELS
-                    and not any(at.raised for at in below.values())):
-                # Not stored: the path's levels run as one statement, which DuckDB pipelines.
-                level, pending = exp.Subquery(this=partition), pending + 1
-            else:
-                stored = engine.materialize("raise", partition)
-                owned.append(stored)
-                level, pending = stored, 0
-                router.queries += 1
+            # Not stored: the path's levels run as one statement, which DuckDB pipelines.
+            chain = chained and not any(at.raised for at in below.values())
+            level, pending = _next_level(router, partition, pending, owned, chain)
             frontier = below
     finally:
         for table in owned:
             engine.drop(table)
     return counts
+
+
+def _next_level(
+    router: _Router, partition: exp.Select, pending: int, owned: list[exp.Table], chain: bool
+) -> tuple[exp.Expression, int]:
+    """The next level and how many chained levels it holds unstored: ``partition`` chained
+    onto the statement where ``chain`` allows and fewer than ``CHAINED_LEVELS`` are, else
+    stored (listed in ``owned`` to be dropped)."""
+    if chain and pending < CHAINED_LEVELS:
+        return exp.Subquery(this=partition), pending + 1
+    stored = router.data.engine.materialize("raise", partition)
+    owned.append(stored)
+    router.queries += 1
+    return stored, 0
 
 
 def _load(
@@ -258,12 +266,7 @@ def known_counts(
             partition = q.build_partition(
                 level, data.features, tests_table, routes_table, copy=level is router.rows
             )
-            if pending < CHAINED_LEVELS:
-                level, pending = exp.Subquery(this=partition), pending + 1
-            else:
-                level, pending = engine.materialize("raise", partition), 0
-                owned.append(level)
-                router.queries += 1
+            level, pending = _next_level(router, partition, pending, owned, True)
             frontier = below
         counts: dict[int, list[float]] = {}
         k = len(data.classes)
