@@ -15,6 +15,8 @@ from sqlglot import exp
 
 from sqltree import progress
 from sqltree.algorithms import grow
+from sqltree.algorithms.memory import recount as memory_recount
+from sqltree.algorithms.memory.recount import RowsInMemory
 from sqltree.dataset import describe
 from sqltree.engines.duckdb import DuckDBEngine
 from sqltree.grower import GrowOptions
@@ -566,11 +568,12 @@ def _same(got: Any, want: Any, path: str = "root") -> None:
 
 
 def test_pruning_is_the_same_on_every_engine(
-    engine_factory: Any, labor: tuple[pd.DataFrame, str, Any, Node]
+    engine_factory: Any, labor: tuple[pd.DataFrame, str, Any, Node], monkeypatch
 ) -> None:
-    """Subtree raising (recounts in the engine) and reduced-error pruning (validation rows
-    counted in the engine) give DuckDB's tree, counts and shares on PostgreSQL and Spark.
-    Spark answers these small statements slowly (about 100 s here, marked slow with Spark)."""
+    """Subtree raising (recounts in the engine, or read from it once their rows are few) and
+    reduced-error pruning (validation rows counted in the engine) give DuckDB's tree, counts
+    and shares on PostgreSQL and Spark. Spark answers these small statements slowly (about
+    100 s here, marked slow with Spark)."""
     frame, target, reference_data, grown = labor
     engine, source = engine_factory(frame, "labor")
     data = describe(source, engine, target)
@@ -580,6 +583,11 @@ def test_pruning_is_the_same_on_every_engine(
     prune_c45(want, reference_data, batch=False)
     stats = prune_c45(got, data)
     assert stats.raised == 1
+    _same(got.to_dict(), want.to_dict())
+    got = copy.deepcopy(root)
+    with monkeypatch.context() as patch:
+        _recount_in_memory(patch, data.n_rows * len(data.features) - 1, 16)
+        assert prune_c45(got, data, rows=RowsInMemory(data)).queries < stats.queries
     _same(got.to_dict(), want.to_dict())
 
     # Reduced-error pruning against a query over the engine's table (the rows with a first-year
@@ -679,3 +687,73 @@ def test_recounts_route_rows_down_a_path_hundreds_of_levels_deep() -> None:
     engine.cleanup()
     for counts in (known, recounted):
         assert [counts[id(c)] for c in tail.children] == [[1.0, 1.0], [1.0, 1.0]]
+
+
+def _recount_in_memory(patch: pytest.MonkeyPatch, cells: int, levels: int) -> None:
+    patch.setattr(memory_recount, "RECOUNT_MEMORY_MAX_CELLS", cells)
+    patch.setattr(memory_recount, "RECOUNT_ENGINE_MAX_LEVELS", levels)
+
+
+def _labor() -> tuple[pd.DataFrame, str]:
+    arff = read_arff(example("labor"))
+    return arff.frame, arff.target
+
+
+@pytest.mark.parametrize("table", [lambda: (noisy_frame(), "y"), _labor], ids=["noisy", "labor"])
+def test_a_recount_goes_on_in_memory_once_its_rows_are_few(monkeypatch, table) -> None:
+    """From the first level whose rows are few, a recount reads them once and goes on in
+    numpy: the same tree, every count and share to the last bit (unknown values in every
+    feature: fractional weights), in fewer statements."""
+    frame, target = table()
+    engine = DuckDBEngine()
+    data = describe(frame, engine, target)
+    grown, _ = grow(data, GrowOptions())
+    in_engine, in_memory = copy.deepcopy(grown), copy.deepcopy(grown)
+    reads = []
+    with monkeypatch.context() as patch:
+        _recount_in_memory(patch, 0, 0)  # never
+        by_statements = prune_c45(in_engine, data, rows=RowsInMemory(data))
+        # the training rows are many, any fewer are few: from the first counted level on
+        _recount_in_memory(patch, data.n_rows * len(data.features) - 1, 16)
+        go_on = RowsInMemory.go_on
+        patch.setattr(RowsInMemory, "go_on",
+                      lambda self, *a: reads.append(a[3]) or go_on(self, *a))
+        by_reads = prune_c45(in_memory, data, rows=RowsInMemory(data))
+    engine.cleanup()
+    assert by_statements.raised > 0 and len(reads) > 0
+    assert in_memory.to_dict() == in_engine.to_dict()
+    assert by_reads.queries < by_statements.queries
+    assert_counts_exact(in_memory, frame, target, data.classes)
+
+
+def chain_frame(rows: int = 1200, stripe: int = 40, seed: int = 0) -> pd.DataFrame:
+    """Rows labelled in stripes of one feature, with noise: C4.5 grows a chain, a stripe per
+    level (30 levels here), and raises branches when pruning it."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    a = rng.permutation(rows).astype(float)
+    y = np.where(((a // stripe) % 2 == 0) & (rng.random(rows) > 0.1), "yes", "no")
+    frame = pd.DataFrame({"a": a, "c": rng.integers(0, 7, rows).astype(str), "y": y})
+    frame.loc[rng.random(rows) < 0.03, "c"] = None
+    return frame
+
+
+def test_a_deep_tree_on_few_rows_is_recounted_in_memory(monkeypatch) -> None:
+    """A tree more than 16 levels deep on few training rows: they are read once and every
+    recount runs in numpy (in the engine, a statement per level of each path and two per
+    level of each raised branch, every round): the same tree, every count to the last bit."""
+    frame = chain_frame()
+    engine = DuckDBEngine()
+    data = describe(frame, engine, "y")
+    grown, _ = grow(data, GrowOptions())
+    in_engine, in_memory = copy.deepcopy(grown), copy.deepcopy(grown)
+    with monkeypatch.context() as patch:
+        _recount_in_memory(patch, 0, memory_recount.RECOUNT_ENGINE_MAX_LEVELS)  # never
+        by_statements = prune_c45(in_engine, data, rows=RowsInMemory(data))
+    by_reads = prune_c45(in_memory, data, rows=RowsInMemory(data))
+    engine.cleanup()
+    assert by_statements.raised > 0 and by_statements.queries > 100
+    assert by_reads.queries == 1  # the rows, read once
+    assert in_memory.to_dict() == in_engine.to_dict()
+    assert_counts_exact(in_memory, frame, "y", data.classes)

@@ -23,6 +23,7 @@ from .c45 import C45Strategy
 from .cart import CARTStrategy
 from .cart.regression import RegressionStrategy
 from .memory import DEEP_STRATEGIES, MEMORY_STRATEGIES, memory_strategy
+from .memory.recount import RowsInMemory
 from .memory.stages import InMemoryStages
 
 STRATEGIES: dict[str, type[Strategy]] = {
@@ -84,7 +85,8 @@ def grow_and_prune(
     for an algorithm whose grow options ask for none (C4.5's is ``train``'s own step).
     ``memory`` (why): grow on the memory plan where the algorithm has an in-memory scorer
     (``sqltree.algorithms.memory``); ``stats.plan`` says which plan grew the tree. Last, the
-    training rows where the memory plan holds them in a form pruning recounts (else None)."""
+    training rows as pruning recounts them: held by the memory plan, else read from the engine
+    once a recount's rows are few (``memory.recount.RowsInMemory``)."""
     strategy = memory_strategy(data, options, memory) if memory is not None else None
     if strategy is None and options.strategy_name in DEEP_STRATEGIES:
         strategy = DEEP_STRATEGIES[options.strategy_name](data, options)
@@ -93,7 +95,7 @@ def grow_and_prune(
     post_pruning = POST_PRUNING.get(options.strategy_name)
     pruned = post_pruning(root, data, options) if post_pruning is not None else None
     rows = strategy.rows_in_memory if isinstance(strategy, InMemoryStages) else None
-    return root, stats, pruned, rows
+    return root, stats, pruned, rows or RowsInMemory(data)
 
 
 __all__ = [

@@ -441,8 +441,9 @@ def _prune_c45_rounds(
         time.perf_counter() - started,
         f"{sum(map(len, rounds)):,} nodes ordered into {len(rounds)} rounds by height",
     )
+    router.hold_rows(len(rounds))
     # the bound's statement is a chain of levels; rows in memory recount without statements
-    bounded = router.data.engine.VECTORIZED and router.in_memory is None
+    bounded = router.data.engine.VECTORIZED and not router.holds_rows
     for number, nodes in enumerate(rounds, 1):
         started, before = time.perf_counter(), (stats.pruned, stats.raised)
         # (node, path, largest branch) of the nodes that raising might change: only they

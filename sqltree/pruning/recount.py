@@ -44,9 +44,21 @@ class _Router:
         self.materialize = materialize
         self.queries = 0
         self._table: exp.Table | None = None
-        # The memory plan's training rows (``algorithms.memory.recount.RowsInMemory``):
-        # ``recount_raised`` routes them in numpy instead.
+        # ``algorithms.memory.recount.RowsInMemory``: the memory plan's training rows, which
+        # ``recount_raised`` routes in numpy instead, or where a recount goes on in numpy
+        # once its rows are few.
         self.in_memory = in_memory
+
+    def hold_rows(self, levels: int) -> None:
+        """Read the training rows into memory for the recounts of a tree ``levels`` deep,
+        where ``RowsInMemory.hold`` says so."""
+        if self.in_memory is not None and self.in_memory.hold(levels):
+            self.queries += 1
+
+    @property
+    def holds_rows(self) -> bool:
+        """Whether every training row is in memory, where recounts need no statement."""
+        return self.in_memory is not None and self.in_memory.holds_rows
 
     @classmethod
     def open(cls, data: Dataset, source: Any = None, materialize: bool = True,
@@ -146,7 +158,7 @@ def recount_raised(
     nominal value that no branch lists is unknown at that test. Keyed by ``id()`` of the
     structures' nodes that weight reached.
     """
-    if router.in_memory is not None:
+    if router.holds_rows:
         return dict(router.in_memory.recount(entries, recompute_shares))
     data = router.data
     engine = data.engine
@@ -195,6 +207,11 @@ def recount_raised(
             next_id += len(below)
             if not routes:
                 break
+            if keyed and _goes_on_in_memory(router, keyed):
+                router.in_memory.go_on(level, tests, routes, below, next_id, counts,
+                                       recompute_shares)
+                router.queries += 1
+                break
             routes_table = _load(engine, "routes", q.ROUTES_COLUMNS, routes, owned)
             partition = q.build_partition(level, data.features, tests_table, routes_table,
                                           copy=not pending)
@@ -206,6 +223,14 @@ def recount_raised(
         for table in owned:
             engine.drop(table)
     return counts
+
+
+def _goes_on_in_memory(router: _Router, keyed: dict[int, dict[int, list[float]]]) -> bool:
+    """Whether the level counted in ``keyed`` is read into memory and the recount goes on
+    there (``RowsInMemory.few``)."""
+    if router.in_memory is None:
+        return False
+    return router.in_memory.few(sum(sum(w) for by_key in keyed.values() for w in by_key.values()))
 
 
 def _next_level(

@@ -1,10 +1,11 @@
-"""Subtree raising's recount (``pruning.recount.recount_raised``) over the memory plan's rows.
+"""Subtree raising's recount (``pruning.recount.recount_raised``) in numpy.
 
 J48's pruning recounts a raised branch under all of its node's rows. On the SQL plans that is
-a few statements per round; on the memory plan the level-0 rows are already in numpy, so the
-rows move down the same positions (``_positions``, ``_level_routes``) with the grower's
-partition, and each level's class weights per (position, key) are summed in the fixed point
-``build_keyed_counts`` picks, so every count is the one the engine returns.
+a few statements per level of the raised branches; on the memory plan the level-0 rows are
+already in numpy, and on the SQL plans a recount whose rows have become few reads them once
+and goes on here. The rows move down the same positions (``_positions``, ``_level_routes``)
+with the grower's partition, and each level's class weights per (position, key) are summed in
+the fixed point ``build_keyed_counts`` picks, so every count is the one the engine returns.
 """
 
 from __future__ import annotations
@@ -13,14 +14,15 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+from sqlglot import exp
 
 from ... import queries as q
 from ...dataset import Dataset
 from ...fixed_point import FIXED_POINT_HEADROOM, FIXED_POINT_MAX_BITS
-from ...pruning.recount import _level_routes, _positions
+from ...pruning.recount import _level_routes, _Position, _positions
 from ...tree import Node
 from ..c45_criteria import LN2
-from .level import Level, partition, test_keys
+from .level import Level, partition, read_level0, test_keys
 
 Entries = Sequence[tuple[Sequence[tuple[Node, int]], Node]]
 
@@ -61,22 +63,83 @@ def keyed_counts(level: Level, tests: Sequence[tuple[int, int, float | None]], n
     return out
 
 
-class RowsInMemory:
-    """The training rows of the memory plan, where pruning recounts raised subtrees."""
+RECOUNT_MEMORY_MAX_CELLS = 3_200_000
+"""On the SQL plans, a recount goes on in numpy from the first level whose rows, estimated from
+their weight, times the features are at most this many, if the training rows were more (as
+``c45.DEEP_MEMORY_MAX_CELLS`` for growth); 0: never."""
 
-    def __init__(self, data: Dataset, level0: Level) -> None:
+RECOUNT_ENGINE_MAX_LEVELS = 16
+"""A recount in the engine costs a statement per level of its path (on DuckDB one per 16) and
+two per level of its structures: pruning a tree deeper than this reads the training rows once,
+if they are few from the start (``RECOUNT_MEMORY_MAX_CELLS``), and recounts in numpy (a
+chain-shaped tree raises branches hundreds of levels deep, and prunes them again one node at a
+time)."""
+
+
+class RowsInMemory:
+    """Where subtree raising's recount (``recount_raised``) runs in numpy: over the memory
+    plan's training rows (``level0``), or, on the SQL plans, from the level where the rows
+    left are few (``few``), read once from the engine (``go_on``)."""
+
+    def __init__(self, data: Dataset, level0: Level | None = None) -> None:
         self.data = data
         self.level0 = level0
+
+    @property
+    def holds_rows(self) -> bool:
+        """Whether every training row is here (the memory plan), so no recount reads any."""
+        return self.level0 is not None
 
     def recount(self, entries: Entries, recompute_shares: bool = True
                 ) -> dict[int, list[float]]:
         """``recount_raised``'s class weights, keyed by ``id()`` of the nodes they reach."""
+        assert self.level0 is not None
+        counts: dict[int, list[float]] = {}
+        self._recount_from(self.level0, {0: _positions(entries)}, 1, counts, recompute_shares)
+        return counts
+
+    def hold(self, levels: int) -> bool:
+        """Read every training row now (one statement; True) if they are few from the start
+        and the tree is more than ``RECOUNT_ENGINE_MAX_LEVELS`` deep: recounts then run here,
+        as on the memory plan."""
+        if self.level0 is not None or levels <= RECOUNT_ENGINE_MAX_LEVELS or self._large:
+            return False
+        self.level0 = read_level0(self.data, q.build_level0(self.data), False)
+        return True
+
+    def few(self, weight: float) -> bool:
+        """Whether a recount's level of this ``weight`` goes on in numpy: its rows, estimated
+        from the weight (a row weighs on average the training weight per row), are few
+        (``RECOUNT_MEMORY_MAX_CELLS``), and the training rows were not: data small from the
+        start is recounted in its engine, as it grows there, unless its tree is deep
+        (``hold``)."""
+        data = self.data
+        total = sum(data.class_weights)
+        rows = weight * data.n_rows / total if total > 0 else float(data.n_rows)
+        return self._large and rows * len(data.features) <= RECOUNT_MEMORY_MAX_CELLS
+
+    @property
+    def _large(self) -> bool:
+        return self.data.n_rows * len(self.data.features) > RECOUNT_MEMORY_MAX_CELLS
+
+    def go_on(self, rows: exp.Expression, tests: Sequence[tuple[int, int, float | None]],
+              routes: Sequence[tuple[int, int, int, float]], frontier: dict[int, _Position],
+              next_id: int, counts: dict[int, list[float]], recompute_shares: bool) -> None:
+        """Read a recount's level (``rows``, a stored level table or the level-0 rows) with
+        one statement, route it by ``tests`` and ``routes`` to ``frontier`` (numbered up to
+        ``next_id``) and recount the rest in numpy, into ``counts``. The levels hold the
+        engine's rows, so every count is the one the engine would return."""
+        data = self.data
+        columns = ["node", "w", "y", *[f.column for f in data.features]]
+        level = read_level0(data, exp.select(*columns).from_(rows), False)
+        level = partition(level, tests, routes)
+        self._recount_from(level, frontier, next_id, counts, recompute_shares)
+
+    def _recount_from(self, level: Level, frontier: dict[int, _Position], next_id: int,
+                      counts: dict[int, list[float]], recompute_shares: bool) -> None:
+        """``recount_raised``'s loop, in numpy, from ``level``'s rows at ``frontier``."""
         k = len(self.data.classes)
         features = {f.name: f for f in self.data.features}
-        counts: dict[int, list[float]] = {}
-        frontier = {0: _positions(entries)}
-        level = self.level0
-        next_id = 1
         while frontier:
             tests = [(local, features[at.node.split.feature].index, at.node.split.threshold)
                      for local, at in sorted(frontier.items())
@@ -94,4 +157,3 @@ class RowsInMemory:
                 break
             level = partition(level, tests, routes)
             frontier = below
-        return counts
