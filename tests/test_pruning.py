@@ -726,9 +726,9 @@ def test_a_recount_goes_on_in_memory_once_its_rows_are_few(monkeypatch, table) -
     assert_counts_exact(in_memory, frame, target, data.classes)
 
 
-def chain_frame(rows: int = 1200, stripe: int = 40, seed: int = 0) -> pd.DataFrame:
+def chain_frame(rows: int = 700, stripe: int = 40, seed: int = 0) -> pd.DataFrame:
     """Rows labelled in stripes of one feature, with noise: C4.5 grows a chain, a stripe per
-    level (30 levels here), and raises branches when pruning it."""
+    level (18 levels here), and raises branches when pruning it."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
