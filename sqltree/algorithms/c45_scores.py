@@ -16,7 +16,17 @@ from ..dataset import Feature
 from ..fixed_point import weight_sum
 from ..queries import UNKNOWN_KEY, attr_in
 from ..running_sums import same_group
-from ..sqlexpr import alias, case, class_columns, col, num, safe_div, with_materialized, xlogx
+from ..sqlexpr import (
+    alias,
+    case,
+    class_columns,
+    col,
+    num,
+    safe_div,
+    with_materialized,
+    without_nested_loops,
+    xlogx,
+)
 from ..tree import CONTINUOUS
 from .c45_bounded import CloseValues, bounded_best_cuts
 from .c45_criteria import LN2, ScoreOptions, SplitCriteria, node_feature_totals
@@ -64,8 +74,9 @@ def build_split_scores(
         bounded = bounded_best_cuts(hist, agg, edges, criteria, ctes, options.ordered_scan,
                                     close)
         both = exp.union(both, bounded, distinct=False, copy=False)
-    return with_materialized(_with_gain_ratio(both.subquery("u"), options), ctes,
-                             options.ordered_scan)
+    scores = with_materialized(_with_gain_ratio(both.subquery("u"), options), ctes,
+                               options.ordered_scan)
+    return without_nested_loops(scores) if edges else scores
 
 
 def _nominal_scores(

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 from sqlglot import exp
 
 from ..errors import EngineConnectionError, UnsupportedError
+from ..sqlexpr import WITHOUT_NESTED_LOOPS
 from .base import Engine, one_line, temp_table_create
 from .select_plan import SELECT
 
@@ -223,6 +224,16 @@ class PostgresEngine(Engine):
         cur.adapters.register_loader("numeric", _FloatNumericLoader)
         return cur
 
+    _without_nested_loops = False
+    """Whether the statement being run is marked ``sqlexpr.without_nested_loops``."""
+
+    def execute(self, query: exp.Expression) -> list[tuple[Any, ...]]:
+        self._without_nested_loops = bool(query.meta.get(WITHOUT_NESTED_LOOPS))
+        try:
+            return super().execute(query)
+        finally:
+            self._without_nested_loops = False
+
     def _execute(self, sql: str, *, fetch: bool) -> list[tuple[Any, ...]]:
         # ``transaction()`` is BEGIN/COMMIT in autocommit mode and a SAVEPOINT inside an open
         # transaction: either way an error (or a Ctrl-C, which _cancel_on_ctrl_c turns into a
@@ -240,6 +251,8 @@ class PostgresEngine(Engine):
             cur.execute(_JIT_OFF)
             if self.plan == SELECT:
                 cur.execute(_SELECT_PLAN_SETTINGS)
+            elif self._without_nested_loops:
+                cur.execute(_NESTED_LOOPS_OFF)
             cur.execute(self._sending(sql))
             if fetch and cur.description is not None:
                 return [tuple(r) for r in cur.fetchall()]
@@ -385,6 +398,8 @@ class PostgresEngine(Engine):
 
 
 _JIT_OFF = "SET LOCAL jit = off"
+_NESTED_LOOPS_OFF = "SET LOCAL enable_nestloop = off"
+"""For the statements marked ``sqlexpr.without_nested_loops`` (LOCAL, as ``jit``)."""
 _SELECT_PLAN_LOCAL = {"join_collapse_limit": "1", "from_collapse_limit": "1",
                       "enable_nestloop": "off"}
 """Planner settings for the select plan's statements (LOCAL, as ``jit``).

@@ -40,6 +40,7 @@ from ...sqlexpr import (
     values_table,
     window,
     with_materialized,
+    without_nested_loops,
 )
 from ...tree import CONTINUOUS, NOMINAL
 from .bounded import bounded_continuous
@@ -194,10 +195,11 @@ def build_cart_scores(
             .order_by(col("node"), col("attr"), *[col(c) for c in TIE_ORDER], copy=False)
         )
         return with_materialized(every, ctes, ordered_scan)
-    return with_materialized(
+    best = with_materialized(
         _best_per_feature(with_gain, columns, ordered_scan, ctes, tie_tolerance), ctes,
         ordered_scan,
     )
+    return without_nested_loops(best) if continuous and bounded else best
 
 
 def _feature_totals(
