@@ -699,13 +699,16 @@ def _labor() -> tuple[pd.DataFrame, str]:
     return arff.frame, arff.target
 
 
+@pytest.mark.parametrize("plan", ["tables", "select"])
 @pytest.mark.parametrize("table", [lambda: (noisy_frame(), "y"), _labor], ids=["noisy", "labor"])
-def test_a_recount_goes_on_in_memory_once_its_rows_are_few(monkeypatch, table) -> None:
+def test_a_recount_goes_on_in_memory_once_its_rows_are_few(monkeypatch, table, plan) -> None:
     """From the first level whose rows are few, a recount reads them once and goes on in
     numpy: the same tree, every count and share to the last bit (unknown values in every
-    feature: fractional weights), in fewer statements."""
+    feature: fractional weights), in fewer statements; on the select plan the level read is
+    the statement's chain of CTEs."""
     frame, target = table()
     engine = DuckDBEngine()
+    engine.use_plan(plan)
     data = describe(frame, engine, target)
     grown, _ = grow(data, GrowOptions())
     in_engine, in_memory = copy.deepcopy(grown), copy.deepcopy(grown)
