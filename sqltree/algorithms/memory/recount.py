@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from sqlglot import exp
@@ -76,6 +77,26 @@ chain-shaped tree raises branches hundreds of levels deep, and prunes them again
 time)."""
 
 
+PATH_LEVELS_KEPT = 8
+"""Levels of the last recount's path kept for the next one (``RowsInMemory.recount``)."""
+
+
+def _route_key(node: Node, branch: int) -> tuple[Any, ...]:
+    """What sends a path's rows from ``node`` down ``branch``: the node, its test and shares
+    (replaced, never changed in place, when pruning raises or recounts), its branch for
+    unknown values and ``branch``; see ``_routed_alike``."""
+    return (node, node.split, node.shares, node.unknown_branch, branch)
+
+
+def _routed_alike(a: Sequence[tuple[Any, ...]], b: Sequence[tuple[Any, ...]]) -> bool:
+    """Whether two paths' route keys are the same objects (nodes and tests are dataclasses:
+    ``==`` would compare whole subtrees) and the same branches."""
+    return len(a) == len(b) and all(
+        x[0] is y[0] and x[1] is y[1] and x[2] is y[2] and x[3:] == y[3:]
+        for x, y in zip(a, b, strict=True)
+    )
+
+
 class RowsInMemory:
     """Where subtree raising's recount (``recount_raised``) runs in numpy: over the memory
     plan's training rows (``level0``), or, on the SQL plans, from the level where the rows
@@ -84,6 +105,11 @@ class RowsInMemory:
     def __init__(self, data: Dataset, level0: Level | None = None) -> None:
         self.data = data
         self.level0 = level0
+        # The rows at the deepest levels of the last recount's path (one entry), by depth,
+        # with what routed them there (``_route_key``): J48 decides the nodes of a chain from
+        # the bottom up, and prunes a raised branch again from the top down, so the next
+        # recount's path mostly shares them.
+        self._path_levels: dict[int, tuple[list[tuple[Any, ...]], Level]] = {}
 
     @property
     def holds_rows(self) -> bool:
@@ -95,7 +121,25 @@ class RowsInMemory:
         """``recount_raised``'s class weights, keyed by ``id()`` of the nodes they reach."""
         assert self.level0 is not None
         counts: dict[int, list[float]] = {}
-        self._recount_from(self.level0, {0: _positions(entries)}, 1, counts, recompute_shares)
+        root = _positions(entries)
+        if len(entries) != 1:
+            self._recount_from(self.level0, {0: root}, 1, counts, recompute_shares)
+            return counts
+        # One path: its levels hold one position each, numbered by depth, so the rows a
+        # recount left at a depth are this one's, where the path above is routed alike.
+        path = entries[0][0]
+        keys = [_route_key(node, branch) for node, branch in path]
+        depth = next((d for d in sorted(self._path_levels, reverse=True) if d <= len(keys)
+                      and _routed_alike(self._path_levels[d][0], keys[:d])), 0)
+        at, level = root, self.level0
+        if depth:
+            level = self._path_levels[depth][1]
+            for _, branch in path[:depth]:
+                at = at.children[branch]
+        self._path_levels = {
+            d: stored for d, stored in self._path_levels.items() if d <= depth}
+        self._recount_from(level, {depth: at}, depth + 1, counts, recompute_shares,
+                           keys=keys, depth=depth)
         return counts
 
     def hold(self, levels: int) -> bool:
@@ -136,8 +180,11 @@ class RowsInMemory:
         self._recount_from(level, frontier, next_id, counts, recompute_shares)
 
     def _recount_from(self, level: Level, frontier: dict[int, _Position], next_id: int,
-                      counts: dict[int, list[float]], recompute_shares: bool) -> None:
-        """``recount_raised``'s loop, in numpy, from ``level``'s rows at ``frontier``."""
+                      counts: dict[int, list[float]], recompute_shares: bool, *,
+                      keys: Sequence[tuple[Any, ...]] = (), depth: int = 0) -> None:
+        """``recount_raised``'s loop, in numpy, from ``level``'s rows at ``frontier``;
+        ``keys``: the route keys of the one entry's path, whose levels below ``depth`` are
+        kept for the next recount (the deepest ``PATH_LEVELS_KEPT``)."""
         k = len(self.data.classes)
         features = {f.name: f for f in self.data.features}
         while frontier:
@@ -157,3 +204,7 @@ class RowsInMemory:
                 break
             level = partition(level, tests, routes)
             frontier = below
+            depth += 1
+            if depth <= len(keys):
+                self._path_levels[depth] = (list(keys[:depth]), level)
+                self._path_levels.pop(depth - PATH_LEVELS_KEPT, None)
