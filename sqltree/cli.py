@@ -10,6 +10,7 @@ import sys
 import tempfile
 import traceback
 from collections.abc import Iterator, Sequence
+from difflib import get_close_matches
 from typing import Any, NoReturn
 
 from . import __version__, progress
@@ -64,11 +65,31 @@ def _csv(text: str | None) -> list[str] | None:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse's parser, with usage errors on one line: a subcommand's usage runs to a dozen
-    lines and buries the one that says what was wrong."""
+    """argparse's parser, with usage errors on one line (a subcommand's usage buries the one
+    that says what was wrong), naming first a misspelt flag or command, not what it lacks."""
+
+    _given: Sequence[str] = ()
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        self._given = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        hint = "".join(f"{given!r} is not known (did you mean {near!r}?); "
+                       for given, near in self._typos())
+        self.exit(2, f"{self.prog}: error: {hint}{message} (see {self.prog} --help)\n")
+
+    def _typos(self) -> list[tuple[str, str]]:
+        """Unknown flags given, and an unknown command, each with the nearest known name."""
+        actions = self._subparsers._group_actions if self._subparsers else []
+        commands = {name: p for action in actions for name, p in (action.choices or {}).items()}
+        # the command's flags too: argparse reports the ones it does not know from here
+        parsers = [self, *[commands[g] for g in self._given[:1] if g in commands]]
+        flags = [f for p in parsers for f in p._option_string_actions if f.startswith("--")]
+        words = [(g.split("=")[0], flags) for g in self._given if g.startswith("--")]
+        words += [(g, list(commands)) for g in self._given if commands and g[:1] != "-"][:1]
+        near = [(w, get_close_matches(w, names, n=1)) for w, names in words if w not in names]
+        return [(word, names[0]) for word, names in near if names]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -462,23 +483,18 @@ def _dispatch(args: argparse.Namespace) -> int:
                 raise OptionError("--threads and --memory-limit apply to DuckDB only")
             from sqltree.engines.duckdb import DuckDBEngine
 
-            connection = DuckDBEngine(
-                connection, threads=args.threads, memory_limit=args.memory_limit
-            )
+            connection = DuckDBEngine(connection, threads=args.threads,
+                                      memory_limit=args.memory_limit)
         options = dict(
             target=args.target,
             algorithm=args.algorithm,
             task=args.task,
             features=_csv(args.features),
-            nominal=_csv(args.nominal) or (),
-            continuous=_csv(args.continuous) or (),
+            nominal=_csv(args.nominal) or (), continuous=_csv(args.continuous) or (),
             weight=args.weight,
-            max_depth=args.max_depth,
-            min_cases=args.min_cases,
-            missing=args.missing,
-            max_bins=args.max_bins,
-            pruning=pruning,
-            cf=args.cf,
+            max_depth=args.max_depth, min_cases=args.min_cases,
+            missing=args.missing, max_bins=args.max_bins,
+            pruning=pruning, cf=args.cf,
             plan=args.plan,
             **cart_options,
         )

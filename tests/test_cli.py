@@ -228,6 +228,20 @@ def test_bad_training_options(tmp_path, capsys, options, message):
     assert not output.exists()
 
 
+@pytest.mark.parametrize("args, message", [
+    # argparse alone reported the --target it then missed, not the flag that was misspelt
+    (["train", GOLF, "--taget", "play"],
+     "'--taget' is not known (did you mean '--target'?); the following arguments are required"),
+    (["train", GOLF, "-t", "play", "--prunning=none"],
+     "'--prunning' is not known (did you mean '--pruning'?)"),
+    (["trian", GOLF], "'trian' is not known (did you mean 'train'?); argument COMMAND"),
+    (["sql", "m.json", "--dialcet", "duckdb"],
+     "'--dialcet' is not known (did you mean '--dialect'?)"),
+], ids=["flag", "flag=value", "command", "sql flag"])
+def test_a_misspelt_flag_or_command_is_named(capsys, args, message):
+    assert message in refused(capsys, USAGE, *args)
+
+
 @pytest.mark.parametrize("output, message", [
     ("out.xlsx", "models are written as .json files"),
     ("/nonexistent-folder/m.json", "the folder '/nonexistent-folder' does not exist"),
