@@ -441,7 +441,7 @@ def _prune_c45_rounds(
         time.perf_counter() - started,
         f"{sum(map(len, rounds)):,} nodes ordered into {len(rounds)} rounds by height",
     )
-    router.hold_rows(len(rounds))
+    router.read_rows_if_deep(len(rounds))
     # the bound's statement is a chain of levels; rows in memory recount without statements
     bounded = router.data.engine.VECTORIZED and not router.holds_rows
     for number, nodes in enumerate(rounds, 1):

@@ -49,10 +49,10 @@ class _Router:
         # once its rows are few.
         self.in_memory = in_memory
 
-    def hold_rows(self, levels: int) -> None:
+    def read_rows_if_deep(self, levels: int) -> None:
         """Read the training rows into memory for the recounts of a tree ``levels`` deep,
-        where ``RowsInMemory.hold`` says so."""
-        if self.in_memory is not None and self.in_memory.hold(levels):
+        where ``RowsInMemory.read_all_if_deep`` says so."""
+        if self.in_memory is not None and self.in_memory.read_all_if_deep(levels):
             self.queries += 1
 
     @property

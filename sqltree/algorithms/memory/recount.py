@@ -142,7 +142,7 @@ class RowsInMemory:
                            keys=keys, depth=depth)
         return counts
 
-    def hold(self, levels: int) -> bool:
+    def read_all_if_deep(self, levels: int) -> bool:
         """Read every training row now (one statement; True) if they are few from the start
         and the tree is more than ``RECOUNT_ENGINE_MAX_LEVELS`` deep: recounts then run here,
         as on the memory plan."""
@@ -156,7 +156,7 @@ class RowsInMemory:
         from the weight (a row weighs on average the training weight per row), are few
         (``RECOUNT_MEMORY_MAX_CELLS``), and the training rows were not: data small from the
         start is recounted in its engine, as it grows there, unless its tree is deep
-        (``hold``)."""
+        (``read_all_if_deep``)."""
         data = self.data
         total = sum(data.class_weights)
         rows = weight * data.n_rows / total if total > 0 else float(data.n_rows)
