@@ -29,6 +29,7 @@ from tests.weka import read_arff
 
 ROOT = Path(__file__).resolve().parent.parent
 DEEP_BOUND = "sqltree.algorithms.memory.c45.DEEP_MEMORY_MAX_CELLS"
+ENGINE_ONLY = "sqltree.algorithms.memory.c45.ENGINE_ONLY_MAX_CELLS"
 
 
 def same_model(a: Any, b: Any) -> None:
@@ -162,7 +163,8 @@ def test_deep_levels_in_memory(engine_factory, monkeypatch):
     engine, source = engine_factory(frame, "unknowns")
     sql = sqltree.train(frame, "y", plan="tables", algorithm="c4.5", weight="w")
     assert sql.stats["memory_from_level"] is None
-    monkeypatch.setattr(DEEP_BOUND, 500)  # below 240 rows x 3 features: open rows <= 166
+    monkeypatch.setattr(DEEP_BOUND, 500)  # open rows <= 166 (3 features)
+    monkeypatch.setattr(ENGINE_ONLY, 500)  # below 240 rows x 3 features
     deep = sqltree.train(source, "y", connection=engine, plan="tables", algorithm="c4.5",
                          weight="w")
     assert deep.stats["memory_from_level"] == 3

@@ -31,7 +31,7 @@ class MemoryC45Strategy(InMemoryStages, C45Strategy):
     def materialize_level0(self) -> Level:
         level = super().materialize_level0()
         if not self.bins:  # binned rows hold bin indexes; the tree's tests, edge values
-            self.rows_in_memory = RowsInMemory(self.data, level)
+            self.rows_in_memory = RowsInMemory(self.data, replace(level, ranks=None))
         return level
 
     def materialize_histogram(self, level: Level, features: list[Feature], nodes: int
@@ -80,7 +80,12 @@ class MemoryC45Strategy(InMemoryStages, C45Strategy):
 DEEP_MEMORY_MAX_CELLS = 3_200_000
 """On the SQL plans, C4.5 and ID3 read a level's rows into memory and grow the rest of the
 tree there once the rows of its open nodes, estimated from their weights, times the features
-are at most this many (``DeepC45Strategy``), if the training rows were more; 0: never."""
+are at most this many (``DeepC45Strategy``), if the training rows were more than
+``ENGINE_ONLY_MAX_CELLS``; 0: never."""
+
+ENGINE_ONLY_MAX_CELLS = 3_200_000
+"""Training rows times features up to this many grow wholly in their engine on the SQL plans:
+small tables keep every level in SQL."""
 
 
 class DeepC45Strategy(MemoryC45Strategy):
@@ -139,7 +144,7 @@ class DeepC45Strategy(MemoryC45Strategy):
             return table
         data = self.data
         columns = ["node", "w", "y", *[f.column for f in data.features]]
-        rows = read_level0(data, exp.select(*columns).from_(table), False)
+        rows = read_level0(data, exp.select(*columns).from_(table), False, ranked=True)
         data.engine.drop(table)
         self.switched_at = self.depth + 1
         return rows
@@ -151,7 +156,7 @@ class DeepC45Strategy(MemoryC45Strategy):
         plan is asked for)."""
         data = self.data
         features = max(len(data.features), 1)
-        if data.n_rows * features <= DEEP_MEMORY_MAX_CELLS:
+        if data.n_rows * features <= ENGINE_ONLY_MAX_CELLS:
             return False
         weight = 0.0
         for node, key, _, factor in routes:

@@ -82,10 +82,65 @@ class Level:
     x: np.ndarray
     column: dict[int, int]
     """Feature index -> column of ``x``."""
+    ranks: dict[int, Ranks] | None = None
+    """Column of ``x`` -> its values' ranks, once ``Histogram.groups`` asked for them; None
+    for a level that does not keep them (pruning's recounts)."""
+
+    def ranks_of(self, col: int) -> Ranks:
+        """Column ``col``'s ranks, computed on first use and kept (``Ranks.of``)."""
+        if self.ranks is None:
+            return Ranks.of(self.x[:, col])
+        found = self.ranks.get(col)
+        if found is None:
+            found = self.ranks[col] = Ranks.of(self.x[:, col])
+        return found
 
 
-def read_level0(data: Dataset, query: Any, regression: bool) -> Level:
-    """The rows of the level-0 query (``build_level0``), read with one statement."""
+@dataclass(frozen=True)
+class Ranks:
+    """A column's values as ranks (-1 for an unknown value), so that rows sort and group by
+    integer keys: the value itself where every known value is a small whole number (nominal
+    codes, bin indexes), else its index among the column's sorted distinct values
+    (``values``). Ranks keep their meaning on every later level, whose rows are copies."""
+
+    rank: np.ndarray
+    values: np.ndarray | None
+    size: int
+    """One more than the largest rank."""
+
+    @classmethod
+    def of(cls, v: np.ndarray) -> Ranks:
+        known = ~np.isnan(v)
+        kv = v[known]
+        rank = np.full(len(v), -1, dtype=np.int32)
+        if len(kv) == 0:
+            return cls(rank, None, 0)
+        top = float(kv.max())
+        if kv.min() >= 0 and top < RANK_WHOLE_MAX and bool(np.all(kv == np.floor(kv))):
+            rank[known] = kv.astype(np.int32)
+            return cls(rank, None, int(top) + 1)
+        values, inverse = np.unique(kv, return_inverse=True)
+        rank[known] = inverse
+        return cls(rank, values, len(values))
+
+    def take(self, rows: np.ndarray) -> Ranks:
+        return Ranks(self.rank[rows], self.values, self.size)
+
+    def value(self, rank: np.ndarray) -> np.ndarray:
+        return rank.astype(np.float64) if self.values is None else self.values[rank]
+
+
+RANK_WHOLE_MAX = 1 << 20
+"""Known values that are all whole numbers from 0 below this one rank as themselves."""
+
+COUNTED_KEYS_PER_ROW = 4
+"""A feature's groups are counted into an array of every (node, rank) key, without sorting,
+where the keys are at most this many per row of the level; else the rows are sorted."""
+
+
+def read_level0(data: Dataset, query: Any, regression: bool, ranked: bool = False) -> Level:
+    """The rows of the level-0 query (``build_level0``), read with one statement; ``ranked``:
+    a level of growth, which keeps its columns' ranks (``Level.ranks``)."""
     frame = data.engine.frame(query)
     values = np.empty((len(frame), 3 + len(data.features)), dtype=np.float64)
     for j, name in enumerate(frame.columns):
@@ -96,6 +151,7 @@ def read_level0(data: Dataset, query: Any, regression: bool) -> Level:
         y=np.ascontiguousarray(values[:, 2]) if regression else values[:, 2].astype(np.int64),
         x=np.ascontiguousarray(values[:, 3:]),
         column={f.index: j for j, f in enumerate(data.features)},
+        ranks={} if ranked else None,
     )
 
 
@@ -128,7 +184,7 @@ def partition(
 ) -> Level:
     """The next level (``queries.build_partition``): each row of a tested node goes to the
     child(ren) routed for its key (``test_keys``), its weight times the route's factor; rows
-    with no route are left out."""
+    with no route are left out. The ranks the level keeps go with the rows."""
     rows, key = test_keys(level, tests)
 
     r_node = np.array([r[0] for r in routes], dtype=np.int64)
@@ -152,9 +208,20 @@ def partition(
         node=r_child[route],
         w=level.w[src] * r_factor[route],
         y=level.y[src],
-        x=level.x[src],
+        x=take_rows(level.x, src),
         column=level.column,
+        ranks=None if level.ranks is None else {
+            c: r.take(src) for c, r in level.ranks.items()},
     )
+
+
+def take_rows(a: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``a[rows]`` for a C-ordered matrix, each row copied as one block: numpy's fancy
+    indexing copies a row element by element, several times slower for 16 columns."""
+    if a.ndim != 2 or not a.flags.c_contiguous or a.shape[1] == 0:
+        return a[rows]
+    block = np.dtype((np.void, a.shape[1] * a.itemsize))
+    return a.view(block).ravel()[rows].view(a.dtype).reshape(len(rows), a.shape[1])
 
 
 def per_row_sums(level: Level, n_classes: int, bits: int | None, moments: bool,
@@ -222,6 +289,8 @@ class Histogram:
     poisson: bool = False
     terms: np.ndarray = field(init=False)
     _groups: dict[int, Groups] = field(default_factory=dict, init=False)
+    _totals: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(default=None, init=False)
+    _parts: list[tuple[np.ndarray, int | None]] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.terms = per_row_sums(self.level, self.n_classes, self.bits, self.moments,
@@ -229,32 +298,103 @@ class Histogram:
 
     def totals(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per node (ascending): its id, row count and sums (``attr = -1`` rows)."""
-        order = np.argsort(self.level.node, kind="stable")
-        nodes = self.level.node[order]
-        starts = _group([nodes], len(nodes))
-        if len(starts) == 0:
-            return nodes, np.zeros(0, dtype=np.int64), self.terms[:0]
-        counts = np.diff(np.append(starts, len(nodes)))
-        return nodes[starts], counts, np.add.reduceat(self.terms[order], starts, axis=0)
+        if self._totals is None:
+            node = self.level.node
+            if len(node) == 0:
+                self._totals = node, np.zeros(0, dtype=np.int64), self.terms[:0]
+            else:
+                low = int(node.min())
+                slots, n, sums = self._sums_by(node - low, int(node.max()) - low + 1, None)
+                self._totals = slots + low, n, sums
+        return self._totals
 
     def groups(self, f: Feature) -> Groups:
         """Feature ``f``'s groups of known values."""
         found = self._groups.get(f.index)
-        if found is not None:
-            return found
-        v = self.level.x[:, self.level.column[f.index]]
-        known = np.flatnonzero(~np.isnan(v))
-        order = known[np.lexsort((v[known], self.level.node[known]))]
-        nodes, values = self.level.node[order], v[order]
-        starts = _group([nodes, values], len(order))
-        if len(starts) == 0:
-            out = Groups(nodes, values, np.zeros(0, dtype=np.int64), self.terms[:0])
-        else:
-            out = Groups(
-                node=nodes[starts],
-                v=values[starts],
-                n=np.diff(np.append(starts, len(order))),
-                sums=np.add.reduceat(self.terms[order], starts, axis=0),
-            )
-        self._groups[f.index] = out
-        return out
+        if found is None:
+            found = self._groups[f.index] = self._grouped(self.level.ranks_of(
+                self.level.column[f.index]))
+        return found
+
+    def _grouped(self, r: Ranks) -> Groups:
+        """The groups of (node, rank) keys, in key order."""
+        level = self.level
+        known = np.flatnonzero(r.rank >= 0)
+        if len(known) == 0:
+            return Groups(level.node[:0], np.zeros(0), np.zeros(0, dtype=np.int64),
+                          self.terms[:0])
+        nodes = level.node[known]
+        low = int(nodes.min())
+        span = int(nodes.max()) - low + 1
+        key = (nodes - low) * r.size + r.rank[known].astype(np.int64)
+        slots, n, sums = self._sums_by(key, span * r.size, known)
+        return Groups(node=slots // r.size + low, v=r.value(slots % r.size), n=n, sums=sums)
+
+    def _sums_by(self, key: np.ndarray, size: int, rows: np.ndarray | None
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The distinct keys (ascending, from 0 below ``size``) of ``rows`` (all when None),
+        each with its row count and the sums of its rows' terms. Counted into every key's
+        slot where the keys are few (``COUNTED_KEYS_PER_ROW``), else grouped by sorting;
+        summed by class with ``bincount`` where its double sums are exact
+        (``_class_parts``)."""
+        parts = self._class_parts()
+        if size <= COUNTED_KEYS_PER_ROW * len(self.level.node) + 1024 and parts:
+            n = np.bincount(key, minlength=size)
+            slots = np.flatnonzero(n)
+            return slots, n[slots], self._class_sums(key, rows, size, parts)[slots]
+        order = np.argsort(key, kind="stable" if self.moments else None)
+        key = key[order]
+        starts = _group([key], len(key))
+        n = np.diff(np.append(starts, len(key)))
+        at = order if rows is None else rows[order]
+        if parts:
+            group = np.cumsum(np.append(False, key[1:] != key[:-1]))
+            return key[starts], n, self._class_sums(group, at, len(starts), parts)
+        return key[starts], n, np.add.reduceat(self.terms[at], starts, axis=0)
+
+    def _class_sums(self, index: np.ndarray, rows: np.ndarray | None, size: int,
+                    parts: list[tuple[np.ndarray, int | None]]) -> np.ndarray:
+        """Per index from 0 below ``size``: the sums of the terms of ``rows`` (all when None)
+        by class, in the terms' type; ``index`` gives each row's."""
+        classes = self.terms.shape[1]
+        y = self.level.y if rows is None else self.level.y[rows]
+        slot = index * classes + y
+        out: np.ndarray | None = None
+        for part, shift in parts:
+            summed = np.bincount(slot, weights=part if rows is None else part[rows],
+                                 minlength=size * classes)
+            if shift is None:
+                return summed.reshape(size, classes)
+            whole = summed.astype(np.int64) << shift
+            out = whole if out is None else out + whole
+        assert out is not None
+        return out.reshape(size, classes)
+
+    def _class_parts(self) -> list[tuple[np.ndarray, int | None]]:
+        """Each row's one nonzero term (in its class's column) as doubles whose sums by
+        ``bincount`` are exact, with the shift that puts a part's sums back in place; empty
+        where there are none (moments; fractional weights without a fixed point).
+
+        Unit weights are whole numbers: one part while the level's total is below 2**53.
+        Fixed-point counts reach 2**62: split into the bits below ``shift`` and those above,
+        each part's sums below 2**53 (a level of at most 2**(53 - shift) rows)."""
+        if self._parts is not None:
+            return self._parts
+        self._parts = []
+        level = self.level
+        if self.moments or len(level.w) == 0:
+            return self._parts
+        term = self.terms[np.arange(len(level.y)), level.y]
+        if self.bits is None:
+            whole = bool(np.all(level.w == np.floor(level.w)))
+            if whole and float(np.abs(term).sum()) < 2.0**53:
+                self._parts = [(term.astype(np.float64), None)]
+            return self._parts
+        shift = 53 - len(level.w).bit_length()
+        if float(term.sum()) < 2.0**53:
+            self._parts = [(term.astype(np.float64), 0)]
+        elif shift >= 10:
+            low = term & ((1 << shift) - 1)
+            self._parts = [((term >> shift).astype(np.float64), shift),
+                           (low.astype(np.float64), 0)]
+        return self._parts

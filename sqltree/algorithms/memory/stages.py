@@ -23,7 +23,7 @@ class InMemoryStages:
     strategy offers them."""
 
     def materialize_level0(self) -> Level:
-        return read_level0(self.data, self.build_level0(), self.moments)
+        return read_level0(self.data, self.build_level0(), self.moments, ranked=True)
 
     def materialize_partition(self, level: Level, tests: list[TestRow],
                               routes: list[RouteRow], ordered: bool) -> Level:
