@@ -192,6 +192,22 @@ def test_auto_keeps_a_large_dataframe_in_sql(monkeypatch):
     assert MEMORY_MAX_CELLS > 100
 
 
+def test_auto_bound_of_regression(monkeypatch):
+    """Regression trees have a bound of their own, below CART classification's: their
+    moments are summed in row order, not counted."""
+    X, y = test_regression.diabetes()
+    frame = X.assign(target=y)
+    cells = len(frame) * X.shape[1]
+    monkeypatch.setattr("sqltree.algorithms.memory.MEMORY_MAX_CELLS", cells)
+    monkeypatch.setattr("sqltree.algorithms.memory.MEMORY_MAX_CELLS_REGRESSION", cells - 1)
+    regression = sqltree.train(frame, "target", task="regression", max_depth=2)
+    assert regression.stats["plan"] == "tables"
+    monkeypatch.setattr("sqltree.algorithms.memory.MEMORY_MAX_CELLS_REGRESSION", cells)
+    regression = sqltree.train(frame, "target", task="regression", max_depth=2)
+    assert regression.stats["plan"] == "memory"
+    assert f"at most {cells:,} cells" in regression.stats["plan_reason"]
+
+
 def test_friedman_mse_in_memory():
     X, y = test_regression.diabetes()
     both_plans(X.assign(target=y), "target", criterion="friedman_mse", max_depth=4)

@@ -42,24 +42,31 @@ def check_train_plan(plan: str) -> str:
     return plan
 
 
-MEMORY_MAX_CELLS = 500_000
+MEMORY_MAX_CELLS = 1_000_000
 """``plan="auto"`` grows in memory data held in Python (a DataFrame, an estimator's arrays)
 of at most this many rows x features (see ``memory_reason``).
 
-Measured on the benchmark table (16 features, CART, ``max_depth=10``; the same run, the
-machine shared): the memory plan took 0.40 of the tables plan's time at 10,000 rows (160,000
-cells), 0.86 at 30,000 (480,000) and 1.3 at 100,000 (1.6M), where numpy's passes over every
-candidate of a level cost more than the engine's parallel scan.
+Measured on the benchmark table (16 features, CART, ``max_depth=10``; one run each, the same
+run): the memory plan took 0.51 of the tables plan's time at 30,000 rows (480,000 cells), 0.71
+at 60,000 (960,000) and 0.96 at 100,000 (1.6M), where numpy's passes over every candidate of a
+level cost about what the engine's parallel scan does.
 """
 
 
-MEMORY_MAX_CELLS_C45 = 1_600_000
+MEMORY_MAX_CELLS_REGRESSION = 500_000
+"""The bound of ``MEMORY_MAX_CELLS`` for regression trees, whose sums of moments are summed
+in row order rather than counted: the memory plan took 0.83 of the tables plan's time at
+30,000 rows (480,000 cells) and 1.23 at 60,000 (the regression benchmark table, ``max_depth=10``,
+the same run)."""
+
+
+MEMORY_MAX_CELLS_C45 = 3_200_000
 """The bound of ``MEMORY_MAX_CELLS`` for C4.5 and ID3.
 
 Measured on the benchmark table (16 features, C4.5's no-option call: no depth limit, J48's
-pruning; the same run, load average 6-8 on the 2 cores): the memory plan took 0.16 of the
-tables plan's time at 1,000 rows, 0.15 at 10,000, 0.50 at 30,000 and 0.82 at 100,000 (1.6M
-cells). Its scorer looks at the best cut per (node, feature) only, where CART's keeps every
+pruning; one run each, the same run): the memory plan took 0.23 of the tables plan's time at
+10,000 rows, 0.34 at 30,000, 0.55 at 100,000, 0.77 at 200,000 (3.2M cells) and 1.07 at
+300,000. Its scorer looks at the best cut per (node, feature) only, where CART's keeps every
 candidate, and pruning's recount needs no statement.
 """
 
@@ -69,14 +76,16 @@ def memory_reason(plan: str, in_python: bool, rows: int, features: int,
     """Why a fit asked for ``plan`` grows on the memory plan, or None if it stays in SQL.
 
     ``"memory"`` always (where the algorithm has an in-memory scorer); ``"auto"`` only for
-    data already in Python memory and small (``MEMORY_MAX_CELLS``, for ``algorithm`` C4.5
-    and ID3 ``MEMORY_MAX_CELLS_C45``): a table, file or query stays in its engine.
+    data already in Python memory and small (``MEMORY_MAX_CELLS``; for ``algorithm`` C4.5
+    and ID3 ``MEMORY_MAX_CELLS_C45``, for regression ``MEMORY_MAX_CELLS_REGRESSION``): a
+    table, file or query stays in its engine.
     """
     if plan == MEMORY:
         return "asked for"
     if plan != "auto" or not in_python:
         return None
-    bound = MEMORY_MAX_CELLS_C45 if algorithm in ("c4.5", "id3") else MEMORY_MAX_CELLS
+    bound = {"c4.5": MEMORY_MAX_CELLS_C45, "id3": MEMORY_MAX_CELLS_C45,
+             "cart-regression": MEMORY_MAX_CELLS_REGRESSION}.get(algorithm, MEMORY_MAX_CELLS)
     cells = rows * max(features, 1)
     if cells > bound:
         return None
