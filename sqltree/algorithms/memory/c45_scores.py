@@ -341,7 +341,7 @@ def distinct_values(h: Histogram, features: Sequence[Feature]) -> dict[int, np.n
     out = {}
     for f in features:
         if f.kind == CONTINUOUS:
-            v = level.x[:, level.column[f.index]]
+            v = level.values(level.column[f.index])
             out[f.index] = np.unique(v[~np.isnan(v)])
     return out
 

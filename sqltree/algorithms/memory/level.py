@@ -82,18 +82,25 @@ class Level:
     x: np.ndarray
     column: dict[int, int]
     """Feature index -> column of ``x``."""
+    base: np.ndarray | None = None
+    """The row of ``x`` that each row of the level is (None: the row of the same number): the
+    feature values are never copied down the levels, each stage reads the columns it needs."""
     ranks: dict[int, Ranks] | None = None
-    """Column of ``x`` -> its values' ranks, once ``Histogram.groups`` asked for them; None
-    for a level that does not keep them (pruning's recounts)."""
+    """Column of ``x`` -> the ranks of its values (of ``x``'s rows), once ``Histogram.groups``
+    asked for them; None for a level that does not keep them (pruning's recounts)."""
+
+    def values(self, col: int) -> np.ndarray:
+        """Column ``col``'s values of the level's rows."""
+        return self.x[:, col] if self.base is None else self.x[self.base, col]
 
     def ranks_of(self, col: int) -> Ranks:
-        """Column ``col``'s ranks, computed on first use and kept (``Ranks.of``)."""
+        """Column ``col``'s ranks of the level's rows, computed on first use (``Ranks.of``)."""
         if self.ranks is None:
-            return Ranks.of(self.x[:, col])
+            return Ranks.of(self.values(col))
         found = self.ranks.get(col)
         if found is None:
             found = self.ranks[col] = Ranks.of(self.x[:, col])
-        return found
+        return found if self.base is None else found.take(self.base)
 
 
 @dataclass(frozen=True)
@@ -101,7 +108,8 @@ class Ranks:
     """A column's values as ranks (-1 for an unknown value), so that rows sort and group by
     integer keys: the value itself where every known value is a small whole number (nominal
     codes, bin indexes), else its index among the column's sorted distinct values
-    (``values``). Ranks keep their meaning on every later level, whose rows are copies."""
+    (``values``). Ranked once per column of ``x``, they serve every level, whose rows are rows
+    of ``x`` (``Level.base``)."""
 
     rank: np.ndarray
     values: np.ndarray | None
@@ -167,14 +175,32 @@ def test_keys(level: Level, tests: Sequence[tuple[int, int, float | None]]
     test_node = test_node[order]
     test_col = np.array([level.column[t[1]] for t in tests], dtype=np.int64)[order]
     test_thr = np.array([np.nan if t[2] is None else t[2] for t in tests])[order]
-    at = np.minimum(np.searchsorted(test_node, level.node), len(test_node) - 1)
-    rows = np.flatnonzero(test_node[at] == level.node)
-    at = at[rows]
-    v = level.x[rows, test_col[at]]
+    lo, hi = equal_range(test_node, level.node)
+    rows = np.flatnonzero(hi > lo)
+    at = lo[rows]
+    v = level.x[rows if level.base is None else level.base[rows], test_col[at]]
     thr = test_thr[at]
     with np.errstate(invalid="ignore"):
         key = np.where(np.isnan(thr), v, np.where(v <= thr, 0.0, 1.0))
     return rows, np.where(np.isnan(v), float(q.UNKNOWN_KEY), key)
+
+
+def equal_range(keys: np.ndarray, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each query, where its run of equal entries of the sorted integer ``keys`` starts
+    and ends (``searchsorted`` left and right): from a table of every key between the least
+    and the greatest where they span at most a few per query, else by binary search."""
+    if len(keys) == 0 or len(queries) == 0:
+        empty = np.zeros(len(queries), dtype=np.int64)
+        return empty, empty
+    low, high = int(keys[0]), int(keys[-1])
+    span = high - low + 1
+    if span > COUNTED_KEYS_PER_ROW * len(queries) + 1024:
+        return np.searchsorted(keys, queries, "left"), np.searchsorted(keys, queries, "right")
+    counts = np.bincount(keys - low, minlength=span)
+    ends = np.cumsum(counts)
+    slot = np.clip(queries - low, 0, span - 1)
+    inside = (queries >= low) & (queries <= high)
+    return np.where(inside, ends[slot] - counts[slot], 0), np.where(inside, ends[slot], 0)
 
 
 def partition(
@@ -184,7 +210,7 @@ def partition(
 ) -> Level:
     """The next level (``queries.build_partition``): each row of a tested node goes to the
     child(ren) routed for its key (``test_keys``), its weight times the route's factor; rows
-    with no route are left out. The ranks the level keeps go with the rows."""
+    with no route are left out."""
     rows, key = test_keys(level, tests)
 
     r_node = np.array([r[0] for r in routes], dtype=np.int64)
@@ -193,12 +219,10 @@ def partition(
     r_node, r_key = r_node[by], r_key[by]
     r_child = np.array([r[2] for r in routes], dtype=np.int64)[by]
     r_factor = np.array([r[3] for r in routes], dtype=np.float64)[by]
-    # a (node, key) pair as one sortable number: keys are small integers from -1 up
-    span = float(max(np.max(np.abs(r_key)), np.max(np.abs(key), initial=0.0)) + 2.0)
-    r_pair = r_node * span + r_key
-    pair = level.node[rows] * span + key
-    lo = np.searchsorted(r_pair, pair, "left")
-    hi = np.searchsorted(r_pair, pair, "right")
+    # a (node, key) pair as one integer: keys are small integers from -1 up
+    span = int(max(np.max(r_key), np.max(key, initial=0.0))) + 2
+    r_pair = r_node * span + (r_key.astype(np.int64) + 1)
+    lo, hi = equal_range(r_pair, level.node[rows] * span + (key.astype(np.int64) + 1))
     many = hi - lo
     src = np.repeat(rows, many)
     first = np.repeat(lo, many)
@@ -208,20 +232,11 @@ def partition(
         node=r_child[route],
         w=level.w[src] * r_factor[route],
         y=level.y[src],
-        x=take_rows(level.x, src),
+        x=level.x,
         column=level.column,
-        ranks=None if level.ranks is None else {
-            c: r.take(src) for c, r in level.ranks.items()},
+        base=src if level.base is None else level.base[src],
+        ranks=level.ranks,
     )
-
-
-def take_rows(a: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """``a[rows]`` for a C-ordered matrix, each row copied as one block: numpy's fancy
-    indexing copies a row element by element, several times slower for 16 columns."""
-    if a.ndim != 2 or not a.flags.c_contiguous or a.shape[1] == 0:
-        return a[rows]
-    block = np.dtype((np.void, a.shape[1] * a.itemsize))
-    return a.view(block).ravel()[rows].view(a.dtype).reshape(len(rows), a.shape[1])
 
 
 def per_row_sums(level: Level, n_classes: int, bits: int | None, moments: bool,
@@ -358,43 +373,52 @@ class Histogram:
         by class, in the terms' type; ``index`` gives each row's."""
         classes = self.terms.shape[1]
         y = self.level.y if rows is None else self.level.y[rows]
-        slot = index * classes + y
-        out: np.ndarray | None = None
-        for part, shift in parts:
-            summed = np.bincount(slot, weights=part if rows is None else part[rows],
-                                 minlength=size * classes)
-            if shift is None:
-                return summed.reshape(size, classes)
-            whole = summed.astype(np.int64) << shift
-            out = whole if out is None else out + whole
-        assert out is not None
-        return out.reshape(size, classes)
+        if rows is not None:
+            parts = [(part[rows], shift) for part, shift in parts]
+        summed = sum_exactly(index * classes + y, parts, size * classes)
+        return summed.reshape(size, classes)
 
     def _class_parts(self) -> list[tuple[np.ndarray, int | None]]:
-        """Each row's one nonzero term (in its class's column) as doubles whose sums by
-        ``bincount`` are exact, with the shift that puts a part's sums back in place; empty
-        where there are none (moments; fractional weights without a fixed point).
-
-        Unit weights are whole numbers: one part while the level's total is below 2**53.
-        Fixed-point counts reach 2**62: split into the bits below ``shift`` and those above,
-        each part's sums below 2**53 (a level of at most 2**(53 - shift) rows)."""
-        if self._parts is not None:
-            return self._parts
-        self._parts = []
-        level = self.level
-        if self.moments or len(level.w) == 0:
-            return self._parts
-        term = self.terms[np.arange(len(level.y)), level.y]
-        if self.bits is None:
-            whole = bool(np.all(level.w == np.floor(level.w)))
-            if whole and float(np.abs(term).sum()) < 2.0**53:
-                self._parts = [(term.astype(np.float64), None)]
-            return self._parts
-        shift = 53 - len(level.w).bit_length()
-        if float(term.sum()) < 2.0**53:
-            self._parts = [(term.astype(np.float64), 0)]
-        elif shift >= 10:
-            low = term & ((1 << shift) - 1)
-            self._parts = [((term >> shift).astype(np.float64), shift),
-                           (low.astype(np.float64), 0)]
+        """Each row's one nonzero term (in its class's column) in parts for ``sum_exactly``;
+        empty for moments and fractional weights without a fixed point."""
+        if self._parts is None:
+            level = self.level
+            self._parts = [] if self.moments or len(level.w) == 0 else exact_parts(
+                self.terms[np.arange(len(level.y)), level.y], self.bits is not None)
         return self._parts
+
+
+def exact_parts(term: np.ndarray, fixed: bool) -> list[tuple[np.ndarray, int | None]]:
+    """``term`` (one per row, none negative) as doubles whose every sum by ``bincount`` is
+    exact, each part with the shift that puts its sums back in place (None: the sums are the
+    doubles themselves); empty where there are none.
+
+    Doubles (not ``fixed``) must be whole numbers totalling below 2**53: one part. Fixed-point
+    counts (int64) reach 2**62: split into the bits below ``shift`` and those above, each part's
+    sums below 2**53 (for up to 2**(53 - 10) rows)."""
+    if not fixed:
+        whole = bool(np.all(term == np.floor(term)))
+        return [(term.astype(np.float64), None)] if whole and float(
+            np.abs(term).sum()) < 2.0**53 else []
+    if float(term.sum()) < 2.0**53:
+        return [(term.astype(np.float64), 0)]
+    shift = 53 - len(term).bit_length()
+    if shift < 10:
+        return []
+    return [((term >> shift).astype(np.float64), shift),
+            ((term & ((1 << shift) - 1)).astype(np.float64), 0)]
+
+
+def sum_exactly(slot: np.ndarray, parts: list[tuple[np.ndarray, int | None]], size: int
+                ) -> np.ndarray:
+    """Per slot from 0 below ``size``, the sum of the terms (``exact_parts``) of the rows in
+    it: doubles, or int64 counts for fixed-point terms."""
+    out: np.ndarray | None = None
+    for part, shift in parts:
+        summed = np.bincount(slot, weights=part, minlength=size)
+        if shift is None:
+            return summed
+        whole = summed.astype(np.int64) << shift
+        out = whole if out is None else out + whole
+    assert out is not None
+    return out

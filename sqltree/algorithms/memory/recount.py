@@ -23,7 +23,7 @@ from ...fixed_point import FIXED_POINT_HEADROOM, FIXED_POINT_MAX_BITS
 from ...pruning.recount import _level_routes, _Position, _positions
 from ...tree import Node
 from ..c45_criteria import LN2
-from .level import Level, partition, read_level0, test_keys
+from .level import Level, exact_parts, partition, read_level0, sum_exactly, test_keys
 
 Entries = Sequence[tuple[Sequence[tuple[Node, int]], Node]]
 
@@ -49,18 +49,15 @@ def keyed_counts(level: Level, tests: Sequence[tuple[int, int, float | None]], n
     key[rows] = tested
     unit = _unit(level.w)
     fixed = np.floor(level.w * unit + 0.5).astype(np.int64)
-    order = np.lexsort((key, level.node))
-    node, key, fixed, y = level.node[order], key[order], fixed[order], level.y[order]
-    change = np.ones(len(node), dtype=bool)
-    change[1:] = (node[1:] != node[:-1]) | (key[1:] != key[:-1])
-    starts = np.flatnonzero(change)
-    group = np.cumsum(change) - 1
-    sums = np.zeros((len(starts), n_classes), dtype=np.int64)
-    np.add.at(sums, (group, y), fixed)
+    span = int(key.max(initial=0.0)) + 2  # keys from -1 up
+    pairs, group = np.unique(level.node * span + (key.astype(np.int64) + 1),
+                             return_inverse=True)
+    sums = sum_exactly(group * n_classes + level.y, exact_parts(fixed, True),
+                       len(pairs) * n_classes).reshape(len(pairs), n_classes)
     weights = (sums.astype(np.float64) / unit).tolist()
     out: dict[int, dict[int, list[float]]] = {}
-    for i, start in enumerate(starts.tolist()):
-        out.setdefault(int(node[start]), {})[int(key[start])] = weights[i]
+    for pair, counts in zip(pairs.tolist(), weights, strict=True):
+        out.setdefault(pair // span, {})[pair % span - 1] = counts
     return out
 
 
