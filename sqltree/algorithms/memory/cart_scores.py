@@ -178,17 +178,21 @@ def _nominal(out: Candidates, h: Histogram, g: Groups, s: Segments, attr: int,
             np.float64), l=run_s[cut], kn=kn[seg[cut]], k=k_w[seg[cut]], o=o, cut=rank[cut])
     if regression or h.n_classes == 2:
         return
-    for i in np.flatnonzero((s.m <= EXACT_SUBSETS_MAX) & (s.m >= 2)):
-        first, m = s.starts[i], int(s.m[i])
+    # every two-way partition of a node's values, the nodes with m values at once
+    for m in range(2, EXACT_SUBSETS_MAX + 1):
+        segs = np.flatnonzero(s.m == m)
+        if len(segs) == 0:
+            continue
         masks = np.arange(1, 1 << (m - 1), dtype=np.int64)
         bits = (masks[:, None] >> np.arange(m)[None, :]) & 1
-        rows = slice(first, first + m)
-        ln = bits @ g.n[rows]
-        sums = bits.astype(g.sums.dtype) @ g.sums[rows]
+        rows = s.starts[segs][:, None] + np.arange(m)[None, :]
+        ln = (g.n[rows] @ bits.T).ravel()
+        sums = np.einsum("km,smc->skc", bits.astype(g.sums.dtype), g.sums[rows])
         size = len(masks)
-        out.add(node=np.full(size, g.node[first]), attr=attr, kind=SUBSET,
-                ln=ln.astype(np.float64), l=as_weight(sums, h.bits),
-                kn=np.full(size, kn[i]), k=np.repeat(k_w[i : i + 1], size, axis=0), cut=masks)
+        out.add(node=np.repeat(g.node[s.starts[segs]], size), attr=attr, kind=SUBSET,
+                ln=ln.astype(np.float64), l=as_weight(sums.reshape(-1, sums.shape[2]), h.bits),
+                kn=np.repeat(kn[segs], size), k=np.repeat(k_w[segs], size, axis=0),
+                cut=np.tile(masks, len(segs)))
 
 
 def impurity(c: np.ndarray, w: np.ndarray, criterion: str) -> np.ndarray:
@@ -319,8 +323,10 @@ def _best_per_feature(columns: dict[str, np.ndarray], tolerance: float) -> list[
     node, attr, gain = columns["node"], columns["attr"], columns["gain"]
     if len(node) == 0:
         return []
-    by_pair = np.lexsort((attr, node))
-    pair_starts = _group([node[by_pair], attr[by_pair]], len(by_pair))
+    # a (node, feature) pair as one integer key
+    key = node.astype(np.int64) * (int(attr.max()) + 1) + attr.astype(np.int64)
+    by_pair = np.argsort(key, kind="stable")
+    pair_starts = _group([key[by_pair]], len(by_pair))
     best = np.maximum.reduceat(gain[by_pair], pair_starts)
     pair = np.empty(len(node), dtype=np.int64)
     pair[by_pair] = np.repeat(np.arange(len(pair_starts)), np.diff(np.append(pair_starts,
