@@ -28,7 +28,7 @@ from collections.abc import Collection, Sequence
 from sqlglot import exp
 
 from .dataset import Dataset, Feature
-from .fixed_point import FIXED_POINT_HEADROOM, FIXED_POINT_MAX_BITS, from_fixed, to_fixed
+from .fixed_point import from_fixed, to_fixed
 from .sqlexpr import (
     alias,
     as_double,
@@ -491,15 +491,14 @@ def build_keyed_counts(
     features: Sequence[Feature],
     tests: Sequence[tuple[int, int, float | None]] | exp.Expression,
     n_classes: int,
-    bits: int | None = None,
+    bits: int,
 ) -> exp.Select:
     """Class weights per (node, key of the node's test) of a level table's rows, by node and key.
 
     Keys as in ``build_partition``; rows of a node without a test, and rows whose tested
-    value is unknown, have key -1. The weights are summed in fixed point (``to_fixed``), so
-    they are the same whatever order the engine adds rows in, with ``bits`` fractional bits,
-    or, by default, as many as the level's largest weight times its row count allows (a
-    power of two worked out in the query; whole-number weights stay exact either way).
+    value is unknown, have key -1. The weights are summed in fixed point (``to_fixed``) with
+    ``bits`` fractional bits (``Dataset.weight_bits``), so they are the same whatever order
+    the engine adds rows in, and whichever rows the statement sums with them.
     """
     n_table = _small_table(tests, "n", TESTS_COLUMNS)
     value, key = _test_key(features)
@@ -511,7 +510,7 @@ def build_keyed_counts(
               join_type="left", copy=False)
     )
     classes = class_columns(n_classes)
-    unit: exp.Expression = num(2.0**bits) if bits is not None else col("unit", "sc")
+    unit = num(2.0**bits)
     fixed = exp.cast(exp.func("FLOOR", col("w") * unit + num(0.5)), "BIGINT")
     sums = [
         alias(exp.func("SUM", weight), name)
@@ -521,14 +520,6 @@ def build_keyed_counts(
         alias(exp.Subquery(this=keyed), "k"), copy=False
     ).group_by(col("node"), key.copy(), copy=False)
     scale = unit.copy()
-    if bits is None:
-        scale = col("unit", "g")
-        # copy=False: sqlglot's builders copy the whole query at each call otherwise (most
-        # of the time of building this statement, which pruning runs a few times per level)
-        grouped = grouped.select(col("unit", "sc"), copy=False).join(
-            alias(exp.Subquery(this=_fixed_point_unit(level)), "sc"), join_type="cross",
-            copy=False,
-        ).group_by(col("unit", "sc"), copy=False)
     return (
         exp.select(
             col("node"),
@@ -556,35 +547,6 @@ def build_class_weights(level: exp.Expression, n_classes: int, *, copy: bool = T
         .from_(alias(level.copy() if copy else level, "l"), copy=False)
         .group_by(col("node"), copy=False)
     )
-
-
-def _fixed_point_unit(level: exp.Expression) -> exp.Select:
-    """One row: ``unit``, a power of two that keeps a bound of every sum of ``level``'s
-    weights, its largest weight times its row count, below ``2**FIXED_POINT_HEADROOM``
-    (``fixed_point_bits`` in SQL).
-
-    The exponent is ``CEIL(log2(bound) + 1/4)``, so that a logarithm a rounding error off
-    (engines' LN differ in the last bit) cannot change the scale where the bound is a power
-    of two, as it is for unit weights; only a bound within a rounding error of some
-    2^(k - 1/4) could get another scale on another engine.
-    """
-    bound = exp.func("MAX", col("w")) * exp.func("COUNT", exp.Star())
-    bits = num(FIXED_POINT_HEADROOM) - exp.func(
-        "CEIL", exp.func("LN", bound) / num(LN2) + num(0.25)
-    )
-    limit = FIXED_POINT_MAX_BITS
-    bits = case(
-        (exp.GT(this=bits, expression=num(limit)), num(limit)),
-        (exp.LT(this=bits.copy(), expression=num(-limit)), num(-limit)),
-        default=bits.copy(),
-    )
-    unit = case(
-        # a DOUBLE base: PostgreSQL's NUMERIC power rounds negative powers to decimals
-        (exp.GT(this=bound.copy(), expression=num(0)),
-         exp.Pow(this=as_double(num(2.0)), expression=bits)),
-        default=num(1.0),
-    )
-    return exp.select(alias(unit, "unit")).from_(level.copy())
 
 
 def build_partition(

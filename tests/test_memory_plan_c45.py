@@ -186,3 +186,32 @@ def test_auto_bound_of_c45(monkeypatch):
     assert f"at most {cells:,} cells" in model.stats["plan_reason"]
     monkeypatch.setattr("sqltree.algorithms.memory.MEMORY_MAX_CELLS_C45", cells - 1)
     assert sqltree.train(labor.frame, labor.target, algorithm="id3").stats["plan"] == "tables"
+
+
+def _many_cuts() -> pd.DataFrame:
+    """3,000 rows, three classes, continuous values with many repeats and near ties, a
+    nominal feature and unknown values (fractional weights below the first split)."""
+    rng = np.random.default_rng(11)
+    n = 3000
+    frame = pd.DataFrame({
+        "a": rng.integers(0, 60, n) / 4.0,
+        "b": rng.normal(size=n).round(2),
+        "c": rng.choice(list("pqrstu"), n),
+    })
+    frame["y"] = np.where(frame["a"] + 4 * frame["b"] > 8, "x",
+                          np.where(frame["c"].isin(["p", "q"]), "y", "z"))
+    flip = rng.random(n) < 0.15
+    frame.loc[flip, "y"] = rng.choice(["x", "y", "z"], flip.sum())
+    frame.loc[rng.random(n) < 0.05, "a"] = np.nan
+    frame.loc[rng.random(n) < 0.05, "c"] = None
+    return frame
+
+
+def test_cuts_screened_with_numpy_log_give_the_same_model():
+    """The memory plan screens a continuous feature's cuts with numpy's logarithm and
+    computes again only those near the best with the C library's: on a table where most of
+    the level's cuts are screened out (thousands per node), the model of the tables plan,
+    to the last bit, with and without pruning."""
+    frame = _many_cuts()
+    both_plans(frame, "y", algorithm="c4.5")
+    both_plans(frame, "y", algorithm="c4.5", pruning=None, min_cases=1)

@@ -411,7 +411,8 @@ def test_recount_sql_renders_for_every_dialect(
     routes = [(0, 0, 1, 1.0), (0, queries.UNKNOWN_KEY, 1, 0.5)]
     for query in (
         queries.build_level0(data),
-        queries.build_keyed_counts(level, data.features, tests, len(data.classes)),
+        queries.build_keyed_counts(level, data.features, tests, len(data.classes),
+                                   data.weight_bits),
         queries.build_partition(level, data.features, tests, routes),
     ):
         sql = query.sql(dialect=dialect, unsupported_level=ErrorLevel.RAISE)

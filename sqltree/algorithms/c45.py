@@ -60,12 +60,9 @@ class C45Strategy(Strategy):
         # Whether the level's rows may carry fractional weights (set for good once a
         # partition spreads unknown values over branches).
         self.fractional = data.weight is not None
-        # Every sum of a level's weights is at most the training weight (unknown values are
-        # spread by shares that add up to one).
-        total_weight = sum(data.class_weights)
-        self.bits = fixed_point_bits(total_weight)
+        self.bits = data.weight_bits
         self.entropy_bits = fixed_point_bits(
-            entropy_bound(total_weight, self.n_classes, data.n_rows)
+            entropy_bound(sum(data.class_weights), self.n_classes, data.n_rows)
         )
 
     def weight_bits(self) -> int | None:

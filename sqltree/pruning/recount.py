@@ -192,7 +192,10 @@ def recount_raised(
                     owned.append(stored)
                     level, pending = stored, 0
                     router.queries += 1
-                query = q.build_keyed_counts(level, data.features, tests_table, k)
+                # one fixed point for every statement: counts must not depend on which
+                # candidates a statement recounts together (the bound settles some first)
+                query = q.build_keyed_counts(level, data.features, tests_table, k,
+                                             data.weight_bits)
                 for node, key, *weights in engine.execute(query):
                     keyed.setdefault(int(node), {})[int(key)] = [float(w or 0.0) for w in weights]
                 router.queries += 1

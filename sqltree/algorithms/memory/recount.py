@@ -10,7 +10,6 @@ the fixed point ``build_keyed_counts`` picks, so every count is the one the engi
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,35 +18,22 @@ from sqlglot import exp
 
 from ... import queries as q
 from ...dataset import Dataset
-from ...fixed_point import FIXED_POINT_HEADROOM, FIXED_POINT_MAX_BITS
 from ...pruning.recount import _level_routes, _Position, _positions
 from ...tree import Node
-from ..c45_criteria import LN2
 from .level import Level, exact_parts, partition, read_level0, sum_exactly, test_keys
 
 Entries = Sequence[tuple[Sequence[tuple[Node, int]], Node]]
 
 
-def _unit(w: np.ndarray) -> float:
-    """``queries._fixed_point_unit``: a power of two keeping the level's largest weight
-    times its row count below ``2**FIXED_POINT_HEADROOM``."""
-    if len(w) == 0:
-        return 1.0
-    bound = float(np.max(w)) * float(len(w))
-    if not bound > 0:
-        return 1.0
-    bits = FIXED_POINT_HEADROOM - math.ceil(math.log(bound) / LN2 + 0.25)
-    return 2.0 ** max(-FIXED_POINT_MAX_BITS, min(FIXED_POINT_MAX_BITS, bits))
-
-
-def keyed_counts(level: Level, tests: Sequence[tuple[int, int, float | None]], n_classes: int
-                 ) -> dict[int, dict[int, list[float]]]:
+def keyed_counts(level: Level, tests: Sequence[tuple[int, int, float | None]], n_classes: int,
+                 bits: int) -> dict[int, dict[int, list[float]]]:
     """``queries.build_keyed_counts``: class weights per (node, key of its test), key -1 for
-    an unknown value and for the rows of a node without a test; nodes and keys ascending."""
+    an unknown value and for the rows of a node without a test; nodes and keys ascending;
+    summed in the fixed point of ``bits`` fractional bits."""
     key = np.full(len(level.node), float(q.UNKNOWN_KEY))
     rows, tested = test_keys(level, tests)
     key[rows] = tested
-    unit = _unit(level.w)
+    unit = 2.0**bits
     fixed = np.floor(level.w * unit + 0.5).astype(np.int64)
     span = int(key.max(initial=0.0)) + 2  # keys from -1 up
     pairs, group = np.unique(level.node * span + (key.astype(np.int64) + 1),
@@ -188,7 +174,7 @@ class RowsInMemory:
             tests = [(local, features[at.node.split.feature].index, at.node.split.threshold)
                      for local, at in sorted(frontier.items())
                      if at.children and at.node.split is not None]
-            keyed = keyed_counts(level, tests, k) if any(
+            keyed = keyed_counts(level, tests, k, self.data.weight_bits) if any(
                 at.raised for at in frontier.values()) else {}
             for local, at in frontier.items():
                 if at.raised:
