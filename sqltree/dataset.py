@@ -15,7 +15,6 @@ from sqlglot import exp
 
 from .engines.base import Engine
 from .errors import DataError, OptionError, SqlTreeError, UnsupportedError
-from .fixed_point import fixed_point_bits
 from .readers import reader_for
 from .tree import CONTINUOUS, NOMINAL, Value
 
@@ -70,13 +69,6 @@ class Dataset:
     target_max: float | None = None
     """A regression target's greatest value (with ``target_min``, the range that scales the
     fixed-point sums of an ordered scan, ``RegressionStrategy.moment_bits``)."""
-
-    @property
-    def weight_bits(self) -> int:
-        """Fractional bits of the fixed point that sums a level's weights: every such sum is
-        at most the training weight (unknown values are spread by shares that add up to
-        one), so one scale serves every level, whatever rows a statement sums."""
-        return fixed_point_bits(sum(self.class_weights))
 
     def feature(self, name: str) -> Feature:
         for f in self.features:

@@ -8,10 +8,14 @@ of the sums. The histogram, the running sums of a threshold scan and the criteri
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
 from .sqlexpr import num, paren
+
+if TYPE_CHECKING:
+    from .dataset import Dataset
 
 FIXED_POINT_BITS = 40
 """Fractional bits of the fixed-point sums an ordered scan takes of a DOUBLE histogram."""
@@ -43,6 +47,13 @@ def fixed_point_bits(bound: float) -> int:
 FIXED_POINT_MAX_BITS = 960
 """Limit of the fixed-point scale either way, so that ``2**bits`` and ``2**-bits`` are finite,
 normal doubles."""
+
+
+def training_weight_bits(data: Dataset) -> int:
+    """Fractional bits of the fixed point that sums a level's weights: every such sum is at
+    most the training weight (unknown values are spread by shares that add up to one), so one
+    scale serves every level, whatever rows a statement sums."""
+    return fixed_point_bits(sum(data.class_weights))
 
 
 def entropy_bound(total_weight: float, n_classes: int, n_rows: int) -> float:

@@ -497,8 +497,8 @@ def build_keyed_counts(
 
     Keys as in ``build_partition``; rows of a node without a test, and rows whose tested
     value is unknown, have key -1. The weights are summed in fixed point (``to_fixed``) with
-    ``bits`` fractional bits (``Dataset.weight_bits``), so they are the same whatever order
-    the engine adds rows in, and whichever rows the statement sums with them.
+    ``bits`` fractional bits (``fixed_point.training_weight_bits``), so they are the same
+    whatever order the engine adds rows in, and whichever rows the statement sums with them.
     """
     n_table = _small_table(tests, "n", TESTS_COLUMNS)
     value, key = _test_key(features)

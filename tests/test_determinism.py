@@ -163,7 +163,7 @@ def test_fixed_point_rounds_and_converts_alike_on_every_engine(engine_factory):
 
 def test_recounted_weights_are_exact_sums_in_every_engine(engine_factory):
     # Pruning recounts class weights per (node, key) of rows it routes: fixed-point sums at the
-    # training data's one scale (``Dataset.weight_bits``), in (node, key) order.
+    # training data's one scale (``fixed_point.training_weight_bits``), in (node, key) order.
     from sqltree.dataset import describe
 
     rng = np.random.default_rng(3)
@@ -179,7 +179,7 @@ def test_recounted_weights_are_exact_sums_in_every_engine(engine_factory):
     data = describe(source, engine, "y", weight="w")
     level = engine.materialize("level", q.build_level0(data))
     got = engine.execute(q.build_keyed_counts(level, data.features, [(0, 0, 0.25)], 3,
-                                              data.weight_bits))
+                                              fx.training_weight_bits(data)))
 
     unit = 2.0 ** fx.fixed_point_bits(rows["w"].sum())
     keys = np.where(np.isnan(x), -1.0, np.where(x <= 0.25, 0.0, 1.0))

@@ -19,6 +19,7 @@ from sqltree.algorithms.memory import recount as memory_recount
 from sqltree.algorithms.memory.recount import RowsInMemory
 from sqltree.dataset import describe
 from sqltree.engines.duckdb import DuckDBEngine
+from sqltree.fixed_point import training_weight_bits
 from sqltree.grower import GrowOptions
 from sqltree.pruning import (
     _Router,
@@ -412,7 +413,7 @@ def test_recount_sql_renders_for_every_dialect(
     for query in (
         queries.build_level0(data),
         queries.build_keyed_counts(level, data.features, tests, len(data.classes),
-                                   data.weight_bits),
+                                   training_weight_bits(data)),
         queries.build_partition(level, data.features, tests, routes),
     ):
         sql = query.sql(dialect=dialect, unsupported_level=ErrorLevel.RAISE)

@@ -16,7 +16,7 @@ from .. import queries as q
 from ..bounded_search import SEARCH_BINS, SEARCH_SAMPLE_ROWS, with_bins
 from ..criteria import J48_SMALL, TIE_TOLERANCE
 from ..dataset import Dataset, Feature
-from ..fixed_point import entropy_bound, fixed_point_bits
+from ..fixed_point import entropy_bound, fixed_point_bits, training_weight_bits
 from ..grower import (
     DENSE_VALUES,
     GrowOptions,
@@ -60,7 +60,7 @@ class C45Strategy(Strategy):
         # Whether the level's rows may carry fractional weights (set for good once a
         # partition spreads unknown values over branches).
         self.fractional = data.weight is not None
-        self.bits = data.weight_bits
+        self.bits = training_weight_bits(data)
         self.entropy_bits = fixed_point_bits(
             entropy_bound(sum(data.class_weights), self.n_classes, data.n_rows)
         )

@@ -20,6 +20,7 @@ from sqlglot import exp
 from .. import queries as q
 from ..criteria import J48_SMALL
 from ..dataset import Dataset, resolve_relation
+from ..fixed_point import training_weight_bits
 from ..tree import CONTINUOUS, Node, normalise
 
 __all__ = ["known_counts", "recount_raised", "route_counts"]
@@ -195,7 +196,7 @@ def recount_raised(
                 # one fixed point for every statement: counts must not depend on which
                 # candidates a statement recounts together (the bound settles some first)
                 query = q.build_keyed_counts(level, data.features, tests_table, k,
-                                             data.weight_bits)
+                                             training_weight_bits(data))
                 for node, key, *weights in engine.execute(query):
                     keyed.setdefault(int(node), {})[int(key)] = [float(w or 0.0) for w in weights]
                 router.queries += 1

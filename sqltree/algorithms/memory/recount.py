@@ -18,6 +18,7 @@ from sqlglot import exp
 
 from ... import queries as q
 from ...dataset import Dataset
+from ...fixed_point import training_weight_bits
 from ...pruning.recount import _level_routes, _Position, _positions
 from ...tree import Node
 from .level import Level, exact_parts, partition, read_level0, sum_exactly, test_keys
@@ -174,7 +175,7 @@ class RowsInMemory:
             tests = [(local, features[at.node.split.feature].index, at.node.split.threshold)
                      for local, at in sorted(frontier.items())
                      if at.children and at.node.split is not None]
-            keyed = keyed_counts(level, tests, k, self.data.weight_bits) if any(
+            keyed = keyed_counts(level, tests, k, training_weight_bits(self.data)) if any(
                 at.raised for at in frontier.values()) else {}
             for local, at in frontier.items():
                 if at.raised:
