@@ -6,7 +6,9 @@ are fractional; a nominal feature's multiway split from its values' entropy term
 the ``entropy_bits`` fixed point; a continuous feature's best cut by the ordered scan's rules
 (J48's minimum weight per side, its 1e-5 gap between values, ties within ``threshold_tie`` to
 the lowest cut, the number of valid cuts); then the MDL correction and the gain ratio. The
-logarithms are the C library's (``level.ln``), as the engines' ``LN`` computes them.
+logarithms that decide are the C library's (``level.ln``), as the engines' ``LN`` computes
+them; numpy's faster one only screens out the cuts that cannot come near a node's best
+(``_near_best``).
 
 ``branch_counts`` and ``observed_threshold`` are the strategy's two other readings of the
 engine (``c45_scores.build_branch_counts``, ``c45_cuts.build_observed_thresholds``).
