@@ -27,7 +27,7 @@ from ...criteria import J48_SMALL
 from ...dataset import Feature
 from ...tree import CONTINUOUS
 from ..c45_criteria import LN2, ScoreOptions
-from .cart_scores import Segments, _left_sum, _running
+from .cart_scores import Segments, _left_sum, _rows, _running
 from .level import Groups, Histogram, _group, as_weight, ln, xlogx
 
 
@@ -174,10 +174,10 @@ class _Scorer:
         if len(cut) == 0:
             return
         at = node_of_seg[s.seg[cut]]
-        left = as_weight(_running(g.sums, s.seg, s.starts)[cut], self.h.bits)
+        left = as_weight(_rows(_running(g.sums, s.seg, s.starts), cut), self.h.bits)
         lw = _left_sum(left)
         v, nxt = g.v[cut], g.v[cut + 1]
-        w_known, k = t.w_known[at], t.k[at]
+        w_known = t.w_known[at]
         rw = w_known - lw
         least = self._min_split(w_known) - J48_SMALL
         valid = (lw > least) & (rw > least)
@@ -186,14 +186,14 @@ class _Scorer:
         keep = np.flatnonzero(valid)
         if len(keep) == 0:
             return
-        at, left, lw, rw, v, nxt = (a[keep] for a in (at, left, lw, rw, v, nxt))
+        at, left, lw, rw, v, nxt = (_rows(a, keep) for a in (at, left, lw, rw, v, nxt))
         n_valid = np.diff(np.append(_runs(at), len(at)))
-        k = k[keep]
+        k = _rows(t.k, at)
         d = self.denominator(t)[at]
         parent = self.parent_entropy(t)[at]
         near = _near_best(at, parent, lw, left, rw, k, d * LN2, self.options.threshold_tie)
         at, left, lw, rw, v, nxt, k, d, parent = (
-            a[near] for a in (at, left, lw, rw, v, nxt, k, d, parent))
+            _rows(a, near) for a in (at, left, lw, rw, v, nxt, k, d, parent))
         gain = self.safe_div(
             parent - _entropy_mass(lw, left) - _entropy_mass(rw, k - left), d * LN2)
         chosen = self._best(at, gain)
