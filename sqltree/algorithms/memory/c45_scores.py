@@ -28,7 +28,7 @@ from ...dataset import Feature
 from ...tree import CONTINUOUS
 from ..c45_criteria import LN2, ScoreOptions
 from .cart_scores import Segments, _left_sum, _rows, _running
-from .level import Groups, Histogram, _group, as_weight, ln, xlogx
+from .level import NEAR_BEST_ERROR, Groups, Histogram, _group, as_weight, equal_range, ln, xlogx
 
 
 @dataclass
@@ -226,13 +226,6 @@ class _Scorer:
         return near[first]
 
 
-NEAR_BEST_ERROR = 1e-10
-"""How far numpy's ``log`` may take a gain from the C library's, relative to the sum of the
-magnitudes of the entropy terms it is made of: numpy's logarithm and the C library's differ by
-at most one unit in the last place (measured over 9 million arguments from 1e-9 to 1e6), and
-the sums round alike, so a relative 1e-10 leaves a margin of about a million."""
-
-
 def _runs(at: np.ndarray) -> np.ndarray:
     """Where each run of equal ``at`` starts."""
     return np.flatnonzero(np.append(True, at[1:] != at[:-1]))
@@ -308,9 +301,9 @@ def branch_counts(
         t_thr = np.array([np.nan if thr is None else thr for _, thr in items])
         order = np.argsort(t_node)
         t_node, t_thr = t_node[order], t_thr[order]
-        at = np.minimum(np.searchsorted(t_node, g.node), len(t_node) - 1)
-        hit = np.flatnonzero(t_node[at] == g.node)
-        test = at[hit]
+        lo, hi = equal_range(t_node, g.node)
+        hit = np.flatnonzero(hi > lo)
+        test = lo[hit]
         thr, v = t_thr[test], g.v[hit]
         with np.errstate(invalid="ignore"):
             key = np.where(np.isnan(thr), v, np.where(v <= thr, 0.0, 1.0))

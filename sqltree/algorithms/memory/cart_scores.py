@@ -30,7 +30,7 @@ from ..cart.scores import (
     SUBSET,
 )
 from ..cart.subsets import EXACT_SUBSETS_MAX, MEAN_ORDER, orders
-from .level import Groups, Histogram, _group, as_weight, ln
+from .level import NEAR_BEST_ERROR, Groups, Histogram, _group, as_weight, ln
 
 LN2 = float(np.log(2.0))
 
@@ -321,12 +321,6 @@ def score(
         "impurity_right": imp_r, "gain": gain, "impurity_after": after,
     }
     return _best_per_feature(columns, rules.tie_tolerance)
-
-
-NEAR_BEST_ERROR = 1e-10
-"""How far an entropy's decrease from numpy's ``log`` may be from the C library's, relative to
-the candidate's two impurities plus one: the two logarithms differ by at most one unit in the
-last place (``c45_scores.NEAR_BEST_ERROR``), with a margin of about a million."""
 
 
 def _near_best(node: np.ndarray, attr: np.ndarray, imp_node: np.ndarray, a: np.ndarray,

@@ -63,6 +63,14 @@ def ln(x: np.ndarray) -> np.ndarray:
     return out.reshape(x.shape)
 
 
+NEAR_BEST_ERROR = 1e-10
+"""How far a gain from numpy's ``log`` may be from the one from ``ln``, relative to the sum
+of the magnitudes of the terms it is made of: the two logarithms differ by at most one unit in
+the last place (measured over 9 million arguments from 1e-9 to 1e6), and the sums round
+alike, so a relative 1e-10 leaves a margin of about a million. The scorers screen candidates
+with numpy's and score only those that can come near the best with ``ln``."""
+
+
 def xlogx(e: np.ndarray) -> np.ndarray:
     """``sqlexpr.xlogx``: ``e * LN(e)``, 0 where ``e`` is not positive."""
     out = np.zeros(len(e))
