@@ -692,6 +692,10 @@ def test_recounts_route_rows_down_a_path_hundreds_of_levels_deep() -> None:
 
 
 def _recount_in_memory(patch: pytest.MonkeyPatch, cells: int, levels: int) -> None:
+    """Where recounts on DuckDB go on in numpy: from a level of at most ``cells``, or from the
+    start for a tree more than ``levels`` deep on data of at most ``cells`` (never read for
+    pruning alone: ``READ_FOR_PRUNING_MAX_CELLS``)."""
+    patch.setattr(memory_recount, "READ_FOR_PRUNING_MAX_CELLS", 0)
     patch.setattr(memory_recount, "RECOUNT_MEMORY_MAX_CELLS", cells)
     patch.setattr(memory_recount, "RECOUNT_ENGINE_MAX_LEVELS", levels)
 
@@ -762,3 +766,42 @@ def test_a_deep_tree_on_few_rows_is_recounted_in_memory(monkeypatch) -> None:
     assert by_reads.queries == 1  # the rows, read once
     assert in_memory.to_dict() == in_engine.to_dict()
     assert_counts_exact(in_memory, frame, "y", data.classes)
+
+
+@pytest.mark.parametrize("table", [lambda: (noisy_frame(), "y"), _labor], ids=["noisy", "labor"])
+def test_pruning_on_duckdb_reads_the_rows_once(monkeypatch, table) -> None:
+    """On DuckDB, pruning reads the training rows once and bounds and recounts every round
+    in numpy (``READ_FOR_PRUNING_MAX_CELLS``): the same tree as with a statement per level of
+    every recount and bound, every count and share to the last bit."""
+    frame, target = table()
+    engine = DuckDBEngine()
+    data = describe(frame, engine, target)
+    grown, _ = grow(data, GrowOptions())
+    in_engine, in_memory = copy.deepcopy(grown), copy.deepcopy(grown)
+    with monkeypatch.context() as patch:
+        _recount_in_memory(patch, 0, memory_recount.RECOUNT_ENGINE_MAX_LEVELS)  # never
+        by_statements = prune_c45(in_engine, data, rows=RowsInMemory(data))
+    by_reads = prune_c45(in_memory, data, rows=RowsInMemory(data))
+    engine.cleanup()
+    assert by_statements.raised > 0 and by_statements.queries > 1
+    assert by_reads.queries == 1
+    assert in_memory.to_dict() == in_engine.to_dict()
+    assert_counts_exact(in_memory, frame, target, data.classes)
+
+
+def test_known_counts_in_memory_are_the_engines(
+    labor: tuple[pd.DataFrame, str, Any, Node],
+) -> None:
+    """The bound counted in numpy (rows dropped at their leaf) is the engine's (rows carried
+    to the last level), leaf by leaf, with unknown values on the paths and in the branches."""
+    _, _, data, root = labor
+    entries = _heads(root)
+    router = _Router.open(data)
+    in_engine = known_counts(router, entries)
+    router.close()
+    rows = RowsInMemory(data)
+    assert rows.read_all_if_worth(1)
+    in_memory = known_counts(_Router.open(data, in_memory=rows), entries)
+    assert entries and in_memory.keys() == in_engine.keys()
+    for key, counts in in_engine.items():
+        assert in_memory[key] == pytest.approx(counts, abs=1e-12)

@@ -441,9 +441,9 @@ def _prune_c45_rounds(
         time.perf_counter() - started,
         f"{sum(map(len, rounds)):,} nodes ordered into {len(rounds)} rounds by height",
     )
-    router.read_rows_if_deep(len(rounds))
-    # the bound's statement is a chain of levels; rows in memory recount without statements
-    bounded = router.data.engine.VECTORIZED and not router.holds_rows
+    router.read_rows_if_worth(len(rounds))
+    # the bound's statement is a chain of levels, which only DuckDB runs well
+    bounded = router.holds_rows or router.data.engine.VECTORIZED
     for number, nodes in enumerate(rounds, 1):
         started, before = time.perf_counter(), (stats.pruned, stats.raised)
         # (node, path, largest branch) of the nodes that raising might change: only they

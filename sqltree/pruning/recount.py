@@ -50,10 +50,10 @@ class _Router:
         # once its rows are few.
         self.in_memory = in_memory
 
-    def read_rows_if_deep(self, levels: int) -> None:
-        """Read the training rows into memory for the recounts of a tree ``levels`` deep,
-        where ``RowsInMemory.read_all_if_deep`` says so."""
-        if self.in_memory is not None and self.in_memory.read_all_if_deep(levels):
+    def read_rows_if_worth(self, levels: int) -> None:
+        """Read the training rows into memory for pruning a tree ``levels`` deep, where
+        ``RowsInMemory.read_all_if_worth`` says so."""
+        if self.in_memory is not None and self.in_memory.read_all_if_worth(levels):
             self.queries += 1
 
     @property
@@ -276,8 +276,11 @@ def known_counts(
     So each count is at most the recounted one, class by class, and needs no shares: one
     statement routes the rows to every leaf (the rows of a leaf reached early pass on to the
     last level under the unknown key, which no test of a leaf gives a value), without a
-    count per level. The engine must run a chain of levels well (``VECTORIZED``).
+    count per level. The engine must run a chain of levels well (``VECTORIZED``), unless the
+    rows are in memory (``RowsInMemory.known_counts``).
     """
+    if router.holds_rows:
+        return router.in_memory.known_counts(entries)
     data = router.data
     engine = data.engine
     features = {f.name: f for f in data.features}

@@ -158,14 +158,15 @@ def read_level0(data: Dataset, query: Any, regression: bool, ranked: bool = Fals
     """The rows of the level-0 query (``build_level0``), read with one statement; ``ranked``:
     a level of growth, which keeps its columns' ranks (``Level.ranks``)."""
     frame = data.engine.frame(query)
-    values = np.empty((len(frame), 3 + len(data.features)), dtype=np.float64)
+    # column-major: a stage reads a column's values, or one value of each row (``gather``)
+    values = np.empty((len(frame), 3 + len(data.features)), dtype=np.float64, order="F")
     for j, name in enumerate(frame.columns):
         values[:, j] = frame[name].to_numpy(dtype=np.float64, na_value=np.nan)
     return Level(
         node=values[:, 0].astype(np.int64),
         w=np.ascontiguousarray(values[:, 1]),
         y=np.ascontiguousarray(values[:, 2]) if regression else values[:, 2].astype(np.int64),
-        x=np.ascontiguousarray(values[:, 3:]),
+        x=values[:, 3:],
         column={f.index: j for j, f in enumerate(data.features)},
         ranks={} if ranked else None,
     )
@@ -186,11 +187,20 @@ def test_keys(level: Level, tests: Sequence[tuple[int, int, float | None]]
     lo, hi = equal_range(test_node, level.node)
     rows = np.flatnonzero(hi > lo)
     at = lo[rows]
-    v = level.x[rows if level.base is None else level.base[rows], test_col[at]]
+    v = gather(level.x, rows if level.base is None else level.base[rows], test_col[at])
     thr = test_thr[at]
     with np.errstate(invalid="ignore"):
         key = np.where(np.isnan(thr), v, np.where(v <= thr, 0.0, 1.0))
     return rows, np.where(np.isnan(v), float(q.UNKNOWN_KEY), key)
+
+
+def gather(x: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """``x[rows, cols]``: one value of each row, as one ``take`` from the flat array where it
+    is contiguous (about twice as fast as numpy's indexing by two arrays)."""
+    if not (x.flags.f_contiguous or x.flags.c_contiguous):
+        return x[rows, cols]
+    row_step, col_step = (stride // x.itemsize for stride in x.strides)
+    return np.take(x.ravel(order="K"), rows * row_step + cols * col_step)
 
 
 def equal_range(keys: np.ndarray, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
