@@ -205,8 +205,9 @@ def gather(x: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
 
 def equal_range(keys: np.ndarray, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For each query, where its run of equal entries of the sorted integer ``keys`` starts
-    and ends (``searchsorted`` left and right): from a table of every key between the least
-    and the greatest where they span at most a few per query, else by binary search."""
+    and ends (``searchsorted`` left and right; equal for a query no key equals): from a table
+    of every key between the least and the greatest where they span at most a few per query,
+    else by binary search."""
     if len(keys) == 0 or len(queries) == 0:
         empty = np.zeros(len(queries), dtype=np.int64)
         return empty, empty
@@ -214,11 +215,14 @@ def equal_range(keys: np.ndarray, queries: np.ndarray) -> tuple[np.ndarray, np.n
     span = high - low + 1
     if span > COUNTED_KEYS_PER_ROW * len(queries) + 1024:
         return np.searchsorted(keys, queries, "left"), np.searchsorted(keys, queries, "right")
-    counts = np.bincount(keys - low, minlength=span)
-    ends = np.cumsum(counts)
-    slot = np.clip(queries - low, 0, span - 1)
-    inside = (queries >= low) & (queries <= high)
-    return np.where(inside, ends[slot] - counts[slot], 0), np.where(inside, ends[slot], 0)
+    # a slot of no entries on each side takes the queries outside [low, high]
+    ends = np.zeros(span + 2, dtype=np.int64)
+    np.cumsum(np.bincount(keys - low, minlength=span), out=ends[1:-1])
+    ends[-1] = ends[-2]
+    slot = np.clip(queries - (low - 1), 0, span + 1)
+    starts = np.concatenate(([0], ends[:-1]))
+    starts[-1] = ends[-1]
+    return starts[slot], ends[slot]
 
 
 def partition(
@@ -242,10 +246,13 @@ def partition(
     r_pair = r_node * span + (r_key.astype(np.int64) + 1)
     lo, hi = equal_range(r_pair, level.node[rows] * span + (key.astype(np.int64) + 1))
     many = hi - lo
-    src = np.repeat(rows, many)
-    first = np.repeat(lo, many)
-    offset = np.arange(len(src)) - np.repeat(np.cumsum(many) - many, many)
-    route = first + offset
+    if len(many) and many.max() > 1:  # a row to several children (an unknown value spread)
+        src = np.repeat(rows, many)
+        offset = np.arange(len(src)) - np.repeat(np.cumsum(many) - many, many)
+        route = np.repeat(lo, many) + offset
+    else:
+        routed = many > 0
+        src, route = rows[routed], lo[routed]
     return Level(
         node=r_child[route],
         w=level.w[src] * r_factor[route],
