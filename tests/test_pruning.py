@@ -588,7 +588,7 @@ def test_pruning_is_the_same_on_every_engine(
     _same(got.to_dict(), want.to_dict())
     got = copy.deepcopy(root)
     with monkeypatch.context() as patch:
-        _recount_in_memory(patch, data.n_rows * len(data.features) - 1, 16)
+        _recount_in_memory(patch, data.n_rows * len(data.features) - 1)
         assert prune_c45(got, data, rows=RowsInMemory(data)).queries < stats.queries
     _same(got.to_dict(), want.to_dict())
 
@@ -691,13 +691,11 @@ def test_recounts_route_rows_down_a_path_hundreds_of_levels_deep() -> None:
         assert [counts[id(c)] for c in tail.children] == [[1.0, 1.0], [1.0, 1.0]]
 
 
-def _recount_in_memory(patch: pytest.MonkeyPatch, cells: int, levels: int) -> None:
-    """Where recounts on DuckDB go on in numpy: from a level of at most ``cells``, or from the
-    start for a tree more than ``levels`` deep on data of at most ``cells`` (never read for
-    pruning alone: ``READ_FOR_PRUNING_MAX_CELLS``)."""
+def _recount_in_memory(patch: pytest.MonkeyPatch, cells: int) -> None:
+    """Recounts go on in numpy from a level of at most ``cells`` (0: never), the training
+    rows never read whole before pruning (``READ_FOR_PRUNING_MAX_CELLS``)."""
     patch.setattr(memory_recount, "READ_FOR_PRUNING_MAX_CELLS", 0)
     patch.setattr(memory_recount, "RECOUNT_MEMORY_MAX_CELLS", cells)
-    patch.setattr(memory_recount, "RECOUNT_ENGINE_MAX_LEVELS", levels)
 
 
 def _labor() -> tuple[pd.DataFrame, str]:
@@ -720,10 +718,10 @@ def test_a_recount_goes_on_in_memory_once_its_rows_are_few(monkeypatch, table, p
     in_engine, in_memory = copy.deepcopy(grown), copy.deepcopy(grown)
     reads = []
     with monkeypatch.context() as patch:
-        _recount_in_memory(patch, 0, 0)  # never
+        _recount_in_memory(patch, 0)  # never
         by_statements = prune_c45(in_engine, data, rows=RowsInMemory(data))
         # the training rows are many, any fewer are few: from the first counted level on
-        _recount_in_memory(patch, data.n_rows * len(data.features) - 1, 16)
+        _recount_in_memory(patch, data.n_rows * len(data.features) - 1)
         go_on = RowsInMemory.go_on
         patch.setattr(RowsInMemory, "go_on",
                       lambda self, *a: reads.append(a[3]) or go_on(self, *a))
@@ -748,43 +746,29 @@ def chain_frame(rows: int = 700, stripe: int = 40, seed: int = 0) -> pd.DataFram
     return frame
 
 
-def test_a_deep_tree_on_few_rows_is_recounted_in_memory(monkeypatch) -> None:
-    """A tree more than 16 levels deep on few training rows: they are read once and every
-    recount runs in numpy (in the engine, a statement per level of each path and two per
-    level of each raised branch, every round): the same tree, every count to the last bit."""
-    frame = chain_frame()
-    engine = DuckDBEngine()
-    data = describe(frame, engine, "y")
-    grown, _ = grow(data, GrowOptions())
-    in_engine, in_memory = copy.deepcopy(grown), copy.deepcopy(grown)
-    with monkeypatch.context() as patch:
-        _recount_in_memory(patch, 0, memory_recount.RECOUNT_ENGINE_MAX_LEVELS)  # never
-        by_statements = prune_c45(in_engine, data, rows=RowsInMemory(data))
-    by_reads = prune_c45(in_memory, data, rows=RowsInMemory(data))
-    engine.cleanup()
-    assert by_statements.raised > 0 and by_statements.queries > 100
-    assert by_reads.queries == 1  # the rows, read once
-    assert in_memory.to_dict() == in_engine.to_dict()
-    assert_counts_exact(in_memory, frame, "y", data.classes)
-
-
-@pytest.mark.parametrize("table", [lambda: (noisy_frame(), "y"), _labor], ids=["noisy", "labor"])
-def test_pruning_on_duckdb_reads_the_rows_once(monkeypatch, table) -> None:
-    """On DuckDB, pruning reads the training rows once and bounds and recounts every round
-    in numpy (``READ_FOR_PRUNING_MAX_CELLS``): the same tree as with a statement per level of
-    every recount and bound, every count and share to the last bit."""
+@pytest.mark.parametrize(
+    "table",
+    [lambda: (noisy_frame(), "y"), _labor, lambda: (chain_frame(), "y")],
+    ids=["noisy", "labor", "chain"],
+)
+def test_pruning_reads_the_rows_once(monkeypatch, table) -> None:
+    """Pruning reads the training rows once and bounds and recounts every round in numpy
+    (``READ_FOR_PRUNING_MAX_CELLS``): the same tree as with a statement per level of every
+    recount and bound, every count and share to the last bit. The chain is 18 levels deep:
+    in the engine, a statement per level of each path and two per level of each raised
+    branch, every round."""
     frame, target = table()
     engine = DuckDBEngine()
     data = describe(frame, engine, target)
     grown, _ = grow(data, GrowOptions())
     in_engine, in_memory = copy.deepcopy(grown), copy.deepcopy(grown)
     with monkeypatch.context() as patch:
-        _recount_in_memory(patch, 0, memory_recount.RECOUNT_ENGINE_MAX_LEVELS)  # never
+        _recount_in_memory(patch, 0)  # never
         by_statements = prune_c45(in_engine, data, rows=RowsInMemory(data))
     by_reads = prune_c45(in_memory, data, rows=RowsInMemory(data))
     engine.cleanup()
     assert by_statements.raised > 0 and by_statements.queries > 1
-    assert by_reads.queries == 1
+    assert by_reads.queries == 1  # the rows, read once
     assert in_memory.to_dict() == in_engine.to_dict()
     assert_counts_exact(in_memory, frame, target, data.classes)
 
@@ -800,7 +784,7 @@ def test_known_counts_in_memory_are_the_engines(
     in_engine = known_counts(router, entries)
     router.close()
     rows = RowsInMemory(data)
-    assert rows.read_all_if_worth(1)
+    assert rows.read_all_if_small()
     in_memory = known_counts(_Router.open(data, in_memory=rows), entries)
     assert entries and in_memory.keys() == in_engine.keys()
     for key, counts in in_engine.items():

@@ -441,7 +441,7 @@ def _prune_c45_rounds(
         time.perf_counter() - started,
         f"{sum(map(len, rounds)):,} nodes ordered into {len(rounds)} rounds by height",
     )
-    router.read_rows_if_worth(len(rounds))
+    router.read_rows_if_small()
     # the bound's statement is a chain of levels, which only DuckDB runs well
     bounded = router.holds_rows or router.data.engine.VECTORIZED
     for number, nodes in enumerate(rounds, 1):

@@ -50,10 +50,10 @@ class _Router:
         # once its rows are few.
         self.in_memory = in_memory
 
-    def read_rows_if_worth(self, levels: int) -> None:
-        """Read the training rows into memory for pruning a tree ``levels`` deep, where
-        ``RowsInMemory.read_all_if_worth`` says so."""
-        if self.in_memory is not None and self.in_memory.read_all_if_worth(levels):
+    def read_rows_if_small(self) -> None:
+        """Read the training rows into memory where ``RowsInMemory.read_all_if_small`` says
+        so."""
+        if self.in_memory is not None and self.in_memory.read_all_if_small():
             self.queries += 1
 
     @property

@@ -53,20 +53,13 @@ RECOUNT_MEMORY_MAX_CELLS = 3_200_000
 their weight, times the features are at most this many, if the training rows were more (as
 ``c45.DEEP_MEMORY_MAX_CELLS`` for growth); 0: never."""
 
-RECOUNT_ENGINE_MAX_LEVELS = 16
-"""A recount in the engine costs a statement per level of its path (on DuckDB one per 16) and
-two per level of its structures: pruning a tree deeper than this reads the training rows once,
-if they are few from the start (``RECOUNT_MEMORY_MAX_CELLS``), and recounts in numpy (a
-chain-shaped tree raises branches hundreds of levels deep, and prunes them again one node at a
-time)."""
-
-
 READ_FOR_PRUNING_MAX_CELLS = 32_000_000
-"""On DuckDB, pruning reads the training rows into memory once if they, times the features, are
-at most this many (256 MB of float64), and bounds and recounts every round's raised branches
-in numpy. The engine routes every row of a round through every level of its branches; numpy
-drops a row at its leaf. On the 1M-row benchmark file (16M cells) pruning the default tree took
-42.2 s with 77 statements, and 21.9 s with one read; 0: never."""
+"""Pruning reads the training rows into memory once if they, times the features, are at most
+this many (256 MB of float64), and bounds and recounts every round's raised branches in numpy.
+The engine routes every row of a round through every level of its branches; numpy drops a row
+at its leaf. The default tree of the 1M-row benchmark file (16M cells) on DuckDB: 42.2 s of
+pruning in 77 statements, 21.9 s after one read; of its 200,000-row file on PostgreSQL:
+97.7 s in 387 statements, 4.5 s. 0: never."""
 
 PATH_LEVELS_KEPT = 8
 """Levels of the last recount's path kept for the next one (``RowsInMemory.recount``)."""
@@ -163,17 +156,12 @@ class RowsInMemory:
             frontier = below
         return counts
 
-    def read_all_if_worth(self, levels: int) -> bool:
-        """Read every training row now (one statement; True) for a pruning of a tree ``levels``
-        deep, where recounts then run here as on the memory plan: on DuckDB if they are at
-        most ``READ_FOR_PRUNING_MAX_CELLS``, on any engine if they are few from the start and
-        the tree is more than ``RECOUNT_ENGINE_MAX_LEVELS`` deep."""
-        if self.level0 is not None:
-            return False
+    def read_all_if_small(self) -> bool:
+        """Read every training row now (one statement; True) if they are at most
+        ``READ_FOR_PRUNING_MAX_CELLS``: pruning's bounds and recounts then run here, as on the
+        memory plan."""
         data = self.data
-        cells = data.n_rows * len(data.features)
-        if not (data.engine.VECTORIZED and cells <= READ_FOR_PRUNING_MAX_CELLS) and (
-                levels <= RECOUNT_ENGINE_MAX_LEVELS or self._large):
+        if self.level0 is not None or data.n_rows * len(data.features) > READ_FOR_PRUNING_MAX_CELLS:
             return False
         self.level0 = read_level0(data, q.build_level0(data), False)
         return True
@@ -181,9 +169,8 @@ class RowsInMemory:
     def few(self, weight: float) -> bool:
         """Whether a recount's level of this ``weight`` goes on in numpy: its rows, estimated
         from the weight (a row weighs on average the training weight per row), are few
-        (``RECOUNT_MEMORY_MAX_CELLS``), and the training rows were not: data small from the
-        start is recounted in its engine, as it grows there, unless its tree is deep
-        (``read_all_if_deep``)."""
+        (``RECOUNT_MEMORY_MAX_CELLS``), and the training rows were not (data within
+        ``READ_FOR_PRUNING_MAX_CELLS`` is read whole before pruning: ``read_all_if_small``)."""
         data = self.data
         total = sum(data.class_weights)
         rows = weight * data.n_rows / total if total > 0 else float(data.n_rows)
