@@ -64,6 +64,7 @@ class C45Strategy(Strategy):
         self.entropy_bits = fixed_point_bits(
             entropy_bound(sum(data.class_weights), self.n_classes, data.n_rows)
         )
+        self.candidates = SplitCandidates.of(data)
 
     def weight_bits(self) -> int | None:
         return self.bits if self.fractional else None
@@ -176,7 +177,7 @@ class C45Strategy(Strategy):
                                   self.close_values)
 
     def choose(self, rows: list[dict[str, Any]], p: Pending) -> _Choice | None:
-        return choose_split(rows, self.data, self.options, p.used)
+        return choose_split(rows, self.candidates, self.options, p.used)
 
     def plan(
         self, engine: Any, hist: exp.Table, choices: dict[int, Any], frontier: dict[int, Pending]
@@ -337,9 +338,27 @@ def _may_split(p: Pending, options: GrowOptions) -> bool:
     return max(counts) < weight - J48_SMALL  # not pure
 
 
+@dataclass(frozen=True)
+class SplitCandidates:
+    """What ``choose_split`` needs of the dataset, worked out once per fit: the features by
+    index, and those whose gain counts in J48's average (it leaves out nominal features with
+    at least 0.3 x the rows values, unless every feature is one)."""
+
+    features: dict[int, Feature]
+    averaged: frozenset[int]
+
+    @classmethod
+    def of(cls, data: Dataset) -> SplitCandidates:
+        many = {f.index for f in data.features
+                if f.kind == NOMINAL and len(f.values) >= 0.3 * data.n_rows}
+        everyone = len(many) == len(data.features)
+        return cls({f.index: f for f in data.features},
+                   frozenset(f.index for f in data.features if everyone or f.index not in many))
+
+
 def choose_split(
     rows: list[dict[str, Any]],
-    data: Dataset,
+    candidates: SplitCandidates,
     options: GrowOptions,
     used: frozenset[int],
 ) -> _Choice | None:
@@ -350,7 +369,7 @@ def choose_split(
     feature listed first. ID3: the highest gain, each nominal feature once per path; gains
     within ``TIE_TOLERANCE`` tie and go to the feature listed first.
     """
-    features = {f.index: f for f in data.features}
+    features = candidates.features
     valid: list[tuple[Feature, dict[str, Any]]] = []
     for row in sorted(rows, key=lambda r: r["attr"]):
         f = features[int(row["attr"])]
@@ -369,14 +388,7 @@ def choose_split(
         return None
 
     if options.algorithm == "c4.5":
-        many_valued = all(
-            f.kind == NOMINAL and len(f.values) >= 0.3 * data.n_rows for f in data.features
-        )
-        averaged = [
-            r["mdl_gain"]
-            for f, r in valid
-            if f.kind == CONTINUOUS or many_valued or len(f.values) < 0.3 * data.n_rows
-        ]
+        averaged = [r["mdl_gain"] for f, r in valid if f.index in candidates.averaged]
         # J48 averages over the candidates it counts (many-valued nominals are left out).
         if not averaged:
             return None
