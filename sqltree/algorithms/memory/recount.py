@@ -1,8 +1,10 @@
-"""Subtree raising's recount (``pruning.recount.recount_raised``) in numpy.
+"""Subtree raising's recount (``pruning.recount.recount_raised``) and its bound
+(``known_counts``) in numpy.
 
-J48's pruning recounts a raised branch under all of its node's rows. On the SQL plans that is
-a few statements per level of the raised branches; on the memory plan the level-0 rows are
-already in numpy, and on the SQL plans a recount whose rows have become few reads them once
+J48's pruning recounts a raised branch under all of its node's rows. In the engine that is a
+few statements per level of the raised branches. The memory plan's level-0 rows are already in
+numpy; on the SQL plans the training rows are read once before pruning where they are few
+enough (``READ_FOR_PRUNING_MAX_CELLS``), else a recount whose rows have become few reads them
 and goes on here. The rows move down the same positions (``_positions``, ``_level_routes``)
 with the grower's partition, and each level's class weights per (position, key) are summed in
 the fixed point ``build_keyed_counts`` picks, so every count is the one the engine returns.
@@ -161,7 +163,8 @@ class RowsInMemory:
         ``READ_FOR_PRUNING_MAX_CELLS``: pruning's bounds and recounts then run here, as on the
         memory plan."""
         data = self.data
-        if self.level0 is not None or data.n_rows * len(data.features) > READ_FOR_PRUNING_MAX_CELLS:
+        cells = data.n_rows * len(data.features)
+        if self.level0 is not None or cells > READ_FOR_PRUNING_MAX_CELLS:
             return False
         self.level0 = read_level0(data, q.build_level0(data), False)
         return True
