@@ -293,6 +293,27 @@ def test_postgres_session_is_given_back(postgres_url: str, mode: str, outcome: s
 
 
 @pytest.mark.postgres
+@pytest.mark.parametrize("mode", ["autocommit", "transaction"])
+def test_a_postgres_connection_that_makes_dict_rows(postgres_url: str, mode: str) -> None:
+    """A caller's connection whose rows are dicts (``row_factory=dict_row``) trains, prunes
+    (subtree raising reads the rows) and scores as any other, and keeps its row factory."""
+    from psycopg.rows import dict_row
+
+    frame = mixed_table(2000)
+    want = sqltree.train(frame, target="label")
+    conn = pg_connection(postgres_url, mode)
+    conn.row_factory = dict_row
+    try:
+        model = sqltree.train(frame, target="label", connection=conn, plan="tables")
+        assert model.text() == want.text()
+        scored = model.predict(frame, connection=conn)
+        assert list(scored["prediction"]) == list(want.predict(frame)["prediction"])
+        assert conn.execute("SELECT 1 AS one").fetchone() == {"one": 1}
+    finally:
+        conn.close()
+
+
+@pytest.mark.postgres
 @pytest.mark.parametrize("mode", ["autocommit", "idle"])
 def test_two_threads_train_on_one_postgres_connection(postgres_url: str, mode: str) -> None:
     frame = mixed_table(2000)

@@ -24,6 +24,7 @@ from .select_plan import SELECT
 try:  # psycopg is an optional dependency (the "postgres" extra)
     import psycopg
     from psycopg.adapt import Loader
+    from psycopg.rows import tuple_row
 except ImportError:  # pragma: no cover - exercised only without the extra
     psycopg = None  # type: ignore[assignment]
     Loader = object  # type: ignore[assignment,misc]
@@ -131,7 +132,7 @@ class PostgresEngine(Engine):
         # SET LOCAL (below) ends with the transaction it ran in: sqltree's own, except inside
         # the caller's open transaction, where a released savepoint keeps it to the end.
         if self._in_callers_transaction():
-            with self.connection.cursor() as cur:
+            with self._cursor() as cur:
                 cur.execute(self._sending(_SHOW_LOCAL_SETTINGS))
                 values = cur.fetchone()
             for name, value in zip(_LOCAL_SETTINGS, values, strict=True):
@@ -219,7 +220,8 @@ class PostgresEngine(Engine):
 
     # -- the contract ------------------------------------------------------------------------
     def _cursor(self) -> Any:
-        cur = self.connection.cursor()
+        # Rows as tuples whatever the caller's connection makes (``dict_row``, say).
+        cur = self.connection.cursor(row_factory=tuple_row)
         # Per cursor, so the caller's own connection keeps loading numeric as Decimal.
         cur.adapters.register_loader("numeric", _FloatNumericLoader)
         return cur
@@ -255,7 +257,7 @@ class PostgresEngine(Engine):
                 cur.execute(_NESTED_LOOPS_OFF)
             cur.execute(self._sending(sql))
             if fetch and cur.description is not None:
-                return [tuple(r) for r in cur.fetchall()]
+                return cur.fetchall()
             return []
 
     def _run(self, sql: str) -> list[tuple[Any, ...]]:
