@@ -572,7 +572,8 @@ def _same(got: Any, want: Any, path: str = "root") -> None:
 def test_pruning_is_the_same_on_every_engine(
     engine_factory: Any, labor: tuple[pd.DataFrame, str, Any, Node], monkeypatch
 ) -> None:
-    """Subtree raising (recounts in the engine, or read from it once their rows are few) and
+    """Subtree raising (recounts in the engine, read from it once their rows are few, or the
+    training rows read once, in batches of 7 on the engines that fetch rows) and
     reduced-error pruning (validation rows counted in the engine) give DuckDB's tree, counts
     and shares on PostgreSQL and Spark. Spark answers these small statements slowly (about
     100 s here, marked slow with Spark)."""
@@ -590,6 +591,11 @@ def test_pruning_is_the_same_on_every_engine(
     with monkeypatch.context() as patch:
         _recount_in_memory(patch, data.n_rows * len(data.features) - 1)
         assert prune_c45(got, data, rows=RowsInMemory(data)).queries < stats.queries
+    _same(got.to_dict(), want.to_dict())
+    got = copy.deepcopy(root)
+    with monkeypatch.context() as patch:  # the rows read once, a few at a time where fetched
+        patch.setattr(type(engine), "FRAME_ROWS", 7)
+        assert prune_c45(got, data, rows=RowsInMemory(data)).queries == 1
     _same(got.to_dict(), want.to_dict())
 
     # Reduced-error pruning against a query over the engine's table (the rows with a first-year

@@ -219,9 +219,9 @@ class PostgresEngine(Engine):
         )
 
     # -- the contract ------------------------------------------------------------------------
-    def _cursor(self) -> Any:
+    def _cursor(self, name: str = "") -> Any:
         # Rows as tuples whatever the caller's connection makes (``dict_row``, say).
-        cur = self.connection.cursor(row_factory=tuple_row)
+        cur = self.connection.cursor(name, row_factory=tuple_row)
         # Per cursor, so the caller's own connection keeps loading numeric as Decimal.
         cur.adapters.register_loader("numeric", _FloatNumericLoader)
         return cur
@@ -262,6 +262,27 @@ class PostgresEngine(Engine):
 
     def _run(self, sql: str) -> list[tuple[Any, ...]]:
         return self._execute(sql, fetch=True)
+
+    FETCHES_ROWS = True
+
+    def _run_batches(self, sql: str, size: int) -> Iterator[tuple[list[str], list[Any]]]:
+        # A server-side cursor: libpq holds a batch, not the whole result. Reading the 1M-row
+        # benchmark file's training rows (19 columns) raised the peak by 378 MB in 8.6 s,
+        # against 692 MB in 7.3 s with a client-side cursor, 948 MB fetched all at once.
+        with (
+            self._cancel_on_ctrl_c(),
+            self.connection.transaction(),
+            self._cursor() as settings,
+            self._cursor(name="sqltree_rows") as cur,
+        ):
+            settings.execute(_JIT_OFF)  # as in _execute
+            if self.plan == SELECT:
+                settings.execute(_SELECT_PLAN_SETTINGS)
+            cur.itersize = size
+            cur.execute(self._sending(sql))
+            names = [column.name for column in cur.description or []]
+            while rows := cur.fetchmany(size):
+                yield names, rows
 
     def _run_columns(self, sql: str) -> list[tuple[str, str]]:
         with (

@@ -159,6 +159,15 @@ class SparkEngine(Engine):
             rows = self.spark.sql(self._sending(sql)).collect()
         return [tuple(_plain(v) for v in row) for row in rows]
 
+    FETCHES_ROWS = True
+
+    def _run_batches(self, sql: str, size: int) -> Iterator[tuple[list[str], list[Any]]]:
+        with self._job_group(), self._codegen_for(sql):
+            result = self.spark.sql(self._sending(sql))
+            rows = result.toLocalIterator()  # a partition at a time, not the whole result
+            while batch := list(itertools.islice(rows, size)):
+                yield result.columns, [tuple(_plain(v) for v in row) for row in batch]
+
     LARGE_STATEMENT: ClassVar[int] = 50_000
     """Characters of SQL from which a statement runs without whole-stage code generation."""
 

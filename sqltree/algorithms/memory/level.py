@@ -157,11 +157,16 @@ where the keys are at most this many per row of the level; else the rows are sor
 def read_level0(data: Dataset, query: Any, regression: bool, ranked: bool = False) -> Level:
     """The rows of the level-0 query (``build_level0``), read with one statement; ``ranked``:
     a level of growth, which keeps its columns' ranks (``Level.ranks``)."""
-    frame = data.engine.frame(query)
+    # a DataFrame per batch of rows where the engine gives rows (``Engine.frames``)
+    parts = [
+        [frame[name].to_numpy(dtype=np.float64, na_value=np.nan) for name in frame.columns]
+        for frame in data.engine.frames(query)
+    ]
     # column-major: a stage reads a column's values, or one value of each row (``gather``)
-    values = np.empty((len(frame), 3 + len(data.features)), dtype=np.float64, order="F")
-    for j, name in enumerate(frame.columns):
-        values[:, j] = frame[name].to_numpy(dtype=np.float64, na_value=np.nan)
+    values = np.empty((sum(len(part[0]) for part in parts if part), 3 + len(data.features)),
+                      dtype=np.float64, order="F")
+    for j in range(values.shape[1]):
+        values[:, j] = np.concatenate([part[j] for part in parts]) if parts else []
     return Level(
         node=values[:, 0].astype(np.int64),
         w=np.ascontiguousarray(values[:, 1]),
