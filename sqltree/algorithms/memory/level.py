@@ -165,8 +165,8 @@ def read_level0(data: Dataset, query: Any, regression: bool, ranked: bool = Fals
     # column-major: a stage reads a column's values, or one value of each row (``gather``)
     values = np.empty((sum(len(part[0]) for part in parts if part), 3 + len(data.features)),
                       dtype=np.float64, order="F")
-    for j in range(values.shape[1]):
-        values[:, j] = np.concatenate([part[j] for part in parts]) if parts else []
+    for j in range(values.shape[1] if parts else 0):
+        np.concatenate([part[j] for part in parts], out=values[:, j])
     return Level(
         node=values[:, 0].astype(np.int64),
         w=np.ascontiguousarray(values[:, 1]),
