@@ -174,6 +174,9 @@ def recount_raised(
     pending = 0  # how many levels ``level`` chains that are not stored yet
     owned: list[exp.Table] = []
     next_id = 1
+    # one fixed point for every statement: counts must not depend on which candidates a
+    # statement recounts together (the bound settles some first)
+    bits = training_weight_bits(data)
     try:
         while frontier:
             tests = []
@@ -193,10 +196,7 @@ def recount_raised(
                     owned.append(stored)
                     level, pending = stored, 0
                     router.queries += 1
-                # one fixed point for every statement: counts must not depend on which
-                # candidates a statement recounts together (the bound settles some first)
-                query = q.build_keyed_counts(level, data.features, tests_table, k,
-                                             training_weight_bits(data))
+                query = q.build_keyed_counts(level, data.features, tests_table, k, bits)
                 for node, key, *weights in engine.execute(query):
                     keyed.setdefault(int(node), {})[int(key)] = [float(w or 0.0) for w in weights]
                 router.queries += 1

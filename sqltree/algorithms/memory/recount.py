@@ -204,11 +204,12 @@ class RowsInMemory:
         kept for the next recount (the deepest ``PATH_LEVELS_KEPT``)."""
         k = len(self.data.classes)
         features = {f.name: f for f in self.data.features}
+        bits = training_weight_bits(self.data)
         while frontier:
             tests = [(local, features[at.node.split.feature].index, at.node.split.threshold)
                      for local, at in sorted(frontier.items())
                      if at.children and at.node.split is not None]
-            keyed = keyed_counts(level, tests, k, training_weight_bits(self.data)) if any(
+            keyed = keyed_counts(level, tests, k, bits) if any(
                 at.raised for at in frontier.values()) else {}
             for local, at in frontier.items():
                 if at.raised:
