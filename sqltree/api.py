@@ -261,7 +261,8 @@ def split_scores(
         )
         level = engine.materialize("level", q.build_level0(data))
         hist = engine.materialize(
-            "hist", q.build_histogram(level, data.features, len(data.classes))
+            "hist", q.build_histogram(level, data.features, len(data.classes),
+                                      one_pass=engine.ONE_PASS_HISTOGRAM)
         )
         opts = score_options(GrowOptions(algorithm="id3", min_cases=1.0), all_thresholds=True)
         rows = engine.execute(build_split_scores(hist, data.features, len(data.classes), opts))

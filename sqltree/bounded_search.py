@@ -26,8 +26,7 @@ from collections.abc import Collection, Mapping, Sequence
 
 from sqlglot import exp
 
-from .dataset import Feature
-from .queries import attr_in, bin_by_lookup, bin_value
+from .queries import attr_in
 from .running_sums import left_sum, ordered_scan, scan_term, sum_before
 from .sqlexpr import alias, col, num, window
 
@@ -48,36 +47,6 @@ levels with fewer than about 300 rows per group were no faster bounded on the 20
 1M-row benchmarks (benchmarks/README.md), levels with more were faster."""
 
 Edges = Mapping[int, Sequence[float]]
-
-
-def with_bins(
-    histogram: exp.Expression, features: Sequence[Feature], edges: Edges, lookup: bool
-) -> exp.Expression:
-    """``queries.build_histogram``'s histogram of ``features`` with a last column ``b``: a
-    continuous value's bin by ``bin_value`` (by ``bin_by_lookup`` with ``lookup``, DuckDB),
-    else NULL. Computed once per level here, for the readers that group by it and join on it.
-
-    The histogram is a UNION ALL of one SELECT for the node totals, then one per feature in
-    order; each gets the column (the value's column is a group key of its SELECT).
-    """
-    parts: list[exp.Select] = []
-
-    def flatten(e: exp.Expression) -> None:
-        if isinstance(e, exp.Union):
-            flatten(e.this)
-            flatten(e.expression)
-        else:
-            parts.append(e)  # type: ignore[arg-type]
-
-    flatten(histogram)
-    assert len(parts) == len(features) + 1, "one part per feature after the node totals"
-    for part, f in zip(parts, [None, *features], strict=True):
-        b: exp.Expression = exp.cast(exp.null(), "SMALLINT")
-        if f is not None and f.index in edges:
-            binned = bin_by_lookup(col(f.column), edges[f.index]) if lookup else None
-            b = binned if binned is not None else bin_value(col(f.column), edges[f.index])
-        part.select(alias(b, "b"), copy=False)
-    return histogram
 
 
 def _known_continuous(edges: Edges, table: str | None = None) -> exp.Expression:

@@ -178,6 +178,10 @@ class Strategy:
     bins: dict[int, list[float]] | None = None
     """Bin edges per continuous feature index in binned mode (set by ``build_level0``)."""
 
+    search_edges: dict[int, list[float]] | None = None
+    """Bin edges of the bound-pruned threshold search (``sqltree.bounded_search``), whose
+    bins the histogram then holds."""
+
     def level_search(self) -> str:
         """How the level just grown searched its continuous cuts (``LevelStats.search``)."""
         return "binned" if self.bins else "full"
@@ -193,6 +197,9 @@ class Strategy:
             self.summed_by_class(features, nodes),
             self.rowwise(features),
             self.hist_bits,
+            one_pass=self.data.engine.ONE_PASS_HISTOGRAM,
+            search_bins=self.search_edges,
+            lookup=self.data.engine.VECTORIZED,
         )
 
     hist_bits: int | None = None

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
 
 from sqlglot import exp
 
@@ -322,6 +323,9 @@ def build_histogram(
     *,
     counts: bool = False,
     moments: Sequence[exp.Expression] | None = None,
+    one_pass: bool = False,
+    search_bins: Mapping[int, Sequence[float]] | None = None,
+    lookup: bool = False,
 ) -> exp.Expression:
     """Weighted class counts per (node, feature, value); ``attr = -1`` rows hold node totals.
 
@@ -346,15 +350,94 @@ def build_histogram(
 
     ``moments``: a regression histogram, whose ``n_classes`` (``MOMENTS``) columns sum these
     terms of a level row (``moment_terms``; DOUBLE; ``by_class`` and ``bits`` do not apply).
+
+    ``one_pass``: the node totals and the grouped features in one aggregate over the level
+    crossed with their attribute numbers (``_one_pass_part``), not one aggregate each. The
+    rows and sums are the same; an engine that runs each aggregate of a UNION as a stage of
+    its own (Spark: a shuffle each) reads the level once.
+
+    ``search_bins``: bin edges of continuous features for the bound-pruned threshold search
+    (``sqltree.bounded_search``); every row gets a last column ``b``, its value's bin
+    (``bin_value``, or ``bin_by_lookup`` with ``lookup``), NULL for other features.
     """
-    parts = [_histogram_part(level, None, n_classes, bits, counts, moments=moments)]
+    binned = None if search_bins is None else _SearchBins(search_bins, lookup)
+    grouped: list[Feature | None] = [None]
+    parts: list[tuple[exp.Select, Feature | None]] = []
     for f in features:
         if f.index in rowwise and f.kind == CONTINUOUS:
             how = "rows"
         else:
             how = "by_class" if f.index in by_class and not moments else "grouped"
-        parts.append(_histogram_part(level, f, n_classes, bits, counts, how, moments))
-    return parts[0] if len(parts) == 1 else exp.union(*parts, distinct=False, copy=False)
+        if how == "grouped":
+            grouped.append(f)
+        if how != "grouped" or not one_pass:
+            parts.append((_histogram_part(level, f, n_classes, bits, counts, how, moments), f))
+    if one_pass and len(grouped) > 1:
+        first = _one_pass_part(level, grouped, n_classes, bits, counts, moments, binned)
+    else:
+        first = _histogram_part(level, None, n_classes, bits, counts, moments=moments)
+        parts.insert(0, (first, None))
+    if binned is not None:  # the one-pass part has its bins already
+        for part, f in parts:
+            part.select(alias(binned.of(f, col(f.column) if f else None), "b"), copy=False)
+    selects = [first, *[part for part, _ in parts if part is not first]]
+    return selects[0] if len(selects) == 1 else exp.union(*selects, distinct=False, copy=False)
+
+
+class _SearchBins:
+    """The bounded search's bin of a feature's value (``build_histogram``'s ``b``)."""
+
+    def __init__(self, edges: Mapping[int, Sequence[float]], lookup: bool) -> None:
+        self.edges = edges
+        self.lookup = lookup
+
+    def of(self, f: Feature | None, value: exp.Expression | None) -> exp.Expression:
+        if f is None or value is None or f.index not in self.edges:
+            return exp.cast(exp.null(), "SMALLINT")
+        edges = self.edges[f.index]
+        found = bin_by_lookup(value, edges) if self.lookup else None
+        return found if found is not None else bin_value(value, edges)
+
+
+def _one_pass_part(
+    level: exp.Table,
+    grouped: Sequence[Feature | None],
+    n_classes: int,
+    bits: int | None,
+    counts: bool,
+    moments: Sequence[exp.Expression] | None,
+    binned: _SearchBins | None,
+) -> exp.Select:
+    """``_histogram_part``'s grouped rows of ``grouped`` (None: the node totals) from one
+    aggregate: each level row once per attribute, with that attribute's value as ``v`` (and
+    its bin as ``b``, with ``binned``)."""
+    attrs = [-1 if f is None else f.index for f in grouped]
+
+    def per_attr(of: Any) -> exp.Expression:
+        return exp.Case(this=col("attr", "a"), ifs=[
+            exp.If(this=num(f.index), true=of(f)) for f in grouped if f is not None])
+
+    value = per_attr(lambda f: exp.cast(col(f.column, "l"), "DOUBLE"))
+    weights = [m.copy() for m in moments] if moments else class_weights(n_classes, bits)
+    classes = class_columns(n_classes)
+    unpivoted = exp.select(
+        col("node", "l"), col("attr", "a"), alias(value, "v"),
+        *([alias(per_attr(lambda f: binned.of(f, col(f.column, "l"))), "b")]
+          if binned is not None else []),
+        *[alias(w, c) for c, w in zip(classes, weights, strict=True)],
+    ).from_(alias(level.copy(), "l")).join(
+        values_table("a", ["attr"], [[a] for a in attrs], ["INT"]), join_type="cross")
+    key = [col("node"), col("attr"), col("v"), *([col("b")] if binned is not None else [])]
+    return (
+        exp.select(
+            *key[:3],
+            *([alias(_count_rows(), "n")] if counts else []),
+            *[alias(fixed_sum(col(c), bits), c) for c in classes],
+            *key[3:],
+        )
+        .from_(unpivoted.subquery("u"))
+        .group_by(*[k.copy() for k in key])
+    )
 
 
 def _histogram_part(

@@ -132,7 +132,6 @@ def binned_histogram(counts: bool) -> tuple[Any, Any, Any, Any, Any]:
     continuous feature, level 0 and its histogram with bins."""
     import duckdb
 
-    from sqltree.bounded_search import with_bins
     from sqltree.dataset import describe
     from sqltree.engines.duckdb import DuckDBEngine
     from sqltree.grower import bin_edges
@@ -146,8 +145,8 @@ def binned_histogram(counts: bool) -> tuple[Any, Any, Any, Any, Any]:
     edges = bin_edges(data, 64)
     assert edges is not None
     level = engine.materialize("level", build_level0(data))
-    hist = engine.materialize("hist", with_bins(
-        build_histogram(level, data.features, 3, counts=counts), data.features, edges, True))
+    hist = engine.materialize("hist", build_histogram(
+        level, data.features, 3, counts=counts, search_bins=edges, lookup=True))
     return engine, data, edges, level, hist
 
 

@@ -10,6 +10,7 @@ from dataclasses import replace
 import pytest
 
 import sqltree
+from sqltree import queries as q
 from sqltree.algorithms import grow
 from sqltree.dataset import describe
 from sqltree.engines.base import Engine
@@ -84,7 +85,6 @@ def test_bins_by_lookup_equal_bins_by_case(edges):
     import numpy as np
     from sqlglot import exp
 
-    from sqltree import queries as q
 
     rng = np.random.default_rng(7)
     values = np.concatenate([
@@ -155,7 +155,6 @@ def test_cli_trains_binned_with_duckdb_settings(tmp_path, frame):
 
 
 def test_histogram_summed_by_class_first_is_the_same(frame):
-    from sqltree import queries as q
 
     engine = DuckDBEngine()
     data = describe(frame, engine, "label")
@@ -172,6 +171,47 @@ def test_histogram_summed_by_class_first_is_the_same(frame):
 
     assert rows(every) == rows(())
     engine.cleanup()
+
+
+@pytest.mark.parametrize("variant", ["plain", "counts", "fixed point", "moments", "bins",
+                                     "bins by lookup", "summed by class"])
+def test_histogram_in_one_pass_is_the_same(frame, variant):
+    """The one-aggregate histogram (Spark's) has the UNION's rows, sums and bins exactly."""
+    from sqltree.grower import bin_edges
+
+    engine = DuckDBEngine()
+    data = describe(frame, engine, "label")
+    level = engine.materialize("level", q.build_level0(data))
+    k = len(data.classes)
+    options = {
+        "plain": {}, "counts": {"counts": True}, "fixed point": {"bits": 20},
+        "moments": {"counts": True, "moments": q.moment_terms()},
+        "bins": {"search_bins": bin_edges(data, 8)},
+        "bins by lookup": {"search_bins": bin_edges(data, 8), "lookup": True, "counts": True},
+        "summed by class": {"by_class": [f.index for f in data.features if f.kind == "nominal"]},
+    }[variant]
+    n = q.MOMENTS if "moments" in options else k
+
+    def rows(one_pass):
+        query = q.build_histogram(level, data.features, n, one_pass=one_pass, **options)
+        return sorted(tuple(-1e300 if v is None else v for v in r)
+                      for r in engine.execute(query))
+
+    one_pass, union = rows(True), rows(False)
+    assert len(union) > 4 * len(data.features)
+    assert one_pass == union
+    engine.cleanup()
+
+
+@pytest.mark.parametrize("options", [
+    {"algorithm": "c4.5"}, {"algorithm": "cart", "threshold_search": "bounded"},
+    {"algorithm": "cart", "criterion": "squared_error", "target": "c"}])
+def test_one_pass_histograms_grow_the_same_tree(frame, monkeypatch, options):
+    options = {"target": "label", "max_depth": 6, "plan": "tables", **options}
+    union = sqltree.train(frame, **options)
+    monkeypatch.setattr(DuckDBEngine, "ONE_PASS_HISTOGRAM", True)
+    one_pass = sqltree.train(frame, **options)
+    assert one_pass.text() == union.text()
 
 
 @on_engines()
@@ -218,7 +258,6 @@ def test_ordered_scan_scores_equal_windowed_scores(frame, options, fractional):
     # DuckDB scores continuous cuts with one ordered streaming scan; the portable query uses
     # windows per (node, attribute). Both must give the same best cut and scores everywhere,
     # in fixed point or (whole-number weights, as at the root) in floating point.
-    from sqltree import queries as q
     from sqltree.algorithms.c45 import score_options
     from sqltree.algorithms.c45_scores import build_split_scores
 

@@ -13,7 +13,7 @@ from typing import Any
 from sqlglot import exp
 
 from .. import queries as q
-from ..bounded_search import SEARCH_BINS, SEARCH_SAMPLE_ROWS, with_bins
+from ..bounded_search import SEARCH_BINS, SEARCH_SAMPLE_ROWS
 from ..criteria import J48_SMALL, TIE_TOLERANCE
 from ..dataset import Dataset, Feature
 from ..fixed_point import entropy_bound, fixed_point_bits, training_weight_bits
@@ -87,8 +87,6 @@ class C45Strategy(Strategy):
             if weight[attr] > 0 and n >= DENSE_VALUES * weight[attr]
         )
 
-    search_edges: dict[int, list[float]] | None = None
-    """Bin edges of the bound-pruned threshold search (``threshold_search="bounded"``)."""
     close_values: CloseValues | None = None
     """The bounded features with values not more than J48's cut gap apart, and those values
     (``c45_bounded.build_close_values``), found at level 0."""
@@ -114,12 +112,9 @@ class C45Strategy(Strategy):
     def build_histogram(
         self, level: exp.Table, features: list[Feature], nodes: int = 1
     ) -> exp.Expression:
-        """The shared histogram, with the bounded search's bins."""
-        histogram = super().build_histogram(level, features, nodes)
+        """The shared histogram (with the bounded search's bins); notes the level's nodes."""
         self._nodes = nodes
-        if not self.search_edges:
-            return histogram
-        return with_bins(histogram, features, self.search_edges, self.data.engine.VECTORIZED)
+        return super().build_histogram(level, features, nodes)
 
     def _choose_search(self, engine: Any, hist: exp.Table) -> None:
         """Bound this level only where its (node, feature) groups hold many more values than

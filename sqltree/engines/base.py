@@ -115,6 +115,11 @@ class Engine(ABC):
     instead walks copies of the rows that stopped at an unknown value. Row-at-a-time engines
     (PostgreSQL, Spark) evaluate only the branches each row takes and keep the closed form."""
 
+    ONE_PASS_HISTOGRAM: ClassVar[bool] = False
+    """Whether a level's histogram is one aggregate over the level crossed with the feature
+    numbers (``queries.build_histogram``'s ``one_pass``) rather than a UNION of one aggregate
+    per feature: for an engine that runs each aggregate of a UNION as a stage of its own."""
+
     KEEPS_ROW_ORDER: ClassVar[bool] = False
     """Whether a table made from an ordered query is stored, and scanned, in that order."""
 

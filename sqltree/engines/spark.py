@@ -77,6 +77,7 @@ class SparkEngine(Engine):
     dialect: ClassVar[str] = "spark"
     NAME: ClassVar[str] = "Spark"
     SUPPORTS_MATERIALIZED_CTE: ClassVar[bool] = False
+    ONE_PASS_HISTOGRAM: ClassVar[bool] = True
     SMALL_TABLE_ROWS: ClassVar[int] = 1_000_000
     """Temp tables up to this many rows are coalesced to the default parallelism."""
 

@@ -145,7 +145,7 @@ class RegressionStrategy(CARTStrategy):
         moments = poisson_terms() if self.poisson else q.moment_terms()
         return q.build_histogram(
             level, features, q.MOMENTS, rowwise=self.rowwise(features), counts=True,
-            moments=moments,
+            moments=moments, one_pass=self.data.engine.ONE_PASS_HISTOGRAM,
         )
 
     def read_counts(self, engine: Any, hist: exp.Table) -> dict[int, list[float]]:

@@ -18,7 +18,6 @@ from ...bounded_search import (
     MIN_GROUP_VALUES,
     SEARCH_BINS,
     SEARCH_SAMPLE_ROWS,
-    with_bins,
 )
 from ...criteria import TIE_TOLERANCE
 from ...dataset import Dataset, Feature
@@ -152,7 +151,7 @@ class CARTStrategy(Strategy):
     ) -> exp.Expression:
         """The shared histogram with row counts (scikit-learn's ``min_samples_*`` count rows),
         and the bounded search's bins."""
-        histogram = q.build_histogram(
+        return q.build_histogram(
             level,
             features,
             self.n_classes,
@@ -160,10 +159,10 @@ class CARTStrategy(Strategy):
             self.rowwise(features),
             self.hist_bits,
             counts=True,
+            one_pass=self.data.engine.ONE_PASS_HISTOGRAM,
+            search_bins=self.search_edges,
+            lookup=self.data.engine.VECTORIZED,
         )
-        if self.search_edges is None:
-            return histogram
-        return with_bins(histogram, features, self.search_edges, self.data.engine.VECTORIZED)
 
     def _measure_density(self, engine: Any, hist: exp.Table) -> None:
         """Density from the histogram: its rows per feature against the level's rows."""
@@ -482,7 +481,8 @@ def split_scores(
     level = engine.materialize(
         "level", q.build_level0(data, class_weight=_class_weights(data, class_weight))
     )
-    hist = engine.materialize("hist", q.build_histogram(level, data.features, k, counts=True))
+    hist = engine.materialize("hist", q.build_histogram(
+        level, data.features, k, counts=True, one_pass=engine.ONE_PASS_HISTOGRAM))
     try:
         rows = [
             dict(zip(SCORE_COLUMNS, r, strict=True))
