@@ -208,8 +208,9 @@ class SparkEngine(Engine):
         frame = self.spark.sql(self._sending(self.render(query)))
         with self._job_group():
             frame = self._store(frame)
-            rows = frame.count()  # reads the stored blocks only
-            if rows <= self.SMALL_TABLE_ROWS and _partitions(frame) > self._parallelism:
+            # counted (a job reading the stored blocks) only where it could be coalesced
+            if (_partitions(frame) > self._parallelism
+                    and frame.count() <= self.SMALL_TABLE_ROWS):
                 # A histogram is a UNION of one aggregate per feature: features x shuffle
                 # partitions of a few rows each, and every later query pays a task for each.
                 small = self._store(frame.coalesce(self._parallelism))
