@@ -211,8 +211,8 @@ class SparkEngine(Engine):
             # counted (a job reading the stored blocks) only where it could be coalesced
             if (_partitions(frame) > self._parallelism
                     and frame.count() <= self.SMALL_TABLE_ROWS):
-                # A histogram is a UNION of one aggregate per feature: features x shuffle
-                # partitions of a few rows each, and every later query pays a task for each.
+                # A few rows spread over many shuffle partitions: every later query would
+                # pay a task for each.
                 small = self._store(frame.coalesce(self._parallelism))
                 _release(frame, self._context)
                 frame = small
