@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from sqlglot import exp
 
@@ -379,7 +378,7 @@ def build_histogram(
         parts.insert(0, (first, None))
     if binned is not None:  # the one-pass part has its bins already
         for part, f in parts:
-            part.select(alias(binned.of(f, col(f.column) if f else None), "b"), copy=False)
+            part.select(alias(binned.of(f), "b"), copy=False)
     selects = [first, *[part for part, _ in parts if part is not first]]
     return selects[0] if len(selects) == 1 else exp.union(*selects, distinct=False, copy=False)
 
@@ -391,10 +390,12 @@ class _SearchBins:
         self.edges = edges
         self.lookup = lookup
 
-    def of(self, f: Feature | None, value: exp.Expression | None) -> exp.Expression:
-        if f is None or value is None or f.index not in self.edges:
+    def of(self, f: Feature | None, table: str | None = None) -> exp.Expression:
+        """The bin of ``f``'s column (of ``table``); NULL for the node totals (None) and for
+        features without edges."""
+        if f is None or f.index not in self.edges:
             return exp.cast(exp.null(), "SMALLINT")
-        edges = self.edges[f.index]
+        value, edges = col(f.column, table), self.edges[f.index]
         found = bin_by_lookup(value, edges) if self.lookup else None
         return found if found is not None else bin_value(value, edges)
 
@@ -413,7 +414,7 @@ def _one_pass_part(
     its bin as ``b``, with ``binned``)."""
     attrs = [-1 if f is None else f.index for f in grouped]
 
-    def per_attr(of: Any) -> exp.Expression:
+    def per_attr(of: Callable[[Feature], exp.Expression]) -> exp.Expression:
         return exp.Case(this=col("attr", "a"), ifs=[
             exp.If(this=num(f.index), true=of(f)) for f in grouped if f is not None])
 
@@ -422,7 +423,7 @@ def _one_pass_part(
     classes = class_columns(n_classes)
     unpivoted = exp.select(
         col("node", "l"), col("attr", "a"), alias(value, "v"),
-        *([alias(per_attr(lambda f: binned.of(f, col(f.column, "l"))), "b")]
+        *([alias(per_attr(lambda f: binned.of(f, "l")), "b")]
           if binned is not None else []),
         *[alias(w, c) for c, w in zip(classes, weights, strict=True)],
     ).from_(alias(level.copy(), "l")).join(
