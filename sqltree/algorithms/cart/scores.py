@@ -194,12 +194,12 @@ def build_cart_scores(
             .from_(with_gain.subquery("w", copy=False), copy=False)
             .order_by(col("node"), col("attr"), *[col(c) for c in TIE_ORDER], copy=False)
         )
-        return with_materialized(every, ctes, ordered_scan)
+        return without_nested_loops(with_materialized(every, ctes, ordered_scan))
     best = with_materialized(
         _best_per_feature(with_gain, columns, ordered_scan, ctes, tie_tolerance), ctes,
         ordered_scan,
     )
-    return without_nested_loops(best) if continuous and bounded else best
+    return without_nested_loops(best)
 
 
 def _feature_totals(
