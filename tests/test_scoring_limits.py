@@ -161,12 +161,16 @@ def expression_form(model: Model, output: str, relation: str = "t") -> exp.Selec
 
 
 def check_forms(model: Model, frame: pd.DataFrame, runner: Runner) -> None:
-    """Label, leaf and the view with probabilities, on every row, against Python."""
+    """The leaf, and the view with the label and probabilities, on every row, against Python.
+
+    The view's label is the label expression itself (``to_expression("label")``, as
+    ``test_the_views_label_is_the_label_expression`` checks), so one statement checks both: the
+    largest trees' SQL is most of the time these tests take.
+    """
     rows = python_rows(frame)
     labels = [model.predict_row(r) for r in rows]
     probas = np.array([model.predict_proba_row(r) for r in rows])
     leaves = [python_leaf(model.root, r) for r in rows]
-    assert [p for _, p in runner.select(expression_form(model, "label"))] == labels
     assert [p for _, p in runner.select(expression_form(model, "leaf"))] == leaves
     runner.run(model.to_sql(runner.dialect, table="t", view="v", proba=True))
     names = [*frame.columns, "prediction", *model.proba_columns()]
@@ -228,6 +232,13 @@ def assert_scored_like_python(model: Model, frame: pd.DataFrame, got: pd.DataFra
     assert np.allclose(got[model.proba_columns()].to_numpy(dtype=float), want, atol=1e-12)
 
 
+def test_the_views_label_is_the_label_expression():
+    model = model_of(fractional_tree(80, 6), 3)
+    for proba in (False, True):
+        query = model.scoring_query(exp.to_table("t"), proba=proba)
+        assert query.selects[1].this == model.to_expression("label")
+
+
 def test_nesting_stays_logarithmic():
     """SQLite's parser keeps about 90 units of stack: each form leaves most of it unused."""
     con = sqlite3.connect(":memory:")
@@ -275,11 +286,10 @@ def test_deep_trees_on_postgres(engine_factory, postgres_admin, case):
     model, frame = make_model(), make_rows()
     engine, source = engine_factory(frame, "deep")
     rows = python_rows(frame)
-    for output, want in [("label", [model.predict_row(r) for r in rows]),
-                         ("leaf", [python_leaf(model.root, r) for r in rows])]:
-        query = expression_form(model, output)
-        query.set("from_", exp.From(this=source.copy()))
-        assert [p for _, p in sorted(engine.execute(query))] == want
+    query = expression_form(model, "leaf")  # the label: in the view (see check_forms)
+    query.set("from_", exp.From(this=source.copy()))
+    assert [p for _, p in sorted(engine.execute(query))] == [python_leaf(model.root, r)
+                                                              for r in rows]
     view = exp.Table(this=exp.to_identifier("v"), db=source.args["db"].copy())
     postgres_admin.execute(model.to_sql("postgres", table=render(source, "postgres"),
                                         view=render(view, "postgres"), proba=True))
