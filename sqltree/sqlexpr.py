@@ -76,6 +76,19 @@ def total(names: Sequence[str], table: str | None = None) -> exp.Expression:
     return add_all([col(name, table) for name in names])
 
 
+def binary(
+    op: type[exp.Binary], this: exp.Expression, other: exp.Expression
+) -> exp.Binary:
+    """``this <op> other`` as sqlglot's operator overloads build it (an operand that is
+    another binary operation is parenthesised unless one side already is ``op``), without
+    their copies of both operands, which made building a CART level's bounds most of its
+    Python time. The operands become the result's: pass copies of what is used again."""
+    if not isinstance(this, op) and not isinstance(other, op):
+        this = paren(this) if isinstance(this, exp.Binary) else this
+        other = paren(other) if isinstance(other, exp.Binary) else other
+    return op(this=this, expression=other)
+
+
 def add_all(terms: Sequence[exp.Expression]) -> exp.Expression:
     """``(t1 + t2 + ...)``."""
     # Built without the operator overloads, which copy the growing left operand every time.

@@ -18,7 +18,7 @@ from sqlglot import exp
 
 from ... import bounded_search as bs
 from ...dataset import Feature
-from ...sqlexpr import add_all, alias, class_columns, col, num, paren
+from ...sqlexpr import add_all, alias, binary, class_columns, col, num, paren
 from .sql_impurity import build_impurity
 
 Candidate = Callable[..., list[exp.Expression]]
@@ -137,15 +137,16 @@ def _worth_scanning(
     )
     passed = ["node", "attr", "b", "lo", "hi", *[f"s{i}" for i in range(k + 1)]]
 
+    def side(counts: list[exp.Expression]) -> exp.Expression:
+        """``w_side / w * impurity(side)``, built without copying what it nests."""
+        w_side = add_all(counts)
+        share = paren(binary(exp.Div, w_side.copy(), col("w")))
+        return binary(exp.Mul, share, build_impurity(counts, w_side, criterion))
+
     def gain(c: int) -> exp.Expression:
         left = [col(f"a{c}_{i}") for i in range(k)]
-        right = [paren(col(f"t{i}") - col(f"a{c}_{i}")) for i in range(k)]
-        wl, wr = add_all(left), add_all(right)
-        return (
-            col("imp")
-            - paren(wr / col("w")) * build_impurity(right, wr.copy(), criterion)
-            - paren(wl / col("w")) * build_impurity(left, wl.copy(), criterion)
-        )
+        right = [paren(binary(exp.Sub, col(f"t{i}"), col(f"a{c}_{i}"))) for i in range(k)]
+        return binary(exp.Sub, binary(exp.Sub, col("imp"), side(right)), side(left))
 
     bounded = exp.select(
         *passed, alias(exp.func("GREATEST", *[gain(c) for c in range(len(lefts))]), "bound")

@@ -7,31 +7,31 @@ from collections.abc import Sequence
 
 from sqlglot import exp
 
-from ...sqlexpr import add_all, case, num, paren
+from ...sqlexpr import add_all, binary, num, paren
 
 
 def build_impurity(
     counts: Sequence[exp.Expression], weight: exp.Expression, criterion: str
 ) -> exp.Expression:
-    """Gini ``1 - sum c^2 / w^2`` or entropy ``-sum p log2 p`` of SQL counts; 0 for no weight."""
+    """Gini ``1 - sum c^2 / w^2`` or entropy ``-sum p log2 p`` of SQL counts; 0 for no weight.
+
+    Reads ``counts`` and ``weight`` (copies them where it uses them)."""
     positive = exp.GT(this=weight.copy(), expression=num(0))
     if criterion == "gini":
-        value = num(1.0) - paren(
-            add_all([paren(c.copy() * c.copy()) for c in counts])
-            / paren(weight.copy() * weight.copy())
-        )
+        squares = add_all([paren(binary(exp.Mul, c.copy(), c.copy())) for c in counts])
+        value = binary(exp.Sub, num(1.0), paren(binary(
+            exp.Div, squares, paren(binary(exp.Mul, weight.copy(), weight.copy())))))
     else:
-        terms = []
+        terms: list[exp.Expression] = []
         for c in counts:
-            p = paren(c.copy() / weight.copy())
-            terms.append(
-                case(
-                    (
-                        exp.GT(this=c.copy(), expression=num(0)),
-                        paren(p * paren(exp.func("LN", p.copy()) / num(math.log(2.0)))),
-                    ),
-                    default=num(0.0),
-                )
-            )
-        value = num(0.0) - add_all(terms)
-    return case((positive, paren(value)), default=num(0.0))
+            p = paren(binary(exp.Div, c.copy(), weight.copy()))
+            log2 = paren(binary(exp.Div, exp.func("LN", p.copy()), num(math.log(2.0))))
+            terms.append(_case(exp.GT(this=c.copy(), expression=num(0)),
+                               paren(binary(exp.Mul, p, log2)), num(0.0)))
+        value = binary(exp.Sub, num(0.0), add_all(terms))
+    return _case(positive, paren(value), num(0.0))
+
+
+def _case(cond: exp.Expression, value: exp.Expression, default: exp.Expression) -> exp.Case:
+    """``CASE WHEN cond THEN value ELSE default END`` of parts built for it (no copies)."""
+    return exp.Case(ifs=[exp.If(this=cond, true=value)], default=default)
