@@ -548,16 +548,35 @@ def _read_target_mean(
 
 
 def _read_domains(engine: Engine, relation: exp.Expression, feats: list[Feature]) -> None:
-    """Set each nominal feature's sorted domain, one small GROUP BY each."""
-    for f in feats:
-        if f.kind == NOMINAL:
-            vals = engine.execute(
-                exp.select(_column(f.name))
-                .from_(relation)
-                .where(_column(f.name).is_(exp.null()).not_())
-                .group_by(_column(f.name))
-            )
-            f.values = sorted((v for (v,) in vals), key=sort_key)
+    """Set each nominal feature's sorted domain: one ``GROUP BY GROUPING SETS`` with a set per
+    feature where the engine has them (a statement costs a Spark job or two, and a table can
+    have dozens of nominal columns), else one small GROUP BY each."""
+    nominal = [f for f in feats if f.kind == NOMINAL]
+    if len(nominal) > 1 and engine.SUPPORTS_GROUPING_SETS:
+        columns = [_column(f.name) for f in nominal]
+        query = (
+            exp.select(*[exp.func("GROUPING", c.copy()) for c in columns], *columns)
+            .from_(relation)
+            .group_by(exp.GroupingSets(expressions=[exp.paren(c.copy()) for c in columns]))
+        )
+        domains: list[list[Value]] = [[] for _ in nominal]
+        n = len(nominal)
+        for row in engine.execute(query):
+            # A row is one value of the one feature whose GROUPING() is 0 (its NULL group too).
+            i = list(row[:n]).index(0)
+            if row[n + i] is not None:
+                domains[i].append(row[n + i])
+        for f, values in zip(nominal, domains, strict=True):
+            f.values = sorted(values, key=sort_key)
+        return
+    for f in nominal:
+        vals = engine.execute(
+            exp.select(_column(f.name))
+            .from_(relation)
+            .where(_column(f.name).is_(exp.null()).not_())
+            .group_by(_column(f.name))
+        )
+        f.values = sorted((v for (v,) in vals), key=sort_key)
 
 
 def _check_rows(

@@ -19,15 +19,15 @@ from sqlglot import exp
 
 import sqltree
 from sqltree.algorithms import grow
-from sqltree.dataset import describe
+from sqltree.dataset import describe, sort_key
 from sqltree.engines.base import Engine
 from sqltree.engines.duckdb import DuckDBEngine
 from sqltree.errors import DataError, UnsupportedError
 from sqltree.grower import GrowOptions, GrowStats
 from sqltree.sqlexpr import computed_once, fenced
-from sqltree.tree import Node
+from sqltree.tree import NOMINAL, Node
 
-from .conftest import DATA, EngineFactory
+from .conftest import DATA, ENGINES, SQLITE, EngineFactory
 
 TOLERANCE = 1e-9
 
@@ -198,6 +198,31 @@ def test_odd_identifiers_survive(engine_factory: EngineFactory) -> None:
     # Nominal values are ordered by code point on every engine, whatever the collation.
     select_split = next(n.split for n in root.walk() if n.split and n.split.feature == "select")
     assert select_split.groups == [["B"], ["O'Brien"], ["_z"], ["a"], ['say "hi"'], ["ß"]]
+
+
+@pytest.mark.parametrize("engine_factory", [*ENGINES, SQLITE], indirect=True)
+def test_nominal_domains_are_read_in_one_statement(engine_factory: EngineFactory) -> None:
+    """Each nominal feature's domain is the values it holds, sorted as Python sorts them; all
+    of them come from one statement where the engine has grouping sets (one each on SQLite)."""
+    frame = pd.DataFrame({
+        "colour": ["red", "it's", None, "red", "Blue", "ß"],
+        "flag": [True, False, None, True, True, False],
+        "select": ["a", "b", "a", "b", "a", "b"],
+        "x": [0.5, 1.5, 2.5, None, 4.5, 5.5],
+        "y": ["p", "q", "p", "q", "p", "q"],
+    })
+    statements = {}
+    for columns in (["colour", "x", "y"], list(frame.columns)):
+        engine, source = engine_factory(frame[columns], f"domains {len(columns)}")
+        before = engine.stats.queries
+        data = describe(source, engine, "y")
+        statements[len(columns)] = engine.stats.queries - before
+        nominal = [f for f in data.features if f.kind == NOMINAL]
+        assert [f.name for f in nominal] == [c for c in ("colour", "flag", "select")
+                                             if c in columns]
+        for f in nominal:
+            assert f.values == sorted(set(frame[f.name].dropna()), key=sort_key)
+    assert statements[5] - statements[3] == (0 if engine.SUPPORTS_GROUPING_SETS else 2)
 
 
 # -- temporary objects -------------------------------------------------------------------------

@@ -120,6 +120,10 @@ class Engine(ABC):
     numbers (``queries.build_histogram``'s ``one_pass``) rather than a UNION of one aggregate
     per feature: for an engine that runs each aggregate of a UNION as a stage of its own."""
 
+    SUPPORTS_GROUPING_SETS: ClassVar[bool] = True
+    """Whether ``GROUP BY GROUPING SETS`` and ``GROUPING()`` exist: every nominal feature's
+    domain is then read in one statement (``dataset.describe``)."""
+
     KEEPS_ROW_ORDER: ClassVar[bool] = False
     """Whether a table made from an ordered query is stored, and scanned, in that order."""
 
