@@ -15,6 +15,8 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+import sqlglot
+from sqlglot import exp
 
 import sqltree
 from sqltree import fixed_point as fx
@@ -194,6 +196,31 @@ def test_subset_splits_match_exhaustive_search(engine_factory, n_classes, n_valu
     rows = cart.split_scores(data, criterion=criterion)
     expected = _brute_force(frame, "x", "y", sorted(set(y)), criterion)
     assert max(r["gain"] for r in rows) == pytest.approx(expected, abs=1e-12)
+
+
+def test_subset_masks_are_stored_once_per_training():
+    """Every level's subsets read one stored table of partitions, sized for the largest domain
+    (4 values: 7 masks, 12 rows of a mask and a bit), not a literal table written into each
+    statement; the table is dropped with the training's others."""
+    rng = np.random.default_rng(5)
+    x = rng.integers(0, 4, 400)
+    frame = pd.DataFrame({"x": [f"v{i}" for i in x], "z": rng.normal(size=400),
+                          "y": (x + rng.integers(0, 2, 400)) % 3})
+    engine = DuckDBEngine()
+    engine.keep_sql = True
+    model = sqltree.train(frame, "y", algorithm="cart", connection=engine, plan="tables",
+                          max_depth=4)
+    stored = [s for s in engine.stats.sql if s.startswith("-- ") and "_masks_" in s[:60]]
+    assert len(stored) == 1
+    header, body = stored[0].split("\n", 1)
+    values = sqlglot.parse_one(body, read="duckdb").find(exp.Values)
+    assert values is not None and len(values.expressions) == 12
+    name = header.removeprefix("-- ").removesuffix(" :=")
+    scoring = [s for s in engine.stats.sql if s.startswith("WITH feature_totals")]
+    assert len(scoring) >= model.depth >= 3
+    assert all(name in s and "bt_raw" not in s for s in scoring)
+    assert not any(t.startswith(name) for t in engine.connection.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE temporary").fetchall())
 
 
 @WITHOUT_SPARK

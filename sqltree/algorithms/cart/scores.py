@@ -114,6 +114,7 @@ def build_cart_scores(
     tie_tolerance: float = TIE_TOLERANCE,
     search_edges: Mapping[int, Sequence[float]] | None = None,
     moment_bits: Sequence[int | None] | None = None,
+    masks: exp.Table | None = None,
 ) -> exp.Select:
     """Score every binary split of every node and feature of the histogram's level.
 
@@ -143,6 +144,9 @@ def build_cart_scores(
     ``queries.build_histogram``'s ``search_bins``): the bound-pruned threshold search
     (``bounded.bounded_continuous``), the same choice as the full scan; classification with at
     most ``MAX_BOUND_CLASSES`` classes, not with ``all_candidates``.
+
+    ``masks``: a stored ``subset_masks`` table for the nominal partitions, which a training
+    makes once, instead of the literal table written into each statement.
     """
     k = n_classes
     regression = criterion in REGRESSION
@@ -179,7 +183,8 @@ def build_cart_scores(
     if nominal:
         parts.append(_ordered_candidates(hist, nominal, k, exhaustive, bits, regression))
         if (k > 2 or exhaustive) and not regression:
-            parts.append(_subset_candidates(hist, nominal, k, bits, _most_values(features)))
+            parts.append(_subset_candidates(hist, nominal, k, bits,
+                                            masks or subset_masks(features, "bt")))
     parts.append(_known_left_candidates(agg, features, k))
     union: exp.Expression = (
         parts[0] if len(parts) == 1 else exp.union(*parts, distinct=False, copy=False)
@@ -361,25 +366,26 @@ def _ordered_candidates(
     )
 
 
-def _most_values(features: Sequence[Feature]) -> int:
-    """The most values a node can hold in any nominal feature, up to ``EXACT_SUBSETS_MAX``:
-    the largest domain ``describe`` read (the maximum where a domain is not known)."""
+def subset_masks(features: Sequence[Feature], name: str) -> exp.Expression:
+    """The literal table of two-way partitions (``subsets.bits_table``) for the most values a
+    node can hold in any nominal feature, up to ``EXACT_SUBSETS_MAX``: the largest domain
+    ``describe`` read (the maximum where a domain is not known)."""
     sizes = [len(f.values) for f in features if f.kind == NOMINAL]
-    if not sizes or 0 in sizes:
-        return EXACT_SUBSETS_MAX
-    return min(max(sizes), EXACT_SUBSETS_MAX)
+    most = EXACT_SUBSETS_MAX if not sizes or 0 in sizes else min(max(sizes), EXACT_SUBSETS_MAX)
+    return bits_table(name, max(most, 2))
 
 
 def _subset_candidates(
     hist: exp.Table, nominal: Sequence[int], n_classes: int, bits: int | None,
-    most_values: int = EXACT_SUBSETS_MAX,
+    masks: exp.Expression,
 ) -> exp.Select:
     """Every two-way partition of a node's values, where it has at most
     ``EXACT_SUBSETS_MAX``: the values whose rank bit is set in ``mask`` go left.
 
-    The masks are a literal table of every partition of ``most_values`` values: a node of
-    three values needs 3 of the 2,304 rows ten values take, which were most of the
-    statement's text and of the Python time to build and write it."""
+    ``masks`` (``subset_masks``, or a table stored from it) lists the partitions of the
+    largest domain: a node of three values needs 3 of the 2,304 rows ten values take, which,
+    written into each statement, were most of its text and of the Python time to build and
+    write it."""
     ranked = ranked_values(hist, nominal, n_classes).subquery("rv", copy=False)
     subsets = (
         exp.select(
@@ -394,7 +400,7 @@ def _subset_candidates(
         )
         .from_(ranked, copy=False)
         .join(
-            bits_table("bt", max(most_values, 2)),
+            masks if not isinstance(masks, exp.Table) else alias(masks.copy(), "bt"),
             on=exp.EQ(this=col("r", "bt"), expression=col("rank_v", "rv")),
             copy=False,
         )

@@ -30,9 +30,11 @@ from ...tree import CONTINUOUS, NOMINAL, Node, Split
 from .scores import (
     FEATURE_THRESHOLD,
     KNOWN_LEFT,
+    REGRESSION,
     SCORE_COLUMNS,
     build_cart_scores,
     left_codes,
+    subset_masks,
 )
 from .subsets import read_nominal_ranks
 
@@ -79,6 +81,9 @@ class ResolvedOptions:
 
 class CARTStrategy(Strategy):
     """CART as scikit-learn's ``DecisionTreeClassifier(splitter="best")`` grows it."""
+
+    masks: exp.Table | None = None
+    """The stored partitions of nominal values (``subset_masks``), from level 0 on."""
 
     def __init__(self, data: Dataset, options: GrowOptions) -> None:
         super().__init__(data, options)
@@ -238,6 +243,7 @@ class CARTStrategy(Strategy):
             fractional=self.hist_bits is not None,
             bits=self.hist_bits,
             search_edges=self.search_edges,
+            masks=self.masks,
         )
 
     def choose(self, rows: list[dict[str, Any]], p: Pending) -> CARTChoice | None:
@@ -298,7 +304,20 @@ class CARTStrategy(Strategy):
         if depth == 0:
             self._parent_keys = {}
             self._keyed = []
+            # Every level's subsets read the same partitions: stored once, not written into
+            # each statement.
+            nominal = any(f.kind == NOMINAL for f in self.data.features)
+            subsets = self.n_classes > 2 and self.criterion not in REGRESSION
+            if nominal and subsets and self.masks is None:
+                self.masks = engine.materialize("masks", exp.select("*").from_(
+                    subset_masks(self.data.features, "m"), copy=False))
         self._measure_density(engine, hist)
+
+    def close(self, engine: Any) -> None:
+        super().close(engine)
+        if self.masks is not None:
+            engine.drop(self.masks)
+            self.masks = None
 
     def on_child(self, parent: Pending, branch: int, child: Node) -> None:
         self._parent_keys[child.node_id] = self.info[parent.node.node_id].key
