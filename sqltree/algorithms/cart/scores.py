@@ -48,10 +48,10 @@ from .sql_impurity import build_impurity
 from .subsets import (
     EXACT_SUBSETS_MAX,
     MEAN_ORDER,
-    bits_table,
     ordered_values,
     orders,
     ranked_values,
+    subset_masks,
 )
 
 FEATURE_THRESHOLD = 1e-7
@@ -145,8 +145,7 @@ def build_cart_scores(
     (``bounded.bounded_continuous``), the same choice as the full scan; classification with at
     most ``MAX_BOUND_CLASSES`` classes, not with ``all_candidates``.
 
-    ``masks``: a stored ``subset_masks`` table for the nominal partitions, which a training
-    makes once, instead of the literal table written into each statement.
+    ``masks``: the nominal partitions as a table a training stores once (``subset_masks``).
     """
     k = n_classes
     regression = criterion in REGRESSION
@@ -366,26 +365,13 @@ def _ordered_candidates(
     )
 
 
-def subset_masks(features: Sequence[Feature], name: str) -> exp.Expression:
-    """The literal table of two-way partitions (``subsets.bits_table``) for the most values a
-    node can hold in any nominal feature, up to ``EXACT_SUBSETS_MAX``: the largest domain
-    ``describe`` read (the maximum where a domain is not known)."""
-    sizes = [len(f.values) for f in features if f.kind == NOMINAL]
-    most = EXACT_SUBSETS_MAX if not sizes or 0 in sizes else min(max(sizes), EXACT_SUBSETS_MAX)
-    return bits_table(name, max(most, 2))
-
-
 def _subset_candidates(
     hist: exp.Table, nominal: Sequence[int], n_classes: int, bits: int | None,
     masks: exp.Expression,
 ) -> exp.Select:
     """Every two-way partition of a node's values, where it has at most
-    ``EXACT_SUBSETS_MAX``: the values whose rank bit is set in ``mask`` go left.
-
-    ``masks`` (``subset_masks``, or a table stored from it) lists the partitions of the
-    largest domain: a node of three values needs 3 of the 2,304 rows ten values take, which,
-    written into each statement, were most of its text and of the Python time to build and
-    write it."""
+    ``EXACT_SUBSETS_MAX``: the values whose rank bit is set in ``mask`` go left. ``masks``:
+    ``subsets.subset_masks``, or a table stored from it."""
     ranked = ranked_values(hist, nominal, n_classes).subquery("rv", copy=False)
     subsets = (
         exp.select(

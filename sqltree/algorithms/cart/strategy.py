@@ -34,9 +34,8 @@ from .scores import (
     SCORE_COLUMNS,
     build_cart_scores,
     left_codes,
-    subset_masks,
 )
-from .subsets import read_nominal_ranks
+from .subsets import read_nominal_ranks, subset_masks
 
 EPSILON = 2.220446049250313e-16
 """``np.finfo(float).eps``: impurity at most this is pure; improvement tolerance."""

@@ -16,8 +16,10 @@ from typing import Any
 from sqlglot import exp
 
 from ... import queries as q
+from ...dataset import Feature
 from ...fixed_point import weight
 from ...sqlexpr import alias, case, class_columns, col, num, safe_div, total, values_table, window
+from ...tree import NOMINAL
 
 EXACT_SUBSETS_MAX = 10
 """More classes than two: all two-way partitions up to this many values at a node."""
@@ -46,6 +48,15 @@ def bits_table(name: str, max_values: int) -> exp.Expression:
             if mask >> r & 1:
                 rows.append((mask, r, span))
     return values_table(name, ["mask", "r", "span"], rows, ["BIGINT", "INT", "INT"])
+
+
+def subset_masks(features: Sequence[Feature], name: str) -> exp.Expression:
+    """The literal table of two-way partitions (``bits_table``) for the most values a
+    node can hold in any nominal feature, up to ``EXACT_SUBSETS_MAX``: the largest domain
+    ``describe`` read (the maximum where a domain is not known)."""
+    sizes = [len(f.values) for f in features if f.kind == NOMINAL]
+    most = EXACT_SUBSETS_MAX if not sizes or 0 in sizes else min(max(sizes), EXACT_SUBSETS_MAX)
+    return bits_table(name, max(most, 2))
 
 
 def ranked_values(hist: exp.Table, nominal: Sequence[int], n_classes: int) -> exp.Select:
