@@ -48,12 +48,18 @@ def paren(e: exp.Expression) -> exp.Expression:
     return exp.paren(e, copy=False)
 
 
-def case(*whens: tuple[exp.Expression, exp.Expression], default: exp.Expression) -> exp.Case:
-    # Copies each part once; sqlglot's own builder copies the whole CASE on every WHEN.
+def case(
+    *whens: tuple[exp.Expression, exp.Expression], default: exp.Expression, copy: bool = True
+) -> exp.Case:
+    """``CASE WHEN ... ELSE default END``, copying each part once (sqlglot's own builder
+    copies the whole CASE on every WHEN), or, with ``copy=False``, taking parts built for it."""
+    def part(e: exp.Expression) -> exp.Expression:
+        return e.copy() if copy else e
+
     c = exp.Case()
     for cond, value in whens:
-        c.when(cond.copy(), value.copy(), copy=False)
-    return c.else_(default.copy(), copy=False)
+        c.when(part(cond), part(value), copy=False)
+    return c.else_(part(default), copy=False)
 
 
 def xlogx(e: exp.Expression) -> exp.Expression:

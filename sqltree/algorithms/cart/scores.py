@@ -182,8 +182,8 @@ def build_cart_scores(
     if nominal:
         parts.append(_ordered_candidates(hist, nominal, k, exhaustive, bits, regression))
         if (k > 2 or exhaustive) and not regression:
-            parts.append(_subset_candidates(hist, nominal, k, bits,
-                                            masks or subset_masks(features, "bt")))
+            bt = alias(masks.copy(), "bt") if masks else subset_masks(features, "bt")
+            parts.append(_subset_candidates(hist, nominal, k, bits, bt))
     parts.append(_known_left_candidates(agg, features, k))
     union: exp.Expression = (
         parts[0] if len(parts) == 1 else exp.union(*parts, distinct=False, copy=False)
@@ -370,8 +370,8 @@ def _subset_candidates(
     masks: exp.Expression,
 ) -> exp.Select:
     """Every two-way partition of a node's values, where it has at most
-    ``EXACT_SUBSETS_MAX``: the values whose rank bit is set in ``mask`` go left. ``masks``:
-    ``subsets.subset_masks``, or a table stored from it."""
+    ``EXACT_SUBSETS_MAX``: the values whose rank bit is set in ``mask`` go left. ``masks``
+    (as ``bt``): ``subsets.subset_masks``, or a table stored from it."""
     ranked = ranked_values(hist, nominal, n_classes).subquery("rv", copy=False)
     subsets = (
         exp.select(
@@ -386,7 +386,7 @@ def _subset_candidates(
         )
         .from_(ranked, copy=False)
         .join(
-            masks if not isinstance(masks, exp.Table) else alias(masks.copy(), "bt"),
+            masks,
             on=exp.EQ(this=col("r", "bt"), expression=col("rank_v", "rv")),
             copy=False,
         )

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from sqlglot import exp
 
-from ...sqlexpr import add_all, binary, num, paren
+from ...sqlexpr import add_all, binary, case, num, paren
 
 
 def build_impurity(
@@ -26,12 +26,7 @@ def build_impurity(
         for c in counts:
             p = paren(binary(exp.Div, c.copy(), weight.copy()))
             log2 = paren(binary(exp.Div, exp.func("LN", p.copy()), num(math.log(2.0))))
-            terms.append(_case(exp.GT(this=c.copy(), expression=num(0)),
-                               paren(binary(exp.Mul, p, log2)), num(0.0)))
+            terms.append(case((exp.GT(this=c.copy(), expression=num(0)),
+                               paren(binary(exp.Mul, p, log2))), default=num(0.0), copy=False))
         value = binary(exp.Sub, num(0.0), add_all(terms))
-    return _case(positive, paren(value), num(0.0))
-
-
-def _case(cond: exp.Expression, value: exp.Expression, default: exp.Expression) -> exp.Case:
-    """``CASE WHEN cond THEN value ELSE default END`` of parts built for it (no copies)."""
-    return exp.Case(ifs=[exp.If(this=cond, true=value)], default=default)
+    return case((positive, paren(value)), default=num(0.0), copy=False)
