@@ -149,15 +149,15 @@ def sklearn_worker(args: argparse.Namespace) -> dict[str, Any]:
 
 # -- sqltree side ------------------------------------------------------------------------------
 def sqltree_worker(args: argparse.Namespace) -> dict[str, Any]:
-    import duckdb
     import pandas as pd
 
     import sqltree
+    from sqltree.engines.duckdb import DuckDBEngine
 
-    con = duckdb.connect()
-    con.execute(f"SET threads = {int(args.threads)}")
-    if args.memory_limit:
-        con.execute("SET memory_limit = ?", [args.memory_limit])
+    # sqltree's own database, as a user's call on a file gets (plan="auto" may then read the
+    # rows into memory), with the benchmark's settings
+    engine = DuckDBEngine(threads=int(args.threads), memory_limit=args.memory_limit or None)
+    con = engine.connection
     regression = args.task == "regression"
     options: dict[str, Any] = {"algorithm": args.algorithm, "max_depth": args.max_depth}
     if regression:
@@ -171,7 +171,7 @@ def sqltree_worker(args: argparse.Namespace) -> dict[str, Any]:
         options["subtree_raising"] = args.subtree_raising
     truth = pd.read_parquet(args.test, columns=[TARGET])[TARGET].to_numpy()
     source: Any = args.train
-    connection: Any = con
+    connection: Any = engine
     if args.postgres:
         source = postgres_table(args.postgres, args.train)
         connection = args.postgres
@@ -500,9 +500,10 @@ def parser() -> argparse.ArgumentParser:
         "comma-separated (each its own sqltree run) (default: %(default)s)",
     )
     p.add_argument(
-        "--plan", default="auto", choices=["auto", "tables", "select"],
-        help="sqltree's training plan: temporary tables, or single SELECTs over the source "
-        "(default: %(default)s, tables where the connection can create them)",
+        "--plan", default="auto", choices=["auto", "tables", "select", "memory"],
+        help="sqltree's training plan: temporary tables, single SELECTs over the source, or "
+        "the rows read into numpy once (default: %(default)s, sqltree's choice: memory for "
+        "C4.5 up to 16M cells, else tables)",
     )
     p.add_argument(
         "--postgres", metavar="URL", default=None,

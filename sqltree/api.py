@@ -16,7 +16,13 @@ from . import queries as q
 from .algorithms import grow_and_prune
 from .algorithms.c45 import score_options
 from .algorithms.c45_scores import SCORE_COLUMNS, build_split_scores
-from .algorithms.memory import MEMORY, check_train_plan, memory_reason
+from .algorithms.memory import (
+    LOCAL_FILE,
+    MEMORY,
+    PYTHON_MEMORY,
+    check_train_plan,
+    memory_reason,
+)
 from .dataset import Dataset, describe, describe_source
 from .engines import get_engine
 from .engines.select_plan import AUTO, check_plan
@@ -166,7 +172,7 @@ def _fit(
         try:
             engine.use_plan(AUTO if plan == MEMORY else plan)
             data = _read(source, engine, target, roles, options.task)
-            memory = memory_reason(plan, held_in_python(source), data.n_rows,
+            memory = memory_reason(plan, rows_held_by(source, engine), data.n_rows,
                                    len(data.features), options.strategy_name)
             root, grow_stats, prune_stats, rows = grow_and_prune(data, options, memory=memory)
             if options.algorithm == "c4.5" or post.method is not None:
@@ -209,6 +215,17 @@ def held_in_python(source: Any) -> bool:
     if isinstance(source, exp.Expression):
         return bool(source.meta.get(IN_PYTHON))
     return isinstance(source, pd.DataFrame)
+
+
+def rows_held_by(source: Any, engine: Any) -> str | None:
+    """Where the training rows are when they are this process's own (``memory_reason``):
+    in Python memory, or in a file that sqltree's own DuckDB database reads; None when they
+    are in a user's engine."""
+    if held_in_python(source):
+        return PYTHON_MEMORY
+    if getattr(engine, "own_database", False):
+        return LOCAL_FILE
+    return None
 
 
 def _sql_reason(engine: Any, memory: str | None) -> str:

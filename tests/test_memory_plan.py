@@ -168,19 +168,25 @@ def test_auto_grows_a_small_dataframe_in_memory_and_says_why():
     assert grow and "memory plan: data in Python memory" in grow[0]
 
 
-def test_auto_keeps_a_table_query_or_file_in_sql(tmp_path):
+def test_auto_keeps_a_users_table_query_or_file_in_sql(tmp_path):
+    """On a user's connection the rows stay in the engine; a file that sqltree's own DuckDB
+    database reads is this process's, as a DataFrame is, and small: it grows in memory."""
     import duckdb
 
     con = duckdb.connect()
     con.register("src", _iris())
     con.execute("CREATE TABLE iris AS SELECT * FROM src")
     target = DATASETS["iris"][1]
-    for source in ("iris", "SELECT * FROM iris"):
-        model = sqltree.train(source, target, algorithm="cart", connection=con)
-        assert model.stats["plan"] == "tables"
     path = tmp_path / "iris.parquet"
     _iris().to_parquet(path)
-    assert sqltree.train(str(path), target, algorithm="cart").stats["plan"] == "tables"
+    for source in ("iris", "SELECT * FROM iris", str(path)):
+        model = sqltree.train(source, target, algorithm="cart", connection=con)
+        assert model.stats["plan"] == "tables"
+    own = sqltree.train(str(path), target, algorithm="cart")
+    assert own.stats["plan"] == "memory"
+    assert own.stats["plan_reason"].startswith(
+        "a file read by sqltree's own DuckDB database, 150 rows x 4 features")
+    same_tree(own, sqltree.train(str(path), target, algorithm="cart", plan="tables"))
     memory = sqltree.train("iris", target, algorithm="cart", connection=con, plan="memory")
     assert memory.stats["plan"] == "memory"
 
@@ -227,3 +233,56 @@ def test_friedman_mse_in_memory():
 def test_unknown_plan_is_refused():
     with pytest.raises(sqltree.OptionError, match="plan must be one of"):
         sqltree.train(_iris(), DATASETS["iris"][1], plan="ram")
+
+
+def test_features_scored_in_threads_give_the_same_model(monkeypatch):
+    """Every level's features scored by four threads at once: the model file of the memory
+    plan scored one feature after another, to the last bit, for C4.5, CART (Gini and
+    entropy, whose nominal features' partitions are enumerated) and regression; and the
+    threads did run."""
+    from sqltree.algorithms.memory import parallel
+    from tests.test_memory_plan_c45 import _many_cuts, same_model
+
+    pools: list[int] = []
+
+    def counted(workers: int, **kwargs: Any) -> Any:
+        pools.append(workers)
+        return real(workers, **kwargs)
+
+    real = parallel.ThreadPoolExecutor
+    frame = _many_cuts()
+    X, y = test_regression.diabetes()
+    cases = [(frame, "y", {"algorithm": "c4.5"}), (frame, "y", {"algorithm": "cart"}),
+             (frame, "y", {"algorithm": "cart", "criterion": "entropy", "max_depth": 4}),
+             (X.assign(target=y), "target", {"task": "regression", "max_depth": 4})]
+    for source, target, options in cases:
+        one = sqltree.train(source, target, plan="memory", **options)
+        with monkeypatch.context() as m:
+            m.setattr(parallel, "PARALLEL_MIN_ROWS", 0)
+            m.setattr(parallel, "cores", lambda: 4)
+            m.setattr(parallel, "ThreadPoolExecutor", counted)
+            pools.clear()
+            threaded = sqltree.train(source, target, plan="memory", **options)
+        features = len(source.columns) - 1
+        assert pools and set(pools) == {min(4, features)}, options
+        same_model(one, threaded)
+
+
+def test_threads_follow_duckdbs_setting(monkeypatch):
+    """A DuckDB engine given ``threads`` scores a level's features with that many threads."""
+    from sqltree.algorithms.memory import parallel
+    from sqltree.engines.duckdb import DuckDBEngine
+
+    seen: list[int | None] = []
+    real = parallel.each_feature
+
+    def spy(work: Any, features: Any, rows: int, workers: int | None = None) -> Any:
+        seen.append(workers)
+        return real(work, features, rows, workers)
+
+    monkeypatch.setattr("sqltree.algorithms.memory.c45_scores.each_feature", spy)
+    frame = _iris()
+    sqltree.train(frame, DATASETS["iris"][1], plan="memory", algorithm="c4.5",
+                  connection=DuckDBEngine(threads=1))
+    sqltree.train(frame, DATASETS["iris"][1], plan="memory", algorithm="c4.5")
+    assert seen and seen[0] == 1 and seen[-1] is None

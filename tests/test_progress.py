@@ -147,7 +147,7 @@ def test_a_callback_stops_training_by_raising():
 
 # -- the display -----------------------------------------------------------------------------------
 def test_progress_true_writes_a_plain_line_per_step_when_not_a_terminal(capsys):
-    sqltree.train(str(GOLF), target="play", progress=True)
+    sqltree.train(str(GOLF), target="play", progress=True, plan="tables")
     out, err = capsys.readouterr()
     lines = err.splitlines()
     assert out == ""
@@ -249,7 +249,8 @@ def test_a_long_statement_is_noted_inside_its_step(monkeypatch, capsys):
     """A statement over ``SLOW_STATEMENT`` seconds gets a line of its own (every statement,
     with the limit at 0), indented under the level or round under way; steps are unchanged."""
     monkeypatch.setattr(progress, "SLOW_STATEMENT", 0.0)
-    _, heard = events_of(sqltree.train, str(GOLF), target="play", progress=True)
+    _, heard = events_of(sqltree.train, str(GOLF), target="play", progress=True,
+                         plan="tables")
     notes = [e for e in heard if e.kind == "note"]
     levels = [e for e in heard if e.phase == "grow" and e.kind == "step"]
     assert [e.step for e in levels] == [1, 2]

@@ -75,6 +75,9 @@ class DuckDBEngine(Engine):
         self.threads = threads
         self.memory_limit = memory_limit
         self.private = private
+        self.own_database = connection is None or private
+        """The database is sqltree's own (made here, or by ``private_connection``): what it
+        reads is a file, a DataFrame or a query over them, never a user's table."""
         """The connection came from ``private_connection``: sqltree's settings are in force
         for good, so they are not read again (two statements a fit)."""
         # Begun at once, so that the engine's settings are in force as soon as it exists.

@@ -60,37 +60,43 @@ in row order rather than counted: the memory plan took 0.83 of the tables plan's
 the same run)."""
 
 
-MEMORY_MAX_CELLS_C45 = 3_200_000
+MEMORY_MAX_CELLS_C45 = 16_000_000
 """The bound of ``MEMORY_MAX_CELLS`` for C4.5 and ID3.
 
-Measured on the benchmark table (16 features, C4.5's no-option call: no depth limit, J48's
-pruning; one run each, the same run): the memory plan took 0.23 of the tables plan's time at
-10,000 rows, 0.34 at 30,000, 0.55 at 100,000, 0.77 at 200,000 (3.2M cells) and 1.07 at
-300,000. Its scorer looks at the best cut per (node, feature) only, where CART's keeps every
-candidate, and pruning's recount needs no statement.
+Measured on the benchmark table's Parquet files (16 features, C4.5's no-option call: no depth
+limit, J48's pruning with subtree raising; one run each on an idle 2-core machine, the
+features of a level scored by two threads): the memory plan took 4.4 s and 427 MB against the
+tables plan's 9.4 s and 1,270 MB at 100,000 rows, 14.7 s and 842 MB against 19.6 s and
+1,551 MB at 300,000, and 56.3 s and 2,440 MB against 74.0 s and 2,872 MB at 1,000,000 rows
+(16M cells). Its scorer looks at the best cut per (node, feature) only, where CART's keeps
+every candidate.
 """
 
+LOCAL_FILE = "a file read by sqltree's own DuckDB database"
+PYTHON_MEMORY = "data in Python memory"
 
-def memory_reason(plan: str, in_python: bool, rows: int, features: int,
+
+def memory_reason(plan: str, local: str | None, rows: int, features: int,
                   algorithm: str = "cart") -> str | None:
     """Why a fit asked for ``plan`` grows on the memory plan, or None if it stays in SQL.
 
     ``"memory"`` always (where the algorithm has an in-memory scorer); ``"auto"`` only for
-    data already in Python memory and small (``MEMORY_MAX_CELLS``; for ``algorithm`` C4.5
-    and ID3 ``MEMORY_MAX_CELLS_C45``, for regression ``MEMORY_MAX_CELLS_REGRESSION``): a
-    table, file or query stays in its engine.
+    rows that are this process's own (``local`` says where they are: ``PYTHON_MEMORY`` for a
+    DataFrame or an estimator's arrays, ``LOCAL_FILE`` for a file or query that sqltree's own
+    DuckDB database reads; None for a user's connection, whose tables stay in their engine)
+    and not too many (``MEMORY_MAX_CELLS``; for ``algorithm`` C4.5 and ID3
+    ``MEMORY_MAX_CELLS_C45``, for regression ``MEMORY_MAX_CELLS_REGRESSION``).
     """
     if plan == MEMORY:
         return "asked for"
-    if plan != "auto" or not in_python:
+    if plan != "auto" or local is None:
         return None
     bound = {"c4.5": MEMORY_MAX_CELLS_C45, "id3": MEMORY_MAX_CELLS_C45,
              "cart-regression": MEMORY_MAX_CELLS_REGRESSION}.get(algorithm, MEMORY_MAX_CELLS)
     cells = rows * max(features, 1)
     if cells > bound:
         return None
-    return (f"data in Python memory, {rows:,} rows x {features:,} features "
-            f"(at most {bound:,} cells)")
+    return f"{local}, {rows:,} rows x {features:,} features (at most {bound:,} cells)"
 
 
 class _InMemory(InMemoryStages, CARTStrategy):
@@ -117,7 +123,7 @@ class _InMemory(InMemoryStages, CARTStrategy):
         r = self.resolved
         assert r is not None
         rules = Rules(self.criterion, r.min_samples_leaf, r.min_weight_leaf, self.tie_tolerance)
-        return score(hist, features, hist.totals(), rules)
+        return score(hist, features, hist.totals(), rules, self.workers)
 
     def nominal_ranks(self, engine: Any, hist: Histogram, pairs: list[tuple[int, int]]
                       ) -> dict[tuple[int, int], list[tuple[int, int, int, int]]]:

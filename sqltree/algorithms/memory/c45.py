@@ -55,7 +55,7 @@ class MemoryC45Strategy(InMemoryStages, C45Strategy):
             bits=self.hist_bits,
             entropy_bits=self.entropy_bits,
         )
-        return score(hist, features, options)
+        return score(hist, features, options, self.workers)
 
     def read_branch_counts(self, engine: Any, hist: Histogram, tests: list[TestRow]
                            ) -> dict[int, dict[int, list[float]]]:

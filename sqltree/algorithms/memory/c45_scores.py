@@ -29,6 +29,7 @@ from ...tree import CONTINUOUS
 from ..c45_criteria import LN2, ScoreOptions
 from .cart_scores import Segments, _left_sum, _rows, _running
 from .level import NEAR_BEST_ERROR, Groups, Histogram, _group, as_weight, equal_range, ln, xlogx
+from .parallel import each_feature
 
 
 @dataclass
@@ -70,7 +71,6 @@ class _Scorer:
         self.sums = sums
         self.total = sums.sum(axis=1)
         self.w_all = as_weight(self.total, h.bits)
-        self.rows: list[tuple[Any, ...]] = []
 
     def denominator(self, t: _Totals) -> np.ndarray:
         """What gain and split info are divided by, less ``LN2``: all weight or the known."""
@@ -103,7 +103,8 @@ class _Scorer:
 
     def emit(self, at: np.ndarray, attr: int, t: _Totals, gain: np.ndarray,
              split_info: np.ndarray, candidates: np.ndarray, big_branches: np.ndarray,
-             threshold: np.ndarray | None = None, next_value: np.ndarray | None = None) -> None:
+             threshold: np.ndarray | None = None, next_value: np.ndarray | None = None
+             ) -> list[tuple[Any, ...]]:
         """The rows of nodes ``at`` (indexes into the totals), with ``mdl_gain`` and
         ``gain_ratio`` as ``_with_gain_ratio`` adds them."""
         w_all = t.w_all[at]
@@ -124,14 +125,14 @@ class _Scorer:
             candidates.astype(np.int64).tolist(), t.w_known[at].tolist(), w_all.tolist(),
             big_branches.astype(np.int64).tolist(),
         ]
-        self.rows += zip(*columns, strict=True)
+        return list(zip(*columns, strict=True))
 
     def safe_div(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """``sqlexpr.safe_div``: ``a / b``, NULL (NaN) where ``b`` is not positive."""
         positive = b > 0
         return np.where(positive, a / np.where(positive, b, 1.0), np.nan)
 
-    def nominal(self, f: Feature) -> None:
+    def nominal(self, f: Feature) -> list[tuple[Any, ...]]:
         """A nominal feature's multiway split on every node (``_nominal_scores``)."""
         g = self.h.groups(f)
         s = Segments.of(g)
@@ -158,21 +159,21 @@ class _Scorer:
         split_info = self.safe_div(xlogx(d) - by_node(bags_xlogx) - xlogx(self.unknown(t)),
                                    denom)
         at = np.arange(len(self.nodes))
-        self.emit(at, f.index, t, gain, split_info, by_node(s.m.astype(np.float64)),
+        return self.emit(at, f.index, t, gain, split_info, by_node(s.m.astype(np.float64)),
                   by_node(big))
 
-    def continuous(self, f: Feature) -> None:
+    def continuous(self, f: Feature) -> list[tuple[Any, ...]]:
         """A continuous feature's best cut per node (``best_cuts_ordered``)."""
         g = self.h.groups(f)
         if len(g.node) == 0:
-            return
+            return []
         s = Segments.of(g)
         t, seg_of_node = self.totals(g, s)
         node_of_seg = np.flatnonzero(seg_of_node >= 0)  # ascending, as the segments
         same = np.append(s.seg[1:] == s.seg[:-1], False)
         cut = np.flatnonzero(same)
         if len(cut) == 0:
-            return
+            return []
         at = node_of_seg[s.seg[cut]]
         left = as_weight(_rows(_running(g.sums, s.seg, s.starts), cut), self.h.bits)
         lw = _left_sum(left)
@@ -185,7 +186,7 @@ class _Scorer:
             valid &= (v + self.options.cut_gap) < nxt
         keep = np.flatnonzero(valid)
         if len(keep) == 0:
-            return
+            return []
         at, left, lw, rw, v, nxt = (_rows(a, keep) for a in (at, left, lw, rw, v, nxt))
         n_valid = np.diff(np.append(_runs(at), len(at)))
         k = _rows(t.k, at)
@@ -204,7 +205,7 @@ class _Scorer:
             - xlogx(self.unknown(t)[at]),
             d * LN2,
         )
-        self.emit(at, f.index, t, gain[chosen], split_info, n_valid.astype(np.float64),
+        return self.emit(at, f.index, t, gain[chosen], split_info, n_valid.astype(np.float64),
                   np.full(len(at), 2), threshold=v[chosen], next_value=nxt[chosen])
 
     def _min_split(self, w_known: np.ndarray) -> np.ndarray:
@@ -271,16 +272,17 @@ def _nullable(values: np.ndarray) -> list[float | None]:
     return [None if x != x else x for x in values.astype(np.float64).tolist()]
 
 
-def score(h: Histogram, features: Sequence[Feature], options: ScoreOptions
-          ) -> list[tuple[Any, ...]]:
-    """The scoring query's rows, ordered by node and feature."""
+def score(h: Histogram, features: Sequence[Feature], options: ScoreOptions,
+          workers: int | None = None) -> list[tuple[Any, ...]]:
+    """The scoring query's rows, ordered by node and feature; the features scored by up to
+    ``workers`` threads (``parallel.each_feature``)."""
     scorer = _Scorer(h, options)
-    for f in features:
-        if f.kind == CONTINUOUS:
-            scorer.continuous(f)
-        else:
-            scorer.nominal(f)
-    return sorted(scorer.rows, key=lambda row: (row[0], row[1]))
+
+    def rows_of(f: Feature) -> list[tuple[Any, ...]]:
+        return scorer.continuous(f) if f.kind == CONTINUOUS else scorer.nominal(f)
+
+    parts = each_feature(rows_of, features, len(h.level.node), workers)
+    return sorted((row for part in parts for row in part), key=lambda row: (row[0], row[1]))
 
 
 def branch_counts(

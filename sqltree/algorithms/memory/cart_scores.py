@@ -31,6 +31,7 @@ from ..cart.scores import (
 )
 from ..cart.subsets import EXACT_SUBSETS_MAX, MEAN_ORDER, orders
 from .level import NEAR_BEST_ERROR, Groups, Histogram, _group, as_weight, ln
+from .parallel import each_feature
 
 LN2 = float(np.log(2.0))
 
@@ -124,14 +125,17 @@ class Candidates:
         self.k.append(k)
 
 
-def collect(h: Histogram, features: Sequence[Feature], criterion: str) -> Candidates:
-    """Every candidate of every node and feature of the histogram's level."""
-    out = Candidates.empty()
+def collect(h: Histogram, features: Sequence[Feature], criterion: str,
+            workers: int | None = None) -> Candidates:
+    """Every candidate of every node and feature of the histogram's level, the features
+    grouped by up to ``workers`` threads (``parallel.each_feature``)."""
     regression = criterion in REGRESSION
-    for f in features:
+
+    def candidates_of(f: Feature) -> Candidates:
+        out = Candidates.empty()
         g = h.groups(f)
         if len(g.node) == 0:
-            continue
+            return out
         s = Segments.of(g)
         kn = np.add.reduceat(g.n, s.starts)
         k_sums = np.add.reduceat(g.sums, s.starts, axis=0)
@@ -143,7 +147,13 @@ def collect(h: Histogram, features: Sequence[Feature], criterion: str) -> Candid
             _nominal(out, h, g, s, f.index, kn, k_w, regression)
         out.add(node=seg_node, attr=f.index, kind=KNOWN_LEFT, ln=kn.astype(np.float64),
                 l=k_w, kn=kn, k=k_w)
-    return out
+        return out
+
+    merged = Candidates.empty()
+    for part in each_feature(candidates_of, features, len(h.level.node), workers):
+        for name, columns in vars(part).items():
+            getattr(merged, name).extend(columns)
+    return merged
 
 
 def _continuous(out: Candidates, h: Histogram, g: Groups, s: Segments, attr: int,
@@ -247,9 +257,11 @@ def score(
     features: Sequence[Feature],
     totals: tuple[np.ndarray, np.ndarray, np.ndarray],
     rules: Rules,
+    workers: int | None = None,
 ) -> list[tuple[Any, ...]]:
-    """The scoring query's rows: the best candidate per (node, feature), by node and feature."""
-    c = collect(h, features, rules.criterion)
+    """The scoring query's rows: the best candidate per (node, feature), by node and feature;
+    ``workers``: threads for the features' candidates (``collect``)."""
+    c = collect(h, features, rules.criterion, workers)
     if not c.node:
         return []
     cat = {name: np.concatenate(getattr(c, name)) for name in vars(c)}

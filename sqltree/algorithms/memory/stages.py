@@ -22,6 +22,12 @@ class InMemoryStages:
     """The training rows as pruning recounts them (``recount.RowsInMemory``), where the
     strategy offers them."""
 
+    @property
+    def workers(self) -> int | None:
+        """Threads scoring a level's features (``parallel.each_feature``): the engine's own
+        setting where it has one (DuckDB's ``threads``), else one per core."""
+        return getattr(self.data.engine, "threads", None)
+
     def materialize_level0(self) -> Level:
         return read_level0(self.data, self.build_level0(), self.moments, ranked=True)
 
