@@ -198,8 +198,9 @@ def _add_cart_and_engine_flags(t: argparse.ArgumentParser) -> None:
                            "on DuckDB while levels are large enough to pay, else full")
     t.add_argument("--plan", choices=["auto", "tables", "select", "memory"], default="auto",
                    help="where each level's rows live: temporary tables, single SELECTs over "
-                        "the source (read-only connections), or memory (CART: the rows read "
-                        "once); auto asks the connection")
+                        "the source (read-only connections), or memory (rows read once into "
+                        "numpy); auto: memory for small data on sqltree's own DuckDB, else "
+                        "what the connection allows")
     duck = t.add_argument_group("DuckDB (the default engine)")
     duck.add_argument("--threads", type=int, metavar="N", help="DuckDB threads (default: cores)")
     duck.add_argument("--memory-limit", metavar="SIZE",

@@ -370,7 +370,9 @@ def test_ctrl_c_in_the_process(tmp_path):
         )
     output = tmp_path / "m.json"
     child = subprocess.Popen(
-        [sys.executable, "-m", "sqltree.cli", "train", str(data), "-t", "y", "-o", str(output)],
+        # the tables plan: a level's statements take long enough to be interrupted
+        [sys.executable, "-m", "sqltree.cli", "train", str(data), "-t", "y", "-o", str(output),
+         "--plan", "tables"],
         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
     )
     lines = []

@@ -20,6 +20,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 import pytest
+from sqlglot import exp
 
 import sqltree
 from sqltree.engines.duckdb import DuckDBEngine
@@ -462,3 +463,20 @@ def test_spark_statements_do_not_grow_with_the_tree(spark: Any) -> None:
     assert model.stats["pruning"]["queries"] > 0  # subtree raising recounted in the engine
     assert engine.stats.max_statement_chars <= root_only.stats.max_statement_chars
     assert model.text() == sqltree.train(frame, target="y", min_cases=1).text()
+
+
+def test_ctrl_c_on_a_cleanup_statement_is_an_interrupt(monkeypatch) -> None:
+    """A Ctrl-C that DuckDB catches while cleanup gives the settings back (its ``Query
+    interrupted``) ends the call as the KeyboardInterrupt it was, after every step ran."""
+    con = duckdb.connect()
+    engine = DuckDBEngine(con, threads=1)
+    engine.materialize("scratch", exp.select(exp.Literal.number(1).as_("x")))
+
+    def caught(saved: dict[str, Any]) -> None:
+        raise RuntimeError("Query interrupted")
+
+    monkeypatch.setattr(engine, "_restore_settings", caught)
+    with pytest.raises(KeyboardInterrupt) as raised:
+        engine.cleanup()
+    assert isinstance(raised.value.__cause__, RuntimeError)
+    assert duckdb_leftovers(con) == []

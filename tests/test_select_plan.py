@@ -364,7 +364,7 @@ def test_plan_is_checked_before_any_query():
 
 def test_progress_names_the_plan(capsys: pytest.CaptureFixture[str]):
     path = str(DATA / "golf.csv")
-    sqltree.train(path, target="play", progress=True)
+    sqltree.train(path, target="play", progress=True, plan="tables")
     assert "s (tables plan)\n" in capsys.readouterr().err
     heard: list[progress.Event] = []
     sqltree.train(path, target="play", progress=heard.append, plan="select")

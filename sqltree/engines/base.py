@@ -487,6 +487,11 @@ class Engine(ABC):
             try:
                 step()
             except BaseException as error:
+                if self._interrupted(error) and not isinstance(error, KeyboardInterrupt):
+                    # a Ctrl-C that landed on one of cleanup's own statements
+                    interrupt = KeyboardInterrupt()
+                    interrupt.__cause__ = error
+                    error = interrupt
                 failure = failure or error
         if failure is None:
             return
