@@ -261,11 +261,38 @@ def test_features_scored_in_threads_give_the_same_model(monkeypatch):
             m.setattr(parallel, "PARALLEL_MIN_ROWS", 0)
             m.setattr(parallel, "cores", lambda: 4)
             m.setattr(parallel, "ThreadPoolExecutor", counted)
+            m.setattr(parallel, "_pools", {})
             pools.clear()
             threaded = sqltree.train(source, target, plan="memory", **options)
+            for pool in parallel._pools.values():
+                pool.shutdown()
         features = len(source.columns) - 1
-        assert pools and set(pools) == {min(4, features)}, options
+        assert pools == [min(4, features)], options  # one pool, kept for every level
         same_model(one, threaded)
+
+
+def test_a_forked_child_scores_in_threads_of_its_own(monkeypatch):
+    """The pools of threads are the process's: a child forked after a threaded fit (as
+    ``multiprocessing`` forks on Linux) fits with threads of its own instead of waiting on
+    its parent's, which it does not have."""
+    import multiprocessing
+
+    from sqltree.algorithms.memory import parallel
+
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_ROWS", 0)
+    frame = _iris()
+    target = DATASETS["iris"][1]
+    parent = sqltree.train(frame, target, plan="memory", algorithm="c4.5").text()
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        child = pool.apply_async(_fit_text, (frame, target)).get(timeout=120)
+    assert child == parent
+
+
+def _fit_text(frame: pd.DataFrame, target: str) -> str:
+    from sqltree.algorithms.memory import parallel
+
+    parallel.PARALLEL_MIN_ROWS = 0
+    return sqltree.train(frame, target, plan="memory", algorithm="c4.5").text()
 
 
 def test_threads_follow_duckdbs_setting(monkeypatch):
