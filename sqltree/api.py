@@ -205,15 +205,16 @@ def _fit(
     )
 
 
-IN_PYTHON = "sqltree_in_python"
-"""Set in a query's ``meta`` when its rows came from data held in Python (cross-validation's
-folds of a DataFrame), so that ``plan="auto"`` treats it as the DataFrame itself."""
+HELD_BY = "sqltree_held_by"
+"""Set in a query's ``meta`` to where its rows are held when they are this process's own
+(``rows_held_by``): cross-validation's folds of a DataFrame, or of a file that its own DuckDB
+database dealt, are queries of a table, and ``plan="auto"`` treats them as their source."""
 
 
 def held_in_python(source: Any) -> bool:
-    """Whether ``source`` is data held in Python: a DataFrame, or a query marked ``IN_PYTHON``."""
+    """Whether ``source`` is data held in Python: a DataFrame, or a query marked so."""
     if isinstance(source, exp.Expression):
-        return bool(source.meta.get(IN_PYTHON))
+        return source.meta.get(HELD_BY) == PYTHON_MEMORY
     return isinstance(source, pd.DataFrame)
 
 
@@ -221,7 +222,9 @@ def rows_held_by(source: Any, engine: Any) -> str | None:
     """Where the training rows are when they are this process's own (``memory_reason``):
     in Python memory, or in a file that sqltree's own DuckDB database reads; None when they
     are in a user's engine."""
-    if held_in_python(source):
+    if isinstance(source, exp.Expression) and source.meta.get(HELD_BY):
+        return str(source.meta[HELD_BY])
+    if isinstance(source, pd.DataFrame):
         return PYTHON_MEMORY
     if getattr(engine, "own_database", False):
         return LOCAL_FILE

@@ -39,7 +39,8 @@ import pandas as pd
 from sqlglot import exp
 
 from . import progress as reporting
-from .api import IN_PYTHON, held_in_python, train
+from .algorithms.memory import LOCAL_FILE
+from .api import HELD_BY, rows_held_by, train
 from .compiler.blocks import column as quoted
 from .compiler.blocks import dnum, literal
 from .compiler.scoring import Names
@@ -323,8 +324,9 @@ class Dealt:
     rows_null_target: int
     connection: Any
     """What ``train`` and ``Model.evaluate`` are given to reach the table."""
-    in_python: bool = False
-    """The source was data held in Python: the parts' queries say so to ``train``."""
+    held_by: str | None = None
+    """Where the source's rows are when they are this process's own (``api.rows_held_by``):
+    the parts' queries say so to ``train``."""
 
     def rows(self, part: int, *, inside: bool) -> exp.Select:
         """A query of the rows in ``part`` (``inside``) or in every other part."""
@@ -333,7 +335,7 @@ class Dealt:
             self.table.copy(), copy=False
         ).where(test(this=quoted(self.part_column),
                      expression=exp.Literal.number(part)), copy=False)
-        query.meta[IN_PYTHON] = self.in_python
+        query.meta[HELD_BY] = self.held_by
         return query
 
 
@@ -425,7 +427,7 @@ def dealt(
         )
         table = engine.materialize("parts", query)
         yield Dealt(table, names, part_column, class_rows, null_rows, shared,
-                    held_in_python(source))
+                    rows_held_by(source, None) or (LOCAL_FILE if connection is None else None))
 
 
 # -- the entry points ----------------------------------------------------------------------------

@@ -170,6 +170,27 @@ def test_folds_of_a_small_dataframe_grow_in_memory_to_the_same_trees() -> None:
     assert holdout_model.stats["plan"] == "memory"
 
 
+def test_folds_of_a_file_on_sqltrees_own_database_grow_in_memory(tmp_path) -> None:
+    """A file that cross-validation's own DuckDB database deals into parts is the process's,
+    as ``train`` on the file would treat it: C4.5's folds grow in memory, the trees the
+    tables plan grows; on a user's connection they stay in the engine."""
+    import duckdb
+
+    path = tmp_path / "mixed.parquet"
+    mixed_table(300).to_parquet(path)
+    options = {"folds": 3, "algorithm": "c4.5"}
+    auto = sqltree.cross_validate(str(path), "label", **options)
+    tables = sqltree.cross_validate(str(path), "label", plan="tables", **options)
+    assert [m.stats["plan"] for m in auto.models] == ["memory"] * 3
+    assert all(m.stats["plan_reason"].startswith("a file read by sqltree's own DuckDB")
+               for m in auto.models)
+    trees = [[m.to_dict()["tree"] for m in cv.models] for cv in (auto, tables)]
+    assert trees[0] == trees[1]
+    with duckdb.connect() as con:
+        users = sqltree.cross_validate(str(path), "label", connection=con, **options)
+    assert [m.stats["plan"] for m in users.models] == ["tables"] * 3
+
+
 def _comparable(cv: sqltree.CrossValidation) -> dict:
     document = cv.to_dict()
     for fold in document["folds"]:
