@@ -211,13 +211,6 @@ HELD_BY = "sqltree_held_by"
 database dealt, are queries of a table, and ``plan="auto"`` treats them as their source."""
 
 
-def held_in_python(source: Any) -> bool:
-    """Whether ``source`` is data held in Python: a DataFrame, or a query marked so."""
-    if isinstance(source, exp.Expression):
-        return source.meta.get(HELD_BY) == PYTHON_MEMORY
-    return isinstance(source, pd.DataFrame)
-
-
 def rows_held_by(source: Any, engine: Any) -> str | None:
     """Where the training rows are when they are this process's own (``memory_reason``):
     in Python memory, or in a file that sqltree's own DuckDB database reads; None when they

@@ -39,7 +39,6 @@ import pandas as pd
 from sqlglot import exp
 
 from . import progress as reporting
-from .algorithms.memory import LOCAL_FILE
 from .api import HELD_BY, rows_held_by, train
 from .compiler.blocks import column as quoted
 from .compiler.blocks import dnum, literal
@@ -348,10 +347,10 @@ def _session(connection: Any) -> Iterator[tuple[Engine, Any]]:
     connection keeps the dealt table (training cleans up its engine's tables at the end).
     """
     if connection is None:
-        import duckdb
+        from .engines.duckdb import DuckDBEngine
 
-        conn = duckdb.connect()
-        engine = get_engine(conn)
+        engine = DuckDBEngine()  # sqltree's own database: its files count as local rows
+        conn = engine.connection
         try:
             yield engine, conn
         finally:
@@ -427,7 +426,7 @@ def dealt(
         )
         table = engine.materialize("parts", query)
         yield Dealt(table, names, part_column, class_rows, null_rows, shared,
-                    rows_held_by(source, None) or (LOCAL_FILE if connection is None else None))
+                    rows_held_by(source, engine))
 
 
 # -- the entry points ----------------------------------------------------------------------------
