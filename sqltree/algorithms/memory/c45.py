@@ -59,7 +59,7 @@ class MemoryC45Strategy(InMemoryStages, C45Strategy):
 
     def read_branch_counts(self, engine: Any, hist: Histogram, tests: list[TestRow]
                            ) -> dict[int, dict[int, list[float]]]:
-        return branch_counts(hist, {f.index: f for f in self.data.features}, tests)
+        return branch_counts(hist, tests)
 
     def materialize_partition(self, level: Level, tests: list[TestRow],
                               routes: list[RouteRow], ordered: bool) -> Level:

@@ -28,7 +28,7 @@ from ...dataset import Feature
 from ...tree import CONTINUOUS
 from ..c45_criteria import LN2, ScoreOptions
 from .cart_scores import Segments, _left_sum, _rows, _running
-from .level import NEAR_BEST_ERROR, Groups, Histogram, _group, as_weight, equal_range, ln, xlogx
+from .level import NEAR_BEST_ERROR, Groups, Histogram, as_weight, ln, test_keys, xlogx
 from .parallel import each_feature
 
 
@@ -285,47 +285,30 @@ def score(h: Histogram, features: Sequence[Feature], options: ScoreOptions,
     return sorted((row for part in parts for row in part), key=lambda row: (row[0], row[1]))
 
 
-def branch_counts(
-    h: Histogram, features: dict[int, Feature], tests: Sequence[tuple[int, int, float | None]]
-) -> dict[int, dict[int, list[float]]]:
+def branch_counts(h: Histogram, tests: Sequence[tuple[int, int, float | None]]
+                  ) -> dict[int, dict[int, list[float]]]:
     """``build_branch_counts``: class counts per (node, key) of each node's chosen test (0/1
     below or above a cut, a nominal value's code, -1 for unknown values), the keys that rows
-    reach, in ascending order with -1 last."""
-    nodes, n_rows, sums = h.totals()
-    by_attr: dict[int, list[tuple[int, float | None]]] = {}
-    for node, attr, threshold in tests:
-        by_attr.setdefault(attr, []).append((node, threshold))
+    reach, in ascending order with -1 last.
+
+    Counted from each row's key (``test_keys``, as the partition keys them), not from the
+    features' groups: a deep level's groups of every feature would have to be kept until
+    the tests are chosen, about as many per feature as the level has rows."""
     out: dict[int, dict[int, list[float]]] = {node: {} for node, _, _ in tests}
+    if not tests:
+        return out
+    rows, key = test_keys(h.level, tests)
+    tested = np.unique(np.array([node for node, _, _ in tests], dtype=np.int64))
+    span = int(key.max(initial=0.0)) + 2  # keys from -1 up
+    slot = np.searchsorted(tested, h.level.node[rows]) * span + (key.astype(np.int64) + 1)
+    slots, _, sums = h.sums_by(slot, len(tested) * span, rows)
     unknown: list[tuple[int, list[float]]] = []
-    for attr, items in sorted(by_attr.items()):
-        g = h.groups(features[attr])
-        t_node = np.array([node for node, _ in items], dtype=np.int64)
-        t_thr = np.array([np.nan if thr is None else thr for _, thr in items])
-        order = np.argsort(t_node)
-        t_node, t_thr = t_node[order], t_thr[order]
-        lo, hi = equal_range(t_node, g.node)
-        hit = np.flatnonzero(hi > lo)
-        test = lo[hit]
-        thr, v = t_thr[test], g.v[hit]
-        with np.errstate(invalid="ignore"):
-            key = np.where(np.isnan(thr), v, np.where(v <= thr, 0.0, 1.0))
-        by = np.lexsort((key, test))
-        test, key, part = test[by], key[by], g.sums[hit[by]]
-        starts = _group([test, key], len(test))
-        counts = as_weight(np.add.reduceat(part, starts, axis=0), h.bits).tolist()
-        for i, k, c in zip(t_node[test[starts]].tolist(), key[starts].tolist(), counts,
-                           strict=True):
-            out[i][int(k)] = c
-        # a node whose rows are not all in its feature's known groups has unknown values
-        known_n = np.bincount(test, weights=g.n[hit[by]], minlength=len(t_node))
-        known_sums = np.zeros((len(t_node), sums.shape[1]), dtype=sums.dtype)
-        if len(starts):
-            per_test = np.add.reduceat(part, _group([test], len(test)), axis=0)
-            known_sums[np.unique(test)] = per_test
-        row = np.searchsorted(nodes, t_node)
-        lacking = np.flatnonzero(n_rows[row] > known_n)
-        rest = as_weight(sums[row[lacking]] - known_sums[lacking], h.bits).tolist()
-        unknown += zip(t_node[lacking].tolist(), rest, strict=True)
+    for at, counts in zip(slots.tolist(), as_weight(sums, h.bits).tolist(), strict=True):
+        node, k = int(tested[at // span]), at % span - 1
+        if k == q.UNKNOWN_KEY:
+            unknown.append((node, counts))
+        else:
+            out[node][k] = counts
     for node, counts in unknown:
         out[node][q.UNKNOWN_KEY] = counts
     return out

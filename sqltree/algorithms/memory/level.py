@@ -22,6 +22,7 @@ import numpy as np
 
 from ... import queries as q
 from ...dataset import Dataset, Feature
+from ...tree import CONTINUOUS
 
 WHOLE_LOGS_MAX = 1 << 21
 """Whole numbers up to this one take their logarithm from a table (``ln``)."""
@@ -349,16 +350,20 @@ class Histogram:
                 self._totals = node, np.zeros(0, dtype=np.int64), self.terms[:0]
             else:
                 low = int(node.min())
-                slots, n, sums = self._sums_by(node - low, int(node.max()) - low + 1, None)
+                slots, n, sums = self.sums_by(node - low, int(node.max()) - low + 1, None)
                 self._totals = slots + low, n, sums
         return self._totals
 
     def groups(self, f: Feature) -> Groups:
-        """Feature ``f``'s groups of known values."""
+        """Feature ``f``'s groups of known values; a nominal feature's are kept for a stage
+        that asks again (CART's value orders). A continuous feature's are about as many as
+        the level's rows at the deep levels, too many to keep for every feature: a stage
+        that needs them again groups again, or counts the rows it needs (``sums_by``)."""
         found = self._groups.get(f.index)
         if found is None:
-            found = self._groups[f.index] = self._grouped(self.level.ranks_of(
-                self.level.column[f.index]))
+            found = self._grouped(self.level.ranks_of(self.level.column[f.index]))
+            if f.kind != CONTINUOUS:
+                self._groups[f.index] = found
         return found
 
     def _grouped(self, r: Ranks) -> Groups:
@@ -372,10 +377,10 @@ class Histogram:
         low = int(nodes.min())
         span = int(nodes.max()) - low + 1
         key = (nodes - low) * r.size + r.rank[known].astype(np.int64)
-        slots, n, sums = self._sums_by(key, span * r.size, known)
+        slots, n, sums = self.sums_by(key, span * r.size, known)
         return Groups(node=slots // r.size + low, v=r.value(slots % r.size), n=n, sums=sums)
 
-    def _sums_by(self, key: np.ndarray, size: int, rows: np.ndarray | None
+    def sums_by(self, key: np.ndarray, size: int, rows: np.ndarray | None
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The distinct keys (ascending, from 0 below ``size``) of ``rows`` (all when None),
         each with its row count and the sums of its rows' terms. Counted into every key's
