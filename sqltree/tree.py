@@ -81,7 +81,7 @@ class Split:
         return f"{self.feature} in {{{', '.join(value(v) for v in group)}}}"
 
 
-@dataclass
+@dataclass(slots=True)
 class Node:
     """A node of the tree: its class distribution and, unless it is a leaf, its test.
 
