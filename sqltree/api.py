@@ -23,6 +23,7 @@ from .algorithms.memory import (
     check_train_plan,
     memory_reason,
 )
+from .compiler import collector_paused
 from .dataset import Dataset, describe, describe_source
 from .engines import get_engine
 from .engines.select_plan import AUTO, check_plan
@@ -174,11 +175,16 @@ def _fit(
             data = _read(source, engine, target, roles, options.task)
             memory = memory_reason(plan, rows_held_by(source, engine), data.n_rows,
                                    len(data.features), options.strategy_name)
-            root, grow_stats, prune_stats, rows = grow_and_prune(data, options, memory=memory)
-            if options.algorithm == "c4.5" or post.method is not None:
-                prune_stats = prune(root, data, post.method, cf=post.cf,
-                                    subtree_raising=post.subtree_raising,
-                                    validation=post.validation, rows=rows)
+            # Growth and pruning each pause the cycle collector (a grown tree is millions of
+            # objects); paused across both, its first full pass over the grown tree (1.5-1.9
+            # s at 1M rows, between growth and pruning) comes after pruning freed most of it.
+            with collector_paused():
+                root, grow_stats, prune_stats, rows = grow_and_prune(data, options,
+                                                                     memory=memory)
+                if options.algorithm == "c4.5" or post.method is not None:
+                    prune_stats = prune(root, data, post.method, cf=post.cf,
+                                        subtree_raising=post.subtree_raising,
+                                        validation=post.validation, rows=rows)
         finally:
             engine.cleanup()
     stats = {
