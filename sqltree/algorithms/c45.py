@@ -57,6 +57,7 @@ class C45Strategy(Strategy):
         # Continuous cuts whose printed threshold is still the value below the cut.
         self.unresolved: list[tuple[int, int, float, float]] = []
         self._keys_by_feature: dict[int, list[list[int]]] = {}
+        self._splits_by_feature: dict[int, Split] = {}
         # Whether the level's rows may carry fractional weights (set for good once a
         # partition spreads unknown values over branches).
         self.fractional = data.weight is not None
@@ -194,7 +195,7 @@ class C45Strategy(Strategy):
                 split = Split(f.name, CONTINUOUS, threshold=threshold)
                 keys_of_branch = [[0], [1]]
             else:
-                split = Split(f.name, NOMINAL, groups=[[v] for v in f.values])
+                split = self._value_split(f)
                 keys_of_branch = self._value_keys(f)
             branch_w = [
                 sum((sum(by_key[key]) for key in keys if key in by_key), 0.0)
@@ -219,6 +220,16 @@ class C45Strategy(Strategy):
         tests_table = load_rows(engine, "tests", q.TESTS_COLUMNS, tests)
         self.loaded.append(tests_table)
         return _branch_counts(engine, hist, tests_table, self.n_classes, self.hist_bits)
+
+    def _value_split(self, f: Feature) -> Split:
+        """A nominal feature's test, a branch per value: one object for every node that
+        splits on ``f`` (tests are replaced, never changed in place; a grown tree of a million
+        rows has hundreds of thousands of them)."""
+        split = self._splits_by_feature.get(f.index)
+        if split is None:
+            split = self._splits_by_feature[f.index] = Split(
+                f.name, NOMINAL, groups=[[v] for v in f.values])
+        return split
 
     def _value_keys(self, f: Feature) -> list[list[int]]:
         """Keys of a nominal test's branches, a value each (shared by every plan on ``f``)."""

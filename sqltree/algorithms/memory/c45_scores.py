@@ -106,7 +106,10 @@ class _Scorer:
              threshold: np.ndarray | None = None, next_value: np.ndarray | None = None
              ) -> list[tuple[Any, ...]]:
         """The rows of nodes ``at`` (indexes into the totals), with ``mdl_gain`` and
-        ``gain_ratio`` as ``_with_gain_ratio`` adds them."""
+        ``gain_ratio`` as ``_with_gain_ratio`` adds them; only those ``choose_split`` can
+        choose (a nominal split into two big branches or more with a gain, a cut whose gain
+        less its MDL cost is positive). The others it passes over, and at the deep levels
+        they were three rows in four, each a tuple and then a dict."""
         w_all = t.w_all[at]
         if threshold is not None and self.options.mdl:
             with np.errstate(divide="ignore"):
@@ -114,6 +117,17 @@ class _Scorer:
                                     gain - ln(np.maximum(candidates, 1.0)) / LN2 / w_all, gain)
         else:
             mdl_gain = gain
+        if threshold is None:
+            keep = np.flatnonzero((big_branches >= 2) & ~np.isnan(gain))
+        else:
+            keep = np.flatnonzero(~np.isnan(threshold) & (mdl_gain >= J48_SMALL))
+        if len(keep) < len(at):
+            at, w_all, gain, mdl_gain, split_info, candidates, big_branches = (
+                a[keep] for a in (at, w_all, gain, mdl_gain, split_info, candidates,
+                                  big_branches))
+            if threshold is not None:
+                threshold = threshold[keep]
+                next_value = None if next_value is None else next_value[keep]
         positive = split_info > 0
         ratio = np.where(positive, mdl_gain / np.where(positive, split_info, 1.0), np.nan)
         empty = np.full(len(at), np.nan)
