@@ -266,9 +266,39 @@ def test_features_scored_in_threads_give_the_same_model(monkeypatch):
             threaded = sqltree.train(source, target, plan="memory", **options)
             for pool in parallel._pools.values():
                 pool.shutdown()
-        features = len(source.columns) - 1
-        assert pools == [min(4, features)], options  # one pool, kept for every level
+        assert pools == [4], options  # one pool, kept for every level and pruning round
         same_model(one, threaded)
+
+
+def test_a_pruning_rounds_subtrees_recounted_in_threads_give_the_same_model(monkeypatch):
+    """Subtree raising's bounds and recounts of a round's nodes, dealt to four threads in
+    parts: the model file of one thread, to the last bit (a table with unknown values in
+    two features, so that raised branches spread rows by recomputed shares); and the parts
+    did run side by side."""
+    from sqltree.algorithms.memory import parallel
+    from tests.test_memory_plan_c45 import _many_cuts, same_model
+
+    frame = _many_cuts()
+    one = sqltree.train(frame, "y", plan="memory", algorithm="c4.5")
+    parts: list[int] = []
+    real = parallel.side_by_side
+
+    def spy(work: Any, items: Any, rows: int, workers: int | None = None) -> Any:
+        if items and isinstance(items[0], list):  # a pruning round's parts of entries
+            parts.append(len(items))
+        return real(work, items, rows, workers)
+
+    with monkeypatch.context() as m:
+        m.setattr(parallel, "PARALLEL_MIN_ROWS", 0)
+        m.setattr(parallel, "cores", lambda: 4)
+        m.setattr(parallel, "side_by_side", spy)
+        m.setattr(parallel, "_pools", {})
+        threaded = sqltree.train(frame, "y", plan="memory", algorithm="c4.5")
+        for pool in parallel._pools.values():
+            pool.shutdown()
+    assert one.stats["pruning"]["raised"] > 0
+    assert parts and max(parts) > 1
+    same_model(one, threaded)
 
 
 def test_a_forked_child_scores_in_threads_of_its_own(monkeypatch):
@@ -301,13 +331,13 @@ def test_threads_follow_duckdbs_setting(monkeypatch):
     from sqltree.engines.duckdb import DuckDBEngine
 
     seen: list[int | None] = []
-    real = parallel.each_feature
+    real = parallel.side_by_side
 
     def spy(work: Any, features: Any, rows: int, workers: int | None = None) -> Any:
         seen.append(workers)
         return real(work, features, rows, workers)
 
-    monkeypatch.setattr("sqltree.algorithms.memory.c45_scores.each_feature", spy)
+    monkeypatch.setattr("sqltree.algorithms.memory.c45_scores.side_by_side", spy)
     frame = _iris()
     sqltree.train(frame, DATASETS["iris"][1], plan="memory", algorithm="c4.5",
                   connection=DuckDBEngine(threads=1))

@@ -29,7 +29,7 @@ from ...tree import CONTINUOUS
 from ..c45_criteria import LN2, ScoreOptions
 from .cart_scores import Segments, _left_sum, _rows, _running
 from .level import NEAR_BEST_ERROR, Groups, Histogram, as_weight, ln, test_keys, xlogx
-from .parallel import each_feature
+from .parallel import side_by_side
 
 
 @dataclass
@@ -289,13 +289,13 @@ def _nullable(values: np.ndarray) -> list[float | None]:
 def score(h: Histogram, features: Sequence[Feature], options: ScoreOptions,
           workers: int | None = None) -> list[tuple[Any, ...]]:
     """The scoring query's rows, ordered by node and feature; the features scored by up to
-    ``workers`` threads (``parallel.each_feature``)."""
+    ``workers`` threads (``parallel.side_by_side``)."""
     scorer = _Scorer(h, options)
 
     def rows_of(f: Feature) -> list[tuple[Any, ...]]:
         return scorer.continuous(f) if f.kind == CONTINUOUS else scorer.nominal(f)
 
-    parts = each_feature(rows_of, features, len(h.level.node), workers)
+    parts = side_by_side(rows_of, features, len(h.level.node), workers)
     return sorted((row for part in parts for row in part), key=lambda row: (row[0], row[1]))
 
 

@@ -31,7 +31,7 @@ from ..cart.scores import (
 )
 from ..cart.subsets import EXACT_SUBSETS_MAX, MEAN_ORDER, orders
 from .level import NEAR_BEST_ERROR, Groups, Histogram, _group, as_weight, ln
-from .parallel import each_feature
+from .parallel import side_by_side
 
 LN2 = float(np.log(2.0))
 
@@ -128,7 +128,7 @@ class Candidates:
 def collect(h: Histogram, features: Sequence[Feature], criterion: str,
             workers: int | None = None) -> Candidates:
     """Every candidate of every node and feature of the histogram's level, the features
-    grouped by up to ``workers`` threads (``parallel.each_feature``)."""
+    grouped by up to ``workers`` threads (``parallel.side_by_side``)."""
     regression = criterion in REGRESSION
 
     def candidates_of(f: Feature) -> Candidates:
@@ -150,7 +150,7 @@ def collect(h: Histogram, features: Sequence[Feature], criterion: str,
         return out
 
     merged = Candidates.empty()
-    for part in each_feature(candidates_of, features, len(h.level.node), workers):
+    for part in side_by_side(candidates_of, features, len(h.level.node), workers):
         for name, columns in vars(part).items():
             getattr(merged, name).extend(columns)
     return merged

@@ -1,9 +1,10 @@
-"""A level's features scored side by side, a thread each.
+"""Work on large arrays side by side, a thread each: a level's features (their groups and
+cuts), or a pruning round's disjoint subtrees (their recounts).
 
-numpy lets go of the interpreter lock in its sorts, counts, running sums and logarithms over
-large arrays, so one feature's groups and cuts computed in a thread run beside another
-feature's on another core. Each feature's result is its own and they are put together in the
-features' order: the rows, and so the tree, do not depend on which thread finished first.
+numpy lets go of the interpreter lock in its sorts, counts, running sums, gathers and
+logarithms over large arrays, so one item's work in a thread runs beside another's on another
+core. Each item's result is its own and they are put together in the items' order: the rows,
+and so the tree, do not depend on which thread finished first.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 PARALLEL_MIN_ROWS = 20_000
-"""Levels of fewer rows score their features one after another: their arrays are small
-enough that numpy keeps the lock for most operations, and a thread's start costs more than
-it gains."""
+"""Work over fewer rows runs one item after another: its arrays are small enough that numpy
+keeps the lock for most operations, and handing an item to a thread costs more than it
+gains."""
 
 
 def cores() -> int:
@@ -31,14 +32,14 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-def each_feature(work: Callable[[T], R], features: Sequence[T], rows: int,
+def side_by_side(work: Callable[[T], R], items: Sequence[T], rows: int,
                  workers: int | None = None) -> list[R]:
-    """``[work(f) for f in features]``, computed by up to ``workers`` threads (default: the
-    cores) when the level has at least ``PARALLEL_MIN_ROWS`` rows."""
-    n = min(workers or cores(), len(features))
-    if n <= 1 or rows < PARALLEL_MIN_ROWS:
-        return [work(f) for f in features]
-    return list(_pool(n).map(work, features))
+    """``[work(item) for item in items]``, computed by up to ``workers`` threads (default: the
+    cores) when the work covers at least ``PARALLEL_MIN_ROWS`` rows."""
+    size = workers or cores()
+    if min(size, len(items)) <= 1 or rows < PARALLEL_MIN_ROWS:
+        return [work(item) for item in items]
+    return list(_pool(size).map(work, items))
 
 
 _pools: dict[tuple[int, int], ThreadPoolExecutor] = {}
@@ -56,5 +57,5 @@ def _pool(n: int) -> ThreadPoolExecutor:
     with _pools_lock:
         pool = _pools.get(key)
         if pool is None:
-            pool = _pools[key] = ThreadPoolExecutor(n, thread_name_prefix="sqltree-feature")
+            pool = _pools[key] = ThreadPoolExecutor(n, thread_name_prefix="sqltree-numpy")
         return pool

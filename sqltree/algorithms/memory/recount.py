@@ -12,7 +12,7 @@ the fixed point ``build_keyed_counts`` picks, so every count is the one the engi
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,6 +23,7 @@ from ...dataset import Dataset
 from ...fixed_point import training_weight_bits
 from ...pruning.recount import _known_routes, _level_routes, _Position, _positions
 from ...tree import Node
+from . import parallel
 from .level import Level, exact_parts, partition, read_level0, sum_exactly, test_keys
 
 Entries = Sequence[tuple[Sequence[tuple[Node, int]], Node]]
@@ -91,6 +92,8 @@ class RowsInMemory:
     def __init__(self, data: Dataset, level0: Level | None = None) -> None:
         self.data = data
         self.level0 = level0
+        # threads for a round's disjoint subtrees: the engine's setting, as growth's scorers
+        self.workers: int | None = getattr(data.engine, "threads", None)
         # The rows at the deepest levels of the last recount's path (one entry), by depth,
         # with what routed them there (``_route_key``): J48 decides the nodes of a chain from
         # the bottom up, and prunes a raised branch again from the top down, so the next
@@ -106,11 +109,11 @@ class RowsInMemory:
                 ) -> dict[int, list[float]]:
         """``recount_raised``'s class weights, keyed by ``id()`` of the nodes they reach."""
         assert self.level0 is not None
+        if len(entries) != 1:
+            return self._in_parts(lambda part: self._recount_all(part, recompute_shares),
+                                  entries)
         counts: dict[int, list[float]] = {}
         root = _positions(entries)
-        if len(entries) != 1:
-            self._recount_from(self.level0, {0: root}, 1, counts, recompute_shares)
-            return counts
         # One path: its levels hold one position each, numbered by depth, so the rows a
         # recount left at a depth are this one's, where the path above is routed alike.
         path = entries[0][0]
@@ -128,12 +131,51 @@ class RowsInMemory:
                            keys=keys, depth=depth)
         return counts
 
+    def _recount_all(self, entries: Entries, recompute_shares: bool) -> dict[int, list[float]]:
+        assert self.level0 is not None
+        counts: dict[int, list[float]] = {}
+        self._recount_from(self.level0, {0: _positions(entries)}, 1, counts, recompute_shares)
+        return counts
+
+    def _in_parts(self, work: Callable[[Entries], dict[int, list[float]]], entries: Entries
+                  ) -> dict[int, list[float]]:
+        """``work(entries)``, the entries dealt into a part per thread (``parallel``): in the
+        order of their paths, so that each part's rows soon leave the other's, cut where the
+        parts' weights (the rows each routes) are about even. Each entry's counts are those of
+        its own rows, which keep their order in any part: the counts do not depend on the
+        parts, to the last bit."""
+        assert self.level0 is not None
+        n = min(self.workers or parallel.cores(), len(entries))
+        rows = len(self.level0.node)
+        if n <= 1 or rows < parallel.PARALLEL_MIN_ROWS:
+            return work(entries)
+        ordered = sorted(entries, key=lambda entry: [branch for _, branch in entry[0]])
+        weights = [path[-1][0].children[path[-1][1]].weight if path else branch.weight
+                   for path, branch in ordered]
+        total, parts, part, acc = sum(weights), [], [], 0.0
+        for entry, weight in zip(ordered, weights, strict=True):
+            part.append(entry)
+            acc += weight
+            if acc >= total * (len(parts) + 1) / n and len(parts) < n - 1:
+                parts.append(part)
+                part = []
+        if part:
+            parts.append(part)
+        out: dict[int, list[float]] = {}
+        for counts in parallel.side_by_side(work, parts, rows, self.workers):
+            out.update(counts)
+        return out
+
     def known_counts(self, entries: Entries) -> dict[int, list[float]]:
         """``pruning.recount.known_counts`` in numpy: the class weights at every leaf of each
         structure from the rows known and listed at every test on their way there, keyed by
         ``id()``. The rows move down the same positions and routes (``_known_routes``); a row
         that reaches a leaf is counted there and goes no further. Summed in DOUBLE, in another
-        order than the engine's: the bound's margin covers that (``pruning.c45._settled``)."""
+        order than the engine's: the bound's margin covers that (``pruning.c45._settled``).
+        A round's entries are counted side by side (``_in_parts``)."""
+        return self._in_parts(self._known_counts, entries)
+
+    def _known_counts(self, entries: Entries) -> dict[int, list[float]]:
         level = self.level0
         assert level is not None
         k = len(self.data.classes)

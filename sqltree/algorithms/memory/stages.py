@@ -24,7 +24,7 @@ class InMemoryStages:
 
     @property
     def workers(self) -> int | None:
-        """Threads scoring a level's features (``parallel.each_feature``): the engine's own
+        """Threads scoring a level's features (``parallel.side_by_side``): the engine's own
         setting where it has one (DuckDB's ``threads``), else one per core."""
         return getattr(self.data.engine, "threads", None)
 
