@@ -381,7 +381,7 @@ class Histogram:
         return Groups(node=slots // r.size + low, v=r.value(slots % r.size), n=n, sums=sums)
 
     def sums_by(self, key: np.ndarray, size: int, rows: np.ndarray | None
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The distinct keys (ascending, from 0 below ``size``) of ``rows`` (all when None),
         each with its row count and the sums of its rows' terms. Counted into every key's
         slot where the keys are few (``COUNTED_KEYS_PER_ROW``), else grouped by sorting;
