@@ -301,6 +301,36 @@ def test_a_pruning_rounds_subtrees_recounted_in_threads_give_the_same_model(monk
     same_model(one, threaded)
 
 
+def test_logarithms_of_threads_growing_the_table_at_once_are_the_c_librarys(monkeypatch):
+    """Threads that score features at once may grow the table of whole numbers' logarithms
+    at once: every logarithm is still the C library's (a table grown by two threads without
+    a lock misplaced one's entries)."""
+    import math
+    import threading
+
+    from sqltree.algorithms.memory import level
+
+    sizes = (3_000, 50_000, 200_000, 400_000)
+    expected = {n: np.fromiter(map(math.log, range(1, n)), dtype=np.float64) for n in sizes}
+    for _ in range(20):
+        monkeypatch.setattr(level, "_whole_logs", np.zeros(1))
+        start = threading.Barrier(len(sizes))
+        wrong: list[int] = []
+
+        def work(n: int, start: threading.Barrier, wrong: list[int]) -> None:
+            x = np.arange(1, n, dtype=np.float64)
+            start.wait()
+            if not np.array_equal(level.ln(x), expected[n]):
+                wrong.append(n)
+
+        threads = [threading.Thread(target=work, args=(n, start, wrong)) for n in sizes]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not wrong
+
+
 def test_a_forked_child_scores_in_threads_of_its_own(monkeypatch):
     """The pools of threads are the process's: a child forked after a threaded fit (as
     ``multiprocessing`` forks on Linux) fits with threads of its own instead of waiting on
