@@ -335,8 +335,10 @@ def distinct_values(h: Histogram, features: Sequence[Feature]) -> dict[int, np.n
     out = {}
     for f in features:
         if f.kind == CONTINUOUS:
-            v = level.values(level.column[f.index])
-            out[f.index] = np.unique(v[~np.isnan(v)])
+            # the ranks that growth groups by hold them: sorted, or as the whole numbers
+            r = level.ranks_of(level.column[f.index])
+            out[f.index] = r.values if r.values is not None else np.flatnonzero(
+                np.bincount(r.rank[r.rank >= 0], minlength=r.size)).astype(np.float64)
     return out
 
 
