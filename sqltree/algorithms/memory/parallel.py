@@ -13,7 +13,7 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -30,6 +30,12 @@ def cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
+
+
+def engine_workers(engine: Any) -> int | None:
+    """Threads for numpy work on an engine's rows: the engine's own setting where it has one
+    (DuckDB's ``threads``), else None (one per core)."""
+    return getattr(engine, "threads", None)
 
 
 def side_by_side(work: Callable[[T], R], items: Sequence[T], rows: int,

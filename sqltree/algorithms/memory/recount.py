@@ -92,8 +92,8 @@ class RowsInMemory:
     def __init__(self, data: Dataset, level0: Level | None = None) -> None:
         self.data = data
         self.level0 = level0
-        # threads for a round's disjoint subtrees: the engine's setting, as growth's scorers
-        self.workers: int | None = getattr(data.engine, "threads", None)
+        # threads for a round's disjoint subtrees, as for growth's scorers
+        self.workers = parallel.engine_workers(data.engine)
         # The rows at the deepest levels of the last recount's path (one entry), by depth,
         # with what routed them there (``_route_key``): J48 decides the nodes of a chain from
         # the bottom up, and prunes a raised branch again from the top down, so the next

@@ -7,6 +7,7 @@ from typing import Any
 
 from ...grower import RouteRow, TestRow
 from .level import Level, partition, read_level0
+from .parallel import engine_workers
 
 
 class InMemoryStages:
@@ -26,7 +27,7 @@ class InMemoryStages:
     def workers(self) -> int | None:
         """Threads scoring a level's features (``parallel.side_by_side``): the engine's own
         setting where it has one (DuckDB's ``threads``), else one per core."""
-        return getattr(self.data.engine, "threads", None)
+        return engine_workers(self.data.engine)
 
     def materialize_level0(self) -> Level:
         return read_level0(self.data, self.build_level0(), self.moments, ranked=True)
