@@ -13,6 +13,7 @@ from sqlglot import exp
 from sqlglot.errors import ErrorLevel
 
 from ..errors import OptionError
+from ..heap import share_arenas
 from .base import Engine, arrow_rows, one_line, temp_table_create
 from .select_plan import TABLES
 
@@ -25,6 +26,7 @@ def new_database() -> duckdb.DuckDBPyConnection:
     ``memory_limit``) into a folder of this process in the system's temporary folder: DuckDB's
     default is ``.tmp`` in the working directory, which would leave files in a user's project."""
     spill = os.path.join(tempfile.gettempdir(), f"sqltree-duckdb-{os.getpid()}")
+    share_arenas()
     return duckdb.connect(config={"temp_directory": spill})
 
 
