@@ -25,14 +25,14 @@ def share_arenas() -> bool:
     glibc's ``mallopt(M_ARENA_MAX, SHARED_ARENAS)`` for the whole process, as the environment
     variable ``MALLOC_ARENA_MAX`` does; True where it was set.
 
-    Called before sqltree makes its own DuckDB database, whose threads are then the first
-    ones (glibc fixes its limit once there are more than eight arenas, after which this has
-    no effect). On the 1M benchmark file (C4.5, two threads, two rounds of one run each)
-    ``max_depth=10`` peaked at 1,583 and 1,663 MB against 2,023 and 1,834 MB with an arena
-    per thread, and the no-option call at 1,806 and 1,661 MB against 2,061 and 2,012 MB; both
-    ran 5-10% faster. DuckDB's own statements were as fast (the binned tables plan: 16.8 and
-    17.0 s against 15.7 and 16.8 s). Left alone where the user set ``MALLOC_ARENA_MAX``, and
-    off glibc (musl, macOS, Windows)."""
+    Called before sqltree makes its own DuckDB database, whose threads are then among the
+    first (glibc fixes its limit once there are more than eight arenas; importing pandas
+    makes a second one). On the 1M benchmark file (C4.5, ``max_depth=10``, two threads,
+    three runs each) the fit peaked at 1,766-1,843 MB against 2,053-2,130 MB with glibc's
+    default, in 21.2-24.2 s against 21.5-23.6 s; DuckDB's own statements were as fast (the
+    binned tables plan with ``MALLOC_ARENA_MAX=1``: 16.8 and 17.0 s against 15.7 and
+    16.8 s). Left alone where the user set ``MALLOC_ARENA_MAX``, and off glibc (musl, macOS,
+    Windows)."""
     if "MALLOC_ARENA_MAX" in os.environ or platform.libc_ver()[0] != "glibc":
         return False
     try:
