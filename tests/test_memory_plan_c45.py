@@ -215,3 +215,16 @@ def test_cuts_screened_with_numpy_log_give_the_same_model():
     frame = _many_cuts()
     both_plans(frame, "y", algorithm="c4.5")
     both_plans(frame, "y", algorithm="c4.5", pruning=None, min_cases=1)
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 64])
+def test_cuts_screened_a_chunk_at_a_time_give_the_same_model(monkeypatch, chunk):
+    """A level's cuts are screened ``CUT_CHUNK`` at a time; with chunks of a few cuts, nodes
+    whose cuts straddle chunks and chunks of no valid cut: the model of the tables plan, to
+    the last bit, unpruned and pruned."""
+    from sqltree.algorithms.memory import c45_scores
+
+    monkeypatch.setattr(c45_scores, "CUT_CHUNK", chunk)
+    frame = _many_cuts()
+    both_plans(frame, "y", algorithm="c4.5", pruning=None, min_cases=1)
+    both_plans(frame, "y", algorithm="c4.5")

@@ -17,7 +17,7 @@ engine (``c45_scores.build_branch_counts``, ``c45_cuts.build_observed_thresholds
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -27,7 +27,7 @@ from ...criteria import J48_SMALL
 from ...dataset import Feature
 from ...tree import CONTINUOUS
 from ..c45_criteria import LN2, ScoreOptions
-from .cart_scores import Segments, _left_sum, _rows, _running
+from .cart_scores import Segments, _left_sum, _rows
 from .level import NEAR_BEST_ERROR, Groups, Histogram, as_weight, ln, test_keys, xlogx
 from .parallel import side_by_side
 
@@ -177,40 +177,39 @@ class _Scorer:
                   by_node(big))
 
     def continuous(self, f: Feature) -> list[tuple[Any, ...]]:
-        """A continuous feature's best cut per node (``best_cuts_ordered``)."""
+        """A continuous feature's best cut per node (``best_cuts_ordered``).
+
+        A cut lies between two neighbouring groups of a node. The cuts are screened
+        (``_screen``) ``CUT_CHUNK`` at a time, so that a level's temporaries per cut are
+        bounded, not one set per cut of the level; only the cuts near their node's best are
+        scored again with the C library's logarithm."""
         g = self.h.groups(f)
         if len(g.node) == 0:
             return []
         s = Segments.of(g)
         t, seg_of_node = self.totals(g, s)
-        node_of_seg = np.flatnonzero(seg_of_node >= 0)  # ascending, as the segments
-        same = np.append(s.seg[1:] == s.seg[:-1], False)
-        cut = np.flatnonzero(same)
-        if len(cut) == 0:
+        # the nodes with known values, ascending as the segments
+        cuts = _Cuts(g, s, np.flatnonzero(seg_of_node >= 0), self.h.bits)
+        if len(cuts.cut) == 0:
             return []
-        at = node_of_seg[s.seg[cut]]
-        left = as_weight(_rows(_running(g.sums, s.seg, s.starts), cut), self.h.bits)
-        lw = _left_sum(left)
-        v, nxt = g.v[cut], g.v[cut + 1]
-        w_known = t.w_known[at]
-        rw = w_known - lw
-        least = self._min_split(w_known) - J48_SMALL
-        valid = (lw > least) & (rw > least)
-        if self.options.cut_gap > 0:
-            valid &= (v + self.options.cut_gap) < nxt
-        keep = np.flatnonzero(valid)
-        if len(keep) == 0:
+        parent = self.parent_entropy(t)
+        screened = [self._screen(t, parent, cuts, cuts.cut[i:i + CUT_CHUNK])
+                    for i in range(0, len(cuts.cut), CUT_CHUNK)]
+        valid, gain, error = (np.concatenate(parts) for parts in zip(*screened, strict=True))
+        if len(valid) == 0:
             return []
-        at, left, lw, rw, v, nxt = (_rows(a, keep) for a in (at, left, lw, rw, v, nxt))
-        n_valid = np.diff(np.append(_runs(at), len(at)))
+        at = cuts.node(valid)
+        starts = _runs(at)
+        n_valid = np.diff(np.append(starts, len(at)))
+        run = np.repeat(np.arange(len(starts)), n_valid)
+        lowest_best = np.fmax.reduceat(gain - error, starts)
+        near = valid[~(gain + error < lowest_best[run] - self.options.threshold_tie)]
+        at, left, lw, v, nxt = cuts.at(near)
+        rw = t.w_known[at] - lw
         k = _rows(t.k, at)
         d = self.denominator(t)[at]
-        parent = self.parent_entropy(t)[at]
-        near = _near_best(at, parent, lw, left, rw, k, d * LN2, self.options.threshold_tie)
-        at, left, lw, rw, v, nxt, k, d, parent = (
-            _rows(a, near) for a in (at, left, lw, rw, v, nxt, k, d, parent))
-        gain = self.safe_div(
-            parent - _entropy_mass(lw, left) - _entropy_mass(rw, k - left), d * LN2)
+        gain = self.safe_div(parent[at] - _entropy_mass(lw, left)
+                             - _entropy_mass(rw, k - left), d * LN2)
         chosen = self._best(at, gain)
         at = at[chosen]
         d = d[chosen]
@@ -221,6 +220,24 @@ class _Scorer:
         )
         return self.emit(at, f.index, t, gain[chosen], split_info, n_valid.astype(np.float64),
                   np.full(len(at), 2), threshold=v[chosen], next_value=nxt[chosen])
+
+    def _screen(self, t: _Totals, parent: np.ndarray, cuts: _Cuts, cut: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Of the cuts ``cut`` (ascending), the valid ones (J48's minimum weight on each side,
+        its gap between values), each with its gain from numpy's logarithm and that gain's
+        error bound (``NEAR_BEST_ERROR``)."""
+        at, left, lw, v, nxt = cuts.at(cut)
+        w_known = t.w_known[at]
+        rw = w_known - lw
+        least = self._min_split(w_known) - J48_SMALL
+        valid = (lw > least) & (rw > least)
+        if self.options.cut_gap > 0:
+            valid &= (v + self.options.cut_gap) < nxt
+        keep = np.flatnonzero(valid)
+        at, left, lw, rw = (_rows(a, keep) for a in (at, left, lw, rw))
+        gain, error = _fast_gain(parent[at], lw, left, rw, _rows(t.k, at),
+                                 self.denominator(t)[at] * LN2)
+        return cut[keep], gain, error
 
     def _min_split(self, w_known: np.ndarray) -> np.ndarray:
         """``SplitCriteria.min_split``: J48's ``max(M, min(25, 0.1 * known / k))``, or M."""
@@ -239,6 +256,11 @@ class _Scorer:
         near = np.flatnonzero(gain >= best[run] - self.options.threshold_tie)
         first = np.flatnonzero(np.append(True, run[near][1:] != run[near][:-1]))
         return near[first]
+
+
+CUT_CHUNK = 1 << 17
+"""Cuts screened at a time (``_Scorer.continuous``): each takes a few hundred bytes of
+temporaries, and a level can have about one per row for every continuous feature."""
 
 
 def _runs(at: np.ndarray) -> np.ndarray:
@@ -261,25 +283,54 @@ def _fast_mass(total: np.ndarray, classes: np.ndarray) -> tuple[np.ndarray, np.n
     return out, size
 
 
-def _near_best(at: np.ndarray, parent: np.ndarray, lw: np.ndarray, left: np.ndarray,
-               rw: np.ndarray, k: np.ndarray, denom: np.ndarray, tie: float) -> np.ndarray:
-    """The cuts that can be chosen, found with numpy's ``log``: a logarithm per argument from
-    the C library (``ln``, as the engines compute it) is several times slower, and a node's
-    choice only needs it for the cuts near its best. Each gain is known to within
-    ``NEAR_BEST_ERROR`` of its terms' size; a cut is kept unless even its highest possible
-    gain is below the best cut's lowest one less the tie tolerance (``_best``), so every cut
-    within the tolerance of the exact best is kept, the best among them."""
+def _fast_gain(parent: np.ndarray, lw: np.ndarray, left: np.ndarray, rw: np.ndarray,
+               k: np.ndarray, denom: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Cuts' gains found with numpy's ``log``, and how far each may be from the gain from the
+    C library's (``ln``, as the engines compute it; several times slower): within
+    ``NEAR_BEST_ERROR`` of the size of its terms. A node's choice needs the exact gain only
+    of the cuts near its best: a cut is scored again unless even its highest possible gain is
+    below the best cut's lowest one less the tie tolerance (``_best``), so every cut within
+    the tolerance of the exact best is, the best among them."""
     left_mass, left_size = _fast_mass(lw, left)
     right_mass, right_size = _fast_mass(rw, k - left)
     positive = denom > 0
     safe = np.where(positive, denom, 1.0)
     gain = np.where(positive, (parent - left_mass - right_mass) / safe, np.nan)
-    error = NEAR_BEST_ERROR * (np.abs(parent) + left_size + right_size) / safe
-    starts = _runs(at)
-    run = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(at))))
-    lowest_best = np.fmax.reduceat(gain - error, starts)
-    return np.flatnonzero(~(gain + error < lowest_best[run] - tie))
+    return gain, NEAR_BEST_ERROR * (np.abs(parent) + left_size + right_size) / safe
 
+
+@dataclass
+class _Cuts:
+    """A feature's cuts (a cut between each two neighbouring groups of a node, by the index
+    of the lower group) and the running class weights that give each cut's left side."""
+
+    g: Groups
+    s: Segments
+    node_of_seg: np.ndarray
+    bits: int | None
+    cut: np.ndarray = field(init=False)
+    running: np.ndarray = field(init=False)
+    before: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        seg = self.s.seg
+        self.cut = np.flatnonzero(seg[1:] == seg[:-1])
+        # _running's sums, kept as a running total and each segment's total before it
+        self.running = np.cumsum(self.g.sums, axis=0)
+        self.before = np.zeros_like(self.running[:1]).repeat(len(self.s.starts), axis=0)
+        self.before[1:] = self.running[self.s.starts[1:] - 1]
+
+    def node(self, cut: np.ndarray) -> np.ndarray:
+        """The cuts' nodes, as indexes into the level's totals."""
+        return self.node_of_seg[self.s.seg[cut]]
+
+    def at(self, cut: np.ndarray
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The cuts' nodes, left class weights and their sum, and the values each side."""
+        seg = self.s.seg[cut]
+        left = as_weight(_rows(self.running, cut) - _rows(self.before, seg), self.bits)
+        return (self.node_of_seg[seg], left, _left_sum(left), self.g.v[cut],
+                self.g.v[cut + 1])
 
 def _nullable(values: np.ndarray) -> list[float | None]:
     """Doubles as Python floats, NaN as None (the query's NULL)."""

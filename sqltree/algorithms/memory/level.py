@@ -402,7 +402,12 @@ class Histogram:
         if size <= COUNTED_KEYS_PER_ROW * len(self.level.node) + 1024 and parts:
             n = np.bincount(key, minlength=size)
             slots = np.flatnonzero(n)
-            return slots, n[slots], self._class_sums(key, rows, size, parts)[slots]
+            # the sums by class of the keys that occur only: a slot per key and class of
+            # every key was up to 4 x 3 doubles per row, for each of two parts (at a deep
+            # level, a nominal feature of 50 values: a few hundred MB)
+            number = np.zeros(size, dtype=np.int64)
+            number[slots] = np.arange(len(slots))
+            return slots, n[slots], self._class_sums(number[key], rows, len(slots), parts)
         order = np.argsort(key, kind="stable" if self.moments else None)
         key = key[order]
         starts = _group([key], len(key))
