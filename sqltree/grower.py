@@ -522,6 +522,7 @@ class _LevelGrower:
             node = pending.node
             f = by_name[plan.split.feature]
             node.split = plan.split
+            node.children = []
             node.shares = plan.shares
             node.unknown_branch = plan.unknown_branch
             tests.append((node_id, f.index, plan.test_threshold))
