@@ -228,3 +228,19 @@ def test_cuts_screened_a_chunk_at_a_time_give_the_same_model(monkeypatch, chunk)
     frame = _many_cuts()
     both_plans(frame, "y", algorithm="c4.5", pruning=None, min_cases=1)
     both_plans(frame, "y", algorithm="c4.5")
+
+
+def test_rows_keyed_by_ranks_where_codes_are_not_ranks(monkeypatch):
+    """Growth keeps ranks, not values: a test's threshold becomes a rank, and a nominal
+    code that is not its own rank (a domain of more than ``RANK_WHOLE_MAX`` codes, here
+    forced from 2) is looked up. The model of the tables plan, to the last bit, with
+    subtree raising (whose recounts key the rows the same way)."""
+    from sqltree.algorithms.memory import level
+
+    monkeypatch.setattr(level, "RANK_WHOLE_MAX", 2)
+    frame = _many_cuts()
+    frame["d"] = (frame["b"] * 3).round().astype("Int64")  # whole numbers, some negative
+    # a value of "c" only on rows without a class: its code is in the domain, not the rows
+    frame.loc[frame.index[:5], ["c", "y"]] = ["a", None]
+    both_plans(frame, "y", algorithm="c4.5")
+    both_plans(frame, "y", algorithm="c4.5", pruning=None, min_cases=1)

@@ -31,7 +31,7 @@ class MemoryC45Strategy(InMemoryStages, C45Strategy):
     def materialize_level0(self) -> Level:
         level = super().materialize_level0()
         if not self.bins:  # binned rows hold bin indexes; the tree's tests, edge values
-            self.rows_in_memory = RowsInMemory(self.data, replace(level, ranks=None))
+            self.rows_in_memory = RowsInMemory(self.data, level)
         return level
 
     def materialize_histogram(self, level: Level, features: list[Feature], nodes: int

@@ -24,6 +24,7 @@ import numpy as np
 from ... import queries as q
 from ...dataset import Dataset, Feature
 from ...tree import CONTINUOUS
+from .parallel import engine_workers, side_by_side
 
 WHOLE_LOGS_MAX = 1 << 21
 """Whole numbers up to this one take their logarithm from a table (``ln``)."""
@@ -99,27 +100,32 @@ class Level:
     node: np.ndarray
     w: np.ndarray
     y: np.ndarray
-    x: np.ndarray
+    x: np.ndarray | None
+    """The feature values of the level-0 rows, column-major; None where ``ranks`` holds them."""
     column: dict[int, int]
-    """Feature index -> column of ``x``."""
+    """Feature index -> column of ``x`` (and key of ``ranks``)."""
     base: np.ndarray | None = None
     """The row of ``x`` that each row of the level is (None: the row of the same number): the
     feature values are never copied down the levels, each stage reads the columns it needs."""
     ranks: dict[int, Ranks] | None = None
-    """Column of ``x`` -> the ranks of its values (of ``x``'s rows), once ``Histogram.groups``
-    asked for them; None for a level that does not keep them (pruning's recounts)."""
+    """Column -> the ranks of its values of the level-0 rows, for a level of growth (the
+    stages group rows by them): every column's, their ``rank`` arrays the columns of
+    ``rank_x``, and no ``x``. None for a level without (pruning's recounts)."""
+    rank_x: np.ndarray | None = None
+    """Every column's ranks (int32, column-major), where ``ranks`` holds them."""
 
     def values(self, col: int) -> np.ndarray:
         """Column ``col``'s values of the level's rows."""
+        if self.x is None:
+            assert self.ranks is not None
+            return self.ranks_of(col).known_values()
         return self.x[:, col] if self.base is None else self.x[self.base, col]
 
     def ranks_of(self, col: int) -> Ranks:
-        """Column ``col``'s ranks of the level's rows, computed on first use (``Ranks.of``)."""
+        """Column ``col``'s ranks of the level's rows (``Ranks.of``)."""
         if self.ranks is None:
             return Ranks.of(self.values(col))
-        found = self.ranks.get(col)
-        if found is None:
-            found = self.ranks[col] = Ranks.of(self.x[:, col])
+        found = self.ranks[col]
         return found if self.base is None else found.take(self.base)
 
 
@@ -137,10 +143,13 @@ class Ranks:
     """One more than the largest rank."""
 
     @classmethod
-    def of(cls, v: np.ndarray) -> Ranks:
+    def of(cls, v: np.ndarray, out: np.ndarray | None = None) -> Ranks:
+        """``v``'s ranks, written into ``out`` (int32) where given."""
         known = ~np.isnan(v)
         kv = v[known]
-        rank = np.full(len(v), -1, dtype=np.int32)
+        rank = np.full(len(v), -1, dtype=np.int32) if out is None else out
+        if out is not None:
+            rank.fill(-1)
         if len(kv) == 0:
             return cls(rank, None, 0)
         top = float(kv.max())
@@ -156,6 +165,13 @@ class Ranks:
 
     def value(self, rank: np.ndarray) -> np.ndarray:
         return rank.astype(np.float64) if self.values is None else self.values[rank]
+
+    def known_values(self) -> np.ndarray:
+        """The values of the ranks, NaN for an unknown one."""
+        known = self.rank >= 0
+        out = np.full(len(self.rank), np.nan)
+        out[known] = self.value(self.rank[known])
+        return out
 
 
 RANK_WHOLE_MAX = 1 << 20
@@ -179,14 +195,30 @@ def read_level0(data: Dataset, query: Any, regression: bool, ranked: bool = Fals
                       dtype=np.float64, order="F")
     for j in range(values.shape[1] if parts else 0):
         np.concatenate([part[j] for part in parts], out=values[:, j])
-    return Level(
+    del parts
+    level = Level(
         node=values[:, 0].astype(np.int64),
-        w=np.ascontiguousarray(values[:, 1]),
-        y=np.ascontiguousarray(values[:, 2]) if regression else values[:, 2].astype(np.int64),
+        # copies (a column of ``values`` is contiguous): a view would keep the whole matrix
+        w=values[:, 1].copy(),
+        y=values[:, 2].copy() if regression else values[:, 2].astype(np.int64),
         x=values[:, 3:],
         column={f.index: j for j, f in enumerate(data.features)},
-        ranks={} if ranked else None,
     )
+    return _ranked(level, engine_workers(data.engine)) if ranked else level
+
+
+def _ranked(level: Level, workers: int | None) -> Level:
+    """``level`` with its feature values as ranks only (``Level.ranks``): every stage of
+    growth groups and tests rows by ranks, and the values of the level-0 rows were a float64
+    matrix beside them (1M rows of 16 features: 128 MB). Ranked a column a thread."""
+    x = level.x
+    assert x is not None
+    rank_x = np.empty(x.shape, dtype=np.int32, order="F")
+    columns = list(range(x.shape[1]))
+    ranks = side_by_side(lambda j: Ranks.of(x[:, j], out=rank_x[:, j]), columns, len(x),
+                         workers)
+    return Level(node=level.node, w=level.w, y=level.y, x=None, column=level.column,
+                 ranks=dict(zip(columns, ranks, strict=True)), rank_x=rank_x)
 
 
 def test_keys(level: Level, tests: Sequence[tuple[int, int, float | None]]
@@ -204,11 +236,41 @@ def test_keys(level: Level, tests: Sequence[tuple[int, int, float | None]]
     lo, hi = equal_range(test_node, level.node)
     rows = np.flatnonzero(hi > lo)
     at = lo[rows]
-    v = gather(level.x, rows if level.base is None else level.base[rows], test_col[at])
-    thr = test_thr[at]
+    of_x = rows if level.base is None else level.base[rows]
+    if level.x is None:
+        v, thr = _ranked_test_values(level, of_x, at, test_col, test_thr)
+    else:
+        v, thr = gather(level.x, of_x, test_col[at]), test_thr[at]
     with np.errstate(invalid="ignore"):
         key = np.where(np.isnan(thr), v, np.where(v <= thr, 0.0, 1.0))
-    return rows, np.where(np.isnan(v), float(q.UNKNOWN_KEY), key)
+    unknown = v < 0 if v.dtype.kind == "i" else np.isnan(v)  # ranks: -1
+    return rows, np.where(unknown, float(q.UNKNOWN_KEY), key)
+
+
+def _ranked_test_values(level: Level, of_x: np.ndarray, at: np.ndarray, test_col: np.ndarray,
+                        test_thr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``test_keys``' values and thresholds from a level's ranks, compared alike: a rank is its
+    value where the column's values are small whole numbers; else a cut's threshold becomes
+    the rank of the largest value not above it (ranks ascend with the values), and a
+    nominal test's value is looked up. The values are the ranks themselves (-1: unknown)
+    unless one is looked up (then doubles, NaN: unknown)."""
+    assert level.ranks is not None and level.rank_x is not None
+    rank = gather(level.rank_x, of_x, test_col[at])
+    v: np.ndarray = rank
+    thr_of_test = test_thr.copy()
+    nominal = np.isnan(test_thr)
+    for col in np.unique(test_col).tolist():
+        values = level.ranks[col].values
+        if values is None:
+            continue
+        cut = (test_col == col) & ~nominal
+        thr_of_test[cut] = np.searchsorted(values, test_thr[cut], "right") - 1.0
+        if np.any((test_col == col) & nominal):  # nominal codes too many to be ranks
+            if v is rank:
+                v = np.where(rank < 0, np.nan, rank.astype(np.float64))
+            looked_up = np.flatnonzero((test_col[at] == col) & nominal[at] & (rank >= 0))
+            v[looked_up] = values[rank[looked_up]]
+    return v, thr_of_test[at]
 
 
 def gather(x: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
@@ -278,6 +340,7 @@ def partition(
         column=level.column,
         base=src if level.base is None else level.base[src],
         ranks=level.ranks,
+        rank_x=level.rank_x,
     )
 
 
