@@ -327,8 +327,9 @@ def partition(
     many = hi - lo
     if len(many) and many.max() > 1:  # a row to several children (an unknown value spread)
         src = np.repeat(rows, many)
-        offset = np.arange(len(src)) - np.repeat(np.cumsum(many) - many, many)
-        route = np.repeat(lo, many) + offset
+        # the j-th copy of a row takes its j-th route: lo + (place - the row's first place)
+        first = np.cumsum(many) - many
+        route = np.repeat(lo - first, many) + np.arange(len(src))
     else:
         routed = many > 0
         src, route = rows[routed], lo[routed]
