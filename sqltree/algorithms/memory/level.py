@@ -115,10 +115,8 @@ class Level:
     """Every column's ranks (int32, column-major), where ``ranks`` holds them."""
 
     def values(self, col: int) -> np.ndarray:
-        """Column ``col``'s values of the level's rows."""
-        if self.x is None:
-            assert self.ranks is not None
-            return self.ranks_of(col).known_values()
+        """Column ``col``'s values of the level's rows (a level with ``x``)."""
+        assert self.x is not None
         return self.x[:, col] if self.base is None else self.x[self.base, col]
 
     def ranks_of(self, col: int) -> Ranks:
@@ -165,13 +163,6 @@ class Ranks:
 
     def value(self, rank: np.ndarray) -> np.ndarray:
         return rank.astype(np.float64) if self.values is None else self.values[rank]
-
-    def known_values(self) -> np.ndarray:
-        """The values of the ranks, NaN for an unknown one."""
-        known = self.rank >= 0
-        out = np.full(len(self.rank), np.nan)
-        out[known] = self.value(self.rank[known])
-        return out
 
 
 RANK_WHOLE_MAX = 1 << 20
@@ -263,9 +254,10 @@ def _ranked_test_values(level: Level, of_x: np.ndarray, at: np.ndarray, test_col
         values = level.ranks[col].values
         if values is None:
             continue
-        cut = (test_col == col) & ~nominal
+        of_col = test_col == col
+        cut = of_col & ~nominal
         thr_of_test[cut] = np.searchsorted(values, test_thr[cut], "right") - 1.0
-        if np.any((test_col == col) & nominal):  # nominal codes too many to be ranks
+        if np.any(of_col & nominal):  # nominal codes too many to be ranks
             if v is rank:
                 v = np.where(rank < 0, np.nan, rank.astype(np.float64))
             looked_up = np.flatnonzero((test_col[at] == col) & nominal[at] & (rank >= 0))
