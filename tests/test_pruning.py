@@ -779,6 +779,41 @@ def test_pruning_reads_the_rows_once(monkeypatch, table) -> None:
     assert_counts_exact(in_memory, frame, target, data.classes)
 
 
+@pytest.mark.parametrize("every", [1, 3])
+@pytest.mark.parametrize(("table", "falls_back"), [(noisy_frame, False), (chain_frame, True)],
+                         ids=["noisy", "chain"])
+def test_recounts_start_from_snapshots_of_the_rows(monkeypatch, table, falls_back: bool,
+                                                   every: int) -> None:
+    """Bounds and recounts in memory start from the rows kept at every ``SNAPSHOT_EVERY``-th
+    depth, not from the root: the same tree as with a statement per level, every count and
+    share to the last bit, in rounds and in J48's one-at-a-time order, with unknown values on
+    the paths (noisy). The chain's raised branches are pruned again below snapshots taken
+    before the raise: their nodes moved up a depth, where the snapshots do not hold them
+    (``_Snapshot.holds``), and start higher."""
+    frame = table()
+    engine = DuckDBEngine()
+    data = describe(frame, engine, "y")
+    grown, _ = grow(data, GrowOptions())
+    want = copy.deepcopy(grown)
+    with monkeypatch.context() as patch:
+        _recount_in_memory(patch, 0)  # never
+        assert prune_c45(want, data, rows=RowsInMemory(data)).raised > 0
+    held: list[bool] = []
+    holds = memory_recount._Snapshot.holds
+    monkeypatch.setattr(memory_recount, "SNAPSHOT_EVERY", every)
+    monkeypatch.setattr(memory_recount._Snapshot, "holds",
+                        lambda self, *a: held.append(holds(self, *a)) or held[-1])
+    for batch in (True, False):
+        got, rows = copy.deepcopy(grown), RowsInMemory(data)
+        assert rows.read_all_if_small()
+        prune_c45(got, data, rows=rows, batch=batch)
+        assert got.to_dict() == want.to_dict(), batch
+        assert_counts_exact(got, frame, "y", data.classes)
+        assert True in held and (False in held) == falls_back, batch
+        held.clear()
+    engine.cleanup()
+
+
 def test_known_counts_in_memory_are_the_engines(
     labor: tuple[pd.DataFrame, str, Any, Node],
 ) -> None:

@@ -79,6 +79,8 @@ class _Router:
         return self._table
 
     def close(self) -> None:
+        if self.in_memory is not None:
+            self.in_memory.release()
         if self._table is not None:
             self.data.engine.drop(self._table)
             self._table = None
