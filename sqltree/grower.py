@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from . import heap
 from . import progress as reporting
 from . import queries as q
 from .compiler import collector_paused
@@ -444,6 +445,7 @@ def _grow(strategy: Strategy, progress: Progress | None) -> tuple[Node, GrowStat
             depth += 1
             if strategy.plan_name is None:  # no query expressions to free on the memory plan
                 gc.collect(1)
+            heap.give_back()
         root = strategy.finish(root)
     finally:
         if level is not None and frontier:

@@ -181,6 +181,23 @@ def test_sqltrees_own_duckdb_spills_into_the_temporary_folder(tmp_path, monkeypa
     assert model.n_leaves >= 1 and not any(tmp_path.iterdir())
 
 
+def test_sqltrees_own_duckdb_gives_free_memory_back() -> None:
+    """sqltree's own databases free what a statement allocated as it ends; a user's
+    connection keeps DuckDB's allocator settings (``test_connection_state``'s settings)."""
+    from sqltree.engines.duckdb import OWN_DATABASE_ALLOCATOR
+
+    for connection in (DuckDBEngine().connection, DuckDBEngine.private_connection()):
+        for name, value in OWN_DATABASE_ALLOCATOR.items():
+            ((got,),) = connection.execute(f"SELECT current_setting('{name}')").fetchall()
+            assert got == value, name
+    con = duckdb_with(mixed_table(200), *CALLER_SETTINGS)
+    ((background,),) = con.execute(
+        "SELECT current_setting('allocator_background_threads')").fetchall()
+    sqltree.train("data", target="label", connection=con)
+    assert con.execute("SELECT current_setting('allocator_background_threads')").fetchall() == [
+        (background,)]
+
+
 def test_two_threads_train_on_one_duckdb_connection() -> None:
     con = duckdb_with(mixed_table(5000), *CALLER_SETTINGS)
     want = sqltree.train(mixed_table(5000), target="label").text()

@@ -56,3 +56,27 @@ def test_a_users_arena_setting_is_left_alone(monkeypatch):
 def test_shared_arenas_are_set_through_mallopt(monkeypatch):
     monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
     assert heap.share_arenas() is True
+
+
+GIVE_BACK = """
+from sqltree import heap
+
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096 / 1e6
+
+blocks = [bytes(64 * 1024) for _ in range(4000)]  # 262 MB from the heap, below mmap's size
+last = blocks[-1]
+del blocks
+held = rss()
+heap.give_back()
+print(held - rss())
+"""
+
+
+@glibc
+def test_free_memory_goes_back_to_the_system():
+    """What was freed into the heap, kept there by glibc, is given back."""
+    done = subprocess.run([sys.executable, "-c", GIVE_BACK], check=True, capture_output=True,
+                          text=True)
+    assert float(done.stdout) > 131  # MB: at least half
