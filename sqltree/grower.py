@@ -22,7 +22,7 @@ from . import queries as q
 from .compiler import collector_paused
 from .dataset import Dataset, Feature
 from .engines.select_plan import TABLES, plan_note
-from .tree import CONTINUOUS, Node, Split, normalise
+from .tree import CONTINUOUS, Node, Split, normalise, share_whole
 
 ROWS_PER_CLASS_GROUP = 16
 """Rows per (node, value, class) group from which a histogram is summed per class first."""
@@ -482,8 +482,8 @@ class _LevelGrower:
         strategy.on_histogram(engine, hist, depth)
         for node_id, counts in strategy.read_counts(engine, hist).items():
             pending = frontier[node_id]
-            pending.node.counts = counts
-            pending.node.proba = normalise(counts, pending.parent_proba)
+            pending.node.counts = share_whole(counts)
+            pending.node.proba = share_whole(normalise(counts, pending.parent_proba))
 
         splittable = [
             p for p in frontier.values() if self.can_grow(depth) and strategy.may_split(p)
@@ -534,7 +534,8 @@ class _LevelGrower:
                 if counts is None:
                     child = Node([0.0] * k, list(node.proba), node_id=self.next_id)
                 else:
-                    child = Node(counts, normalise(counts, node.proba), node_id=self.next_id)
+                    child = Node(share_whole(counts), share_whole(normalise(counts, node.proba)),
+                                 node_id=self.next_id)
                 self.next_id += 1
                 node.children.append(child)
                 strategy.on_child(pending, branch, child)

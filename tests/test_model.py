@@ -64,3 +64,25 @@ def test_stats_count_queries_and_scans(engine_factory):
     for level in stats["levels"]:
         assert level["scans"] <= 2
         assert level["queries"] <= 7
+
+
+def test_a_grown_trees_whole_numbers_are_shared_floats():
+    """Counts and probabilities that are whole numbers are one float object per value across
+    the tree (``tree.share_whole``); every other value is unchanged, to the last bit."""
+    import math
+
+    from sqltree.tree import SHARED_WHOLE_MAX, share_whole
+
+    values = [0.0, 1.0, 2.5, float(SHARED_WHOLE_MAX), SHARED_WHOLE_MAX + 1.0, 1e-300, 3.0]
+    shared = share_whole([v * 1.0 for v in values])
+    assert shared == values and shared[0] is share_whole([0.0])[0]
+    assert shared[3] is share_whole([float(SHARED_WHOLE_MAX)])[0]
+    assert shared[4] is not share_whole([SHARED_WHOLE_MAX + 1.0])[0]
+    assert all(math.copysign(1.0, v) == 1.0 for v in shared)
+    model = sqltree.train(mixed_table(400), target="label", pruning=None)
+    objects: dict[float, set[int]] = {}
+    for node in model.root.walk():
+        for v in [*node.counts, *node.proba]:
+            objects.setdefault(v, set()).add(id(v))
+    assert len(objects[0.0]) == len(objects[1.0]) == 1
+    assert all(len(ids) == 1 for v, ids in objects.items() if v.is_integer())
