@@ -440,10 +440,13 @@ class Histogram:
         if len(known) == 0:
             return Groups(level.node[:0], np.zeros(0), np.zeros(0, dtype=np.int64),
                           self.terms[:0])
-        nodes = level.node[known]
-        low = int(nodes.min())
-        span = int(nodes.max()) - low + 1
-        key = (nodes - low) * r.size + r.rank[known].astype(np.int64)
+        # the key in place: a deep level's temporaries are a few arrays a row per feature
+        key = level.node[known].astype(np.int64, copy=False)
+        low = int(key.min())
+        span = int(key.max()) - low + 1
+        key -= low
+        key *= r.size
+        key += r.rank[known]
         slots, n, sums = self.sums_by(key, span * r.size, known)
         return Groups(node=slots // r.size + low, v=r.value(slots % r.size), n=n, sums=sums)
 
@@ -469,6 +472,7 @@ class Histogram:
         starts = _group([key], len(key))
         n = np.diff(np.append(starts, len(key)))
         at = order if rows is None else rows[order]
+        del order
         if parts:
             group = np.cumsum(np.append(False, key[1:] != key[:-1]))
             return key[starts], n, self._class_sums(group, at, len(starts), parts)
@@ -482,8 +486,10 @@ class Histogram:
         y = self.level.y if rows is None else self.level.y[rows]
         if rows is not None:
             parts = [(part[rows], shift) for part, shift in parts]
-        summed = sum_exactly(index * classes + y, parts, size * classes)
-        return summed.reshape(size, classes)
+        slot = index * classes
+        slot += y
+        del y
+        return sum_exactly(slot, parts, size * classes).reshape(size, classes)
 
     def _class_parts(self) -> list[tuple[np.ndarray, int | None]]:
         """Each row's one nonzero term (in its class's column) in parts for ``sum_exactly``;
@@ -525,7 +531,16 @@ def sum_exactly(slot: np.ndarray, parts: list[tuple[np.ndarray, int | None]], si
         summed = np.bincount(slot, weights=part, minlength=size)
         if shift is None:
             return summed
-        whole = summed.astype(np.int64) << shift
-        out = whole if out is None else out + whole
+        # in place: a continuous feature's sums are a slot per row and class at the deep
+        # levels, and four such arrays at once were a level's largest temporaries
+        whole = summed.astype(np.int64)
+        del summed
+        if shift:
+            np.left_shift(whole, shift, out=whole)
+        if out is None:
+            out = whole
+        else:
+            out += whole
+            del whole
     assert out is not None
     return out
