@@ -86,13 +86,6 @@ def _end(path: Sequence[tuple[Node, int]]) -> Node:
     return parent.children[branch]
 
 
-def _no_rows(level: Level) -> Level:
-    """``level`` without its rows."""
-    base = level.base if level.base is not None else np.arange(len(level.node))
-    return dataclasses.replace(level, node=level.node[:0], w=level.w[:0], y=level.y[:0],
-                               base=base[:0])
-
-
 def _route_key(node: Node, branch: int) -> tuple[Any, ...]:
     """What sends a path's rows from ``node`` down ``branch``: the node, its test and shares
     (replaced, never changed in place, when pruning raises or recounts), its branch for
@@ -260,8 +253,10 @@ class RowsInMemory:
                          if c.split is not None}
                 if inner:  # the rows of a node whose branches are leaves stop here
                     frontier[local] = _Position(node, False, inner)
+            # a snapshot is taken for a node at its depth or below: the nodes above it have
+            # internal branches
             tests, routes, below = _known_routes(frontier, features, 0)
-            level = partition(level, tests, routes) if routes else _no_rows(level)
+            level = partition(level, tests, routes)
             nodes = [below[label].node for label in range(len(below))]
         self._snapshots[depth] = snapshot = _Snapshot.of(level, nodes)
         return snapshot
