@@ -15,6 +15,7 @@ largest.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import platform
 from typing import Any
@@ -64,17 +65,12 @@ def give_back() -> bool:
     return True
 
 
-_trim: list[Any] = []
-
-
+@functools.cache
 def _malloc_trim() -> Any:
     """glibc's ``malloc_trim``, looked up once; None off glibc."""
-    if not _trim:
-        found = None
-        if platform.libc_ver()[0] == "glibc":
-            try:
-                found = ctypes.CDLL(None).malloc_trim
-            except (OSError, AttributeError):
-                found = None
-        _trim.append(found)
-    return _trim[0]
+    if platform.libc_ver()[0] != "glibc":
+        return None
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
