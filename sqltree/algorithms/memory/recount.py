@@ -123,12 +123,6 @@ class _Snapshot:
         small = np.int32 if base.max(initial=0) < 2**31 else np.int64
         return cls(base.astype(small), level.node.astype(np.int32), level.w, nodes)
 
-    def level(self, level0: Level) -> Level:
-        """The rows as a level of ``level0``'s rows."""
-        base = self.base.astype(np.int64)
-        return dataclasses.replace(level0, node=self.node.astype(np.int64), w=self.w,
-                                   y=level0.y[base], base=base)
-
     def holds(self, node: Node) -> bool:
         """Whether ``node`` was at this depth when the rows were routed."""
         return id(node) in self.place
@@ -242,7 +236,7 @@ class RowsInMemory:
         above = depth - SNAPSHOT_EVERY
         if above:
             snapshot = self._snapshot(root, above)
-            level, nodes = snapshot.level(self.level0), snapshot.nodes
+            level, nodes = snapshot.rows_at(self.level0, snapshot.nodes), snapshot.nodes
         else:
             level, nodes = self.level0, [root]
         features = {f.name: f for f in self.data.features}
@@ -304,7 +298,7 @@ class RowsInMemory:
         if n <= 1 or rows < parallel.PARALLEL_MIN_ROWS:
             return work(entries)
         ordered = sorted(entries, key=lambda entry: [branch for _, branch in entry[0]])
-        weights = [path[-1][0].children[path[-1][1]].weight if path else branch.weight
+        weights = [_end(path).weight if path else branch.weight
                    for path, branch in ordered]
         total, parts, part, acc = sum(weights), [], [], 0.0
         for entry, weight in zip(ordered, weights, strict=True):
