@@ -149,8 +149,6 @@ def sklearn_worker(args: argparse.Namespace) -> dict[str, Any]:
 
 # -- sqltree side ------------------------------------------------------------------------------
 def sqltree_worker(args: argparse.Namespace) -> dict[str, Any]:
-    import pandas as pd
-
     import sqltree
     from sqltree.engines.duckdb import DuckDBEngine
 
@@ -169,7 +167,6 @@ def sqltree_worker(args: argparse.Namespace) -> dict[str, Any]:
         options["pruning"] = None if args.pruning == "none" else args.pruning
     if args.algorithm == "c4.5" and not regression:
         options["subtree_raising"] = args.subtree_raising
-    truth = pd.read_parquet(args.test, columns=[TARGET])[TARGET].to_numpy()
     source: Any = args.train
     connection: Any = engine
     if args.postgres:
@@ -183,6 +180,10 @@ def sqltree_worker(args: argparse.Namespace) -> dict[str, Any]:
     )
     seconds = time.perf_counter() - start
     rss = peak_rss_mb()
+    # pandas only now: a fit on a file does not load it (about 90 MB with pyarrow)
+    import pandas as pd
+
+    truth = pd.read_parquet(args.test, columns=[TARGET])[TARGET].to_numpy()
     print(f"trained in {seconds:.1f} s, {model.n_leaves} leaves", file=sys.stderr, flush=True)
     stats = model.stats
     root = model.root
@@ -252,8 +253,6 @@ class PhaseClock(logging.Handler):
 
 def defaults_worker(args: argparse.Namespace) -> dict[str, Any]:
     """``sqltree.train(path, target)`` with no option at all (its own DuckDB database)."""
-    import pandas as pd
-
     import sqltree
 
     clock = PhaseClock()
@@ -265,6 +264,8 @@ def defaults_worker(args: argparse.Namespace) -> dict[str, Any]:
     seconds = time.perf_counter() - start
     rss = peak_rss_mb()
     log.removeHandler(clock)
+    import pandas as pd  # after the call, as in ``sqltree_worker``
+
     truth = pd.read_parquet(args.test, columns=[TARGET])[TARGET].to_numpy()
     labels = model.predict(args.test)["prediction"].to_numpy()
     grow = clock.phases.get("grow", 0.0)

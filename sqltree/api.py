@@ -6,9 +6,8 @@ import inspect
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 from sqlglot import exp
 
 from . import progress as reporting
@@ -24,7 +23,7 @@ from .algorithms.memory import (
     memory_reason,
 )
 from .compiler import collector_paused
-from .dataset import Dataset, describe, describe_source
+from .dataset import Dataset, describe, describe_source, is_pandas_frame
 from .engines import get_engine
 from .engines.select_plan import AUTO, check_plan
 from .grower import GrowOptions
@@ -38,6 +37,9 @@ from .options import (
 from .progress import Callback
 from .pruning import prune
 from .version import __version__
+
+if TYPE_CHECKING:
+    import pandas
 
 DEFAULT_MIN_CASES = {"c4.5": 2.0, "id3": 1.0}
 
@@ -223,7 +225,7 @@ def rows_held_by(source: Any, engine: Any) -> str | None:
     are in a user's engine."""
     if isinstance(source, exp.Expression) and source.meta.get(HELD_BY):
         return str(source.meta[HELD_BY])
-    if isinstance(source, pd.DataFrame):
+    if is_pandas_frame(source):
         return PYTHON_MEMORY
     if getattr(engine, "own_database", False):
         return LOCAL_FILE
@@ -262,7 +264,7 @@ def split_scores(
     continuous: Sequence[str] = (),
     weight: str | None = None,
     plan: str = "auto",
-) -> pd.DataFrame:
+) -> pandas.DataFrame:
     """Every candidate split at the root, scored in the engine.
 
     One row per nominal feature (its multiway split; ``threshold`` is NULL) and one per
@@ -304,6 +306,8 @@ def split_scores(
                 "weight": r["w_all"],
             }
         )
+    import pandas as pd
+
     return pd.DataFrame.from_records(
         records,
         columns=["attribute", "kind", "threshold", "gain", "split_info", "gain_ratio",

@@ -33,9 +33,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 from sqlglot import exp
 
 from . import progress as reporting
@@ -58,6 +57,9 @@ from .model import Model
 from .options import CART_OPTIONS, check_train_options, resolve_task
 from .regression_evaluation import RegressionEvaluation, combine_regression
 from .tree import Value
+
+if TYPE_CHECKING:
+    import pandas
 
 FLOAT_MULTIPLIER = 0.6180339887498949
 """``c`` of the float hash ``frac(x * c)``: the golden ratio's fraction spreads integers and
@@ -570,7 +572,7 @@ def assign_folds(
     key: str | None = None,
     connection: Any = None,
     column: str = "fold",
-) -> pd.DataFrame:
+) -> pandas.DataFrame:
     """The source's labelled rows with the fold (1 to ``folds``) ``cross_validate`` deals
     each into, as a DataFrame (rows in no particular order)."""
     check_folds(folds)

@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 from sqlglot import exp
 from sqlglot.errors import ErrorLevel
 
@@ -25,6 +24,8 @@ from .options import check_dialect
 from .tree import CONTINUOUS, Node, Value, check_unknown, format_value, scoring_tree
 
 if TYPE_CHECKING:
+    import pandas
+
     from .evaluation import Evaluation
     from .regression_evaluation import RegressionEvaluation
 
@@ -410,7 +411,7 @@ class Model:
         into: str | None = None,
         unknown: str = "fractional",
         output: str = "label",
-    ) -> pd.DataFrame | None:
+    ) -> pandas.DataFrame | None:
         """Score ``source`` in the engine with the compiled SQL.
 
         Returns the source's columns plus ``prediction`` (and ``proba_<class>`` columns with

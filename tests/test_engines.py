@@ -225,6 +225,50 @@ def test_nominal_domains_are_read_in_one_statement(engine_factory: EngineFactory
     assert statements[5] - statements[3] == (0 if engine.SUPPORTS_GROUPING_SETS else 2)
 
 
+@pytest.mark.parametrize("engine_factory", [*ENGINES, SQLITE], indirect=True)
+def test_float_batches_are_doubles_with_nan_for_null(engine_factory: EngineFactory) -> None:
+    """The memory plan reads its rows with ``float_batches``: every column float64, NaN where
+    the engine has NULL, rows in the query's order."""
+    frame = pd.DataFrame({
+        "k": [1, 2, 3, 4],
+        "i": pd.array([7, None, -2, 0], dtype="Int64"),
+        "x": [0.5, None, 2.5, 1e300],
+    })
+    engine, source = engine_factory(frame, "floats")
+    query = exp.select("k", "i", "x").from_(source).order_by("k")
+    batches = list(engine.float_batches(query))
+    columns = [np.concatenate([b[j] for b in batches]) for j in range(3)]
+    assert all(c.dtype == np.float64 for c in columns)
+    np.testing.assert_array_equal(columns[0], [1.0, 2.0, 3.0, 4.0])
+    np.testing.assert_array_equal(columns[1], [7.0, np.nan, -2.0, 0.0])
+    np.testing.assert_array_equal(columns[2], [0.5, np.nan, 2.5, 1e300])
+
+
+def test_duckdb_float_batches_read_as_the_frames_do() -> None:
+    """DuckDB's ``float_batches`` (numpy arrays from ``fetchnumpy``, no pandas) give the
+    numbers of the DataFrame path every other engine takes, for each numeric type."""
+    engine = DuckDBEngine()
+    types = ["DECIMAL(10,2)", "BIGINT", "DOUBLE", "BOOLEAN", "INTEGER", "HUGEINT", "SMALLINT",
+             "FLOAT", "UBIGINT"]
+    rows = [("1.5", "2", "3.5", "true", "4", "5", "6", "7.25", "8"),
+            (None,) * 9,
+            ("-2.25", "-9", "1e300", "false", "-1", "170141183460469231731687303715884105727",
+             "1", "0.1", "18446744073709551615")]
+    values = exp.Values(expressions=[
+        exp.tuple_(*[exp.cast(exp.Literal.string(v) if v is not None else exp.null(),
+                              exp.DataType.build(t, dialect="duckdb"))
+                     for v, t in zip(row, types, strict=True)])
+        for row in rows
+    ], alias=exp.TableAlias(this=exp.to_identifier("t")))
+    query = exp.select("*").from_(values)
+    ours = list(engine.float_batches(query))
+    theirs = list(Engine.float_batches(engine, query))
+    assert len(ours) == len(theirs) == 1
+    for a, b in zip(ours[0], theirs[0], strict=True):
+        assert a.dtype == b.dtype == np.float64
+        np.testing.assert_array_equal(a, b)
+
+
 # -- temporary objects -------------------------------------------------------------------------
 def temp_objects(engine: Engine) -> list[str]:
     """Names of the temporary tables or views sqltree left in the engine's session."""

@@ -191,6 +191,27 @@ def test_auto_keeps_a_users_table_query_or_file_in_sql(tmp_path):
     assert memory.stats["plan"] == "memory"
 
 
+def test_a_fit_on_a_file_leaves_pandas_unloaded(tmp_path):
+    """``import sqltree`` and a fit on a file, in memory and pruned, load neither pandas nor
+    pyarrow (about 90 MB of a process and a quarter of a second), in a fresh interpreter."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "iris.parquet"
+    _iris().to_parquet(path)
+    script = (
+        "import sys, sqltree\n"
+        f"model = sqltree.train({str(path)!r}, {DATASETS['iris'][1]!r})\n"
+        "assert model.stats['plan'] == 'memory', model.stats['plan']\n"
+        "print(model.n_leaves, sorted(m for m in ('pandas', 'pyarrow') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          check=True)
+    leaves, loaded = done.stdout.split(" ", 1)
+    assert int(leaves) > 1
+    assert loaded.strip() == "[]"
+
+
 def test_auto_keeps_a_large_dataframe_in_sql(monkeypatch):
     monkeypatch.setattr("sqltree.algorithms.memory.MEMORY_MAX_CELLS", 100)
     model = sqltree.train(_iris(), DATASETS["iris"][1], algorithm="cart")

@@ -365,6 +365,15 @@ class Engine(ABC):
             for names, rows in self._run_batches(sql, self.FRAME_ROWS):
                 yield pd.DataFrame.from_records(rows, columns=names)
 
+    def float_batches(self, query: exp.Expression) -> Iterator[list[Any]]:
+        """Run ``query`` (numeric columns only) and yield its result as batches of columns,
+        each a float64 numpy array with NaN for NULL, in order (``frames``' batches)."""
+        import numpy as np
+
+        for frame in self.frames(query):
+            yield [frame[name].to_numpy(dtype=np.float64, na_value=np.nan)
+                   for name in frame.columns]
+
     def _run_batches(self, sql: str, size: int) -> Iterator[tuple[list[str], list[Any]]]:
         """The result's column names and rows, ``size`` rows at a time (``FETCHES_ROWS``)."""
         raise NotImplementedError

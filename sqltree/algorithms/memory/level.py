@@ -176,40 +176,39 @@ where the keys are at most this many per row of the level; else the rows are sor
 def read_level0(data: Dataset, query: Any, regression: bool, ranked: bool = False) -> Level:
     """The rows of the level-0 query (``build_level0``), read with one statement; ``ranked``:
     a level of growth, which keeps its columns' ranks (``Level.ranks``)."""
-    # a DataFrame per batch of rows where the engine gives rows (``Engine.frames``)
-    parts = [
-        [frame[name].to_numpy(dtype=np.float64, na_value=np.nan) for name in frame.columns]
-        for frame in data.engine.frames(query)
+    batches = list(data.engine.float_batches(query))
+    width = 3 + len(data.features)
+    columns: list[np.ndarray | None] = [
+        (batches[0][j] if len(batches) == 1 else np.concatenate([b[j] for b in batches]))
+        if batches else np.zeros(0) for j in range(width)
     ]
-    # column-major: a stage reads a column's values, or one value of each row (``gather``)
-    values = np.empty((sum(len(part[0]) for part in parts if part), 3 + len(data.features)),
-                      dtype=np.float64, order="F")
-    for j in range(values.shape[1] if parts else 0):
-        np.concatenate([part[j] for part in parts], out=values[:, j])
-    del parts
-    level = Level(
-        node=values[:, 0].astype(np.int64),
-        # copies (a column of ``values`` is contiguous): a view would keep the whole matrix
-        w=values[:, 1].copy(),
-        y=values[:, 2].copy() if regression else values[:, 2].astype(np.int64),
-        x=values[:, 3:],
-        column={f.index: j for j, f in enumerate(data.features)},
-    )
-    return _ranked(level, engine_workers(data.engine)) if ranked else level
+    del batches
+    node, w, y = (columns[j] for j in range(3))
+    assert node is not None and w is not None and y is not None
+    column = {f.index: j for j, f in enumerate(data.features)}
+    rows = len(node)
+    # each feature column is let go once copied or ranked: the result of 10M rows of 16
+    # features is 1.3 GB as doubles
+    if not ranked:
+        # column-major: a stage reads a column's values, or one value of each row (``gather``)
+        x = np.empty((rows, width - 3), dtype=np.float64, order="F")
+        for j in range(width - 3):
+            x[:, j] = columns[3 + j]
+            columns[3 + j] = None
+        return Level(node=node.astype(np.int64), w=w,
+                     y=y if regression else y.astype(np.int64), x=x, column=column)
+    rank_x = np.empty((rows, width - 3), dtype=np.int32, order="F")
 
+    def rank(j: int) -> Ranks:
+        values, columns[3 + j] = columns[3 + j], None
+        assert values is not None
+        return Ranks.of(values, out=rank_x[:, j])
 
-def _ranked(level: Level, workers: int | None) -> Level:
-    """``level`` with its feature values as ranks only (``Level.ranks``): every stage of
-    growth groups and tests rows by ranks, and the values of the level-0 rows were a float64
-    matrix beside them (1M rows of 16 features: 128 MB). Ranked a column a thread."""
-    x = level.x
-    assert x is not None
-    rank_x = np.empty(x.shape, dtype=np.int32, order="F")
-    columns = list(range(x.shape[1]))
-    ranks = side_by_side(lambda j: Ranks.of(x[:, j], out=rank_x[:, j]), columns, len(x),
-                         workers)
-    return Level(node=level.node, w=level.w, y=level.y, x=None, column=level.column,
-                 ranks=dict(zip(columns, ranks, strict=True)), rank_x=rank_x)
+    features = list(range(width - 3))
+    ranks = side_by_side(rank, features, rows, engine_workers(data.engine))
+    return Level(node=node.astype(np.int64), w=w, y=y if regression else y.astype(np.int64),
+                 x=None, column=column, ranks=dict(zip(features, ranks, strict=True)),
+                 rank_x=rank_x)
 
 
 def test_keys(level: Level, tests: Sequence[tuple[int, int, float | None]]
