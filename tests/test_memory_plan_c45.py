@@ -230,6 +230,31 @@ def test_cuts_screened_a_chunk_at_a_time_give_the_same_model(monkeypatch, chunk)
     both_plans(frame, "y", algorithm="c4.5")
 
 
+@pytest.mark.parametrize("rows", [1, 50, 700])
+def test_nodes_scored_a_part_at_a_time_give_the_same_model(monkeypatch, rows):
+    """A level's continuous features are grouped and scored a part of its nodes at a time
+    (``Histogram.node_chunks``, about ``NODE_CHUNK_ROWS`` rows each); with parts of one
+    node, of a few and of hundreds of rows, fractional rows included: the model of the
+    tables plan, to the last bit, unpruned and pruned. Parts were made, more than one a
+    level."""
+    from sqltree.algorithms.memory import level
+
+    made: list[int] = []
+    chunks = level.Histogram.node_chunks
+
+    def counted(self):
+        out = chunks(self)
+        made.append(len(out))
+        return out
+
+    monkeypatch.setattr(level, "NODE_CHUNK_ROWS", rows)
+    monkeypatch.setattr(level.Histogram, "node_chunks", counted)
+    frame = _many_cuts()
+    both_plans(frame, "y", algorithm="c4.5", pruning=None, min_cases=1)
+    both_plans(frame, "y", algorithm="c4.5")
+    assert max(made) > 1
+
+
 def test_rows_keyed_by_ranks_where_codes_are_not_ranks(monkeypatch):
     """Growth keeps ranks, not values: a test's threshold becomes a rank, and a nominal
     code that is not its own rank (a domain of more than ``RANK_WHOLE_MAX`` codes, here

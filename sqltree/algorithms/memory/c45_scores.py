@@ -71,6 +71,7 @@ class _Scorer:
         self.sums = sums
         self.total = sums.sum(axis=1)
         self.w_all = as_weight(self.total, h.bits)
+        self.chunks = h.node_chunks()
 
     def denominator(self, t: _Totals) -> np.ndarray:
         """What gain and split info are divided by, less ``LN2``: all weight or the known."""
@@ -182,8 +183,15 @@ class _Scorer:
         A cut lies between two neighbouring groups of a node. The cuts are screened
         (``_screen``) ``CUT_CHUNK`` at a time, so that a level's temporaries per cut are
         bounded, not one set per cut of the level; only the cuts near their node's best are
-        scored again with the C library's logarithm."""
-        g = self.h.groups(f)
+        scored again with the C library's logarithm. Every cut is a node's: the level's
+        nodes are scored a part at a time (``Histogram.node_chunks``)."""
+        r = self.h.ranks(f)
+        out: list[tuple[Any, ...]] = []
+        for rows in self.chunks:
+            out += self._continuous(f, self.h.grouped(r, rows))
+        return out
+
+    def _continuous(self, f: Feature, g: Groups) -> list[tuple[Any, ...]]:
         if len(g.node) == 0:
             return []
         s = Segments.of(g)

@@ -168,6 +168,9 @@ class Ranks:
 RANK_WHOLE_MAX = 1 << 20
 """Known values that are all whole numbers from 0 below this one rank as themselves."""
 
+NODE_CHUNK_ROWS = 1 << 17
+"""Rows of a part of ``Histogram.node_chunks``."""
+
 COUNTED_KEYS_PER_ROW = 4
 """A feature's groups are counted into an array of every (node, rank) key, without sorting,
 where the keys are at most this many per row of the level; else the rows are sorted."""
@@ -378,6 +381,15 @@ class Groups:
     sums: np.ndarray
 
 
+def _node_order(node: np.ndarray) -> np.ndarray:
+    """The rows in node order, each node's in row order: by radix sort of 16-bit keys where
+    the level's nodes span fewer than 65,536 ids (a sixth of a sort of int64 at 1M rows)."""
+    low = int(node.min())
+    if int(node.max()) - low < 1 << 16:
+        return np.argsort((node - low).astype(np.uint16), kind="stable")
+    return np.argsort(node, kind="stable")
+
+
 def _group(keys_sorted: list[np.ndarray], n: int) -> np.ndarray:
     """Indexes where a run of equal keys starts, in rows sorted by those keys."""
     if n == 0:
@@ -403,6 +415,7 @@ class Histogram:
     _groups: dict[int, Groups] = field(default_factory=dict, init=False)
     _totals: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(default=None, init=False)
     _parts: list[tuple[np.ndarray, int | None]] | None = field(default=None, init=False)
+    _chunks: list[np.ndarray | None] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.terms = per_row_sums(self.level, self.n_classes, self.bits, self.moments,
@@ -432,10 +445,36 @@ class Histogram:
                 self._groups[f.index] = found
         return found
 
-    def _grouped(self, r: Ranks) -> Groups:
+    def ranks(self, f: Feature) -> Ranks:
+        """Feature ``f``'s ranks of the level's rows."""
+        return self.level.ranks_of(self.level.column[f.index])
+
+    def node_chunks(self) -> list[np.ndarray | None]:
+        """The level's rows in parts of whole nodes (ascending), each of about
+        ``NODE_CHUNK_ROWS`` rows or one node's: a scorer that works node by node groups a
+        part at a time, so that its temporaries are a part's, not the level's (at the deep
+        levels of the 1M benchmark file, 200 MB a thread). ``[None]``: all rows at once.
+        Made in the thread that scores, before the features are dealt to threads."""
+        if self._chunks is None:
+            self._chunks = [None]
+            _, n, _ = self.totals()
+            if len(self.level.node) > NODE_CHUNK_ROWS and len(n) > 1:
+                # a node's part: where its first row falls, the level's rows in node order
+                first = np.cumsum(n) - n
+                starts = first[np.flatnonzero(np.diff(first // NODE_CHUNK_ROWS)) + 1]
+                if len(starts):
+                    order = _node_order(self.level.node)
+                    self._chunks = np.split(order, starts)
+        return self._chunks
+
+    def grouped(self, r: Ranks, rows: np.ndarray | None) -> Groups:
+        """The groups of (node, rank) keys of ``rows`` (all when None; ``node_chunks``)."""
+        return self._grouped(r, rows)
+
+    def _grouped(self, r: Ranks, rows: np.ndarray | None = None) -> Groups:
         """The groups of (node, rank) keys, in key order."""
         level = self.level
-        known = np.flatnonzero(r.rank >= 0)
+        known = np.flatnonzero(r.rank >= 0) if rows is None else rows[r.rank[rows] >= 0]
         if len(known) == 0:
             return Groups(level.node[:0], np.zeros(0), np.zeros(0, dtype=np.int64),
                           self.terms[:0])
@@ -457,7 +496,7 @@ class Histogram:
         summed by class with ``bincount`` where its double sums are exact
         (``_class_parts``)."""
         parts = self._class_parts()
-        if size <= COUNTED_KEYS_PER_ROW * len(self.level.node) + 1024 and parts:
+        if size <= COUNTED_KEYS_PER_ROW * len(key) + 1024 and parts:
             n = np.bincount(key, minlength=size)
             slots = np.flatnonzero(n)
             # the sums by class of the keys that occur only: a slot per key and class of
