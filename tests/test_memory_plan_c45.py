@@ -232,7 +232,7 @@ def test_cuts_screened_a_chunk_at_a_time_give_the_same_model(monkeypatch, chunk)
 
 @pytest.mark.parametrize("rows", [1, 50, 700])
 def test_nodes_scored_a_part_at_a_time_give_the_same_model(monkeypatch, rows):
-    """A level's continuous features are grouped and scored a part of its nodes at a time
+    """A level's features are grouped and scored a part of its nodes at a time
     (``Histogram.node_chunks``, about ``NODE_CHUNK_ROWS`` rows each); with parts of one
     node, of a few and of hundreds of rows, fractional rows included: the model of the
     tables plan, to the last bit, unpruned and pruned. Parts were made, more than one a

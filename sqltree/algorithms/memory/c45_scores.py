@@ -41,6 +41,8 @@ class _Totals:
     w_unknown: np.ndarray
     k: np.ndarray
     """Known weight per class (rows x classes)."""
+    first: int = 0
+    """The level's node (its index among the totals of all) that the first row is."""
 
 
 def _entropy_mass(total: np.ndarray, classes: np.ndarray) -> np.ndarray:
@@ -81,22 +83,24 @@ class _Scorer:
         return np.zeros(len(t.w_all)) if self.options.unknown == "drop" else t.w_unknown
 
     def totals(self, g: Groups, s: Segments) -> tuple[_Totals, np.ndarray]:
-        """The (node, feature) totals of every node of the level (``node_feature_totals``),
-        and each node's segment in ``g`` (-1 for a node without a known value)."""
-        size = len(self.nodes)
+        """The (node, feature) totals (``node_feature_totals``) of the level's nodes from the
+        first to the last with a group in ``g`` (a part of the level's: ``node_chunks``), and
+        each one's segment in ``g`` (-1 for a node without a known value)."""
+        first, last = (int(i) for i in np.searchsorted(self.nodes, g.node[[0, -1]]))
+        size = last + 1 - first
         seg_of_node = np.full(size, -1, dtype=np.int64)
-        known = np.zeros_like(self.sums)
-        if len(g.node):
-            at = np.searchsorted(self.nodes, g.node[s.starts])
-            seg_of_node[at] = np.arange(len(s.starts))
-            known[at] = np.add.reduceat(g.sums, s.starts, axis=0)
+        known = np.zeros_like(self.sums[first:last + 1])
+        at = np.searchsorted(self.nodes, g.node[s.starts]) - first
+        seg_of_node[at] = np.arange(len(s.starts))
+        known[at] = np.add.reduceat(g.sums, s.starts, axis=0)
         known_total = known.sum(axis=1)
         bits = self.h.bits
         return _Totals(
-            w_all=self.w_all,
+            w_all=self.w_all[first:last + 1],
             w_known=as_weight(known_total, bits),
-            w_unknown=as_weight(self.total - known_total, bits),
+            w_unknown=as_weight(self.total[first:last + 1] - known_total, bits),
             k=as_weight(known, bits),
+            first=first,
         ), seg_of_node
 
     def parent_entropy(self, t: _Totals) -> np.ndarray:
@@ -133,7 +137,7 @@ class _Scorer:
         ratio = np.where(positive, mdl_gain / np.where(positive, split_info, 1.0), np.nan)
         empty = np.full(len(at), np.nan)
         columns = [
-            self.nodes[at].tolist(), [attr] * len(at),
+            self.nodes[t.first + at].tolist(), [attr] * len(at),
             _nullable(empty if threshold is None else threshold),
             _nullable(empty if next_value is None else next_value),
             _nullable(gain), _nullable(mdl_gain), _nullable(split_info), _nullable(ratio),
@@ -148,8 +152,17 @@ class _Scorer:
         return np.where(positive, a / np.where(positive, b, 1.0), np.nan)
 
     def nominal(self, f: Feature) -> list[tuple[Any, ...]]:
-        """A nominal feature's multiway split on every node (``_nominal_scores``)."""
-        g = self.h.groups(f)
+        """A nominal feature's multiway split on every node (``_nominal_scores``), a part of
+        the level's nodes at a time, as ``continuous``."""
+        r = self.h.ranks(f)
+        out: list[tuple[Any, ...]] = []
+        for rows in self.chunks:
+            out += self._nominal(f, self.h.grouped(r, rows))
+        return out
+
+    def _nominal(self, f: Feature, g: Groups) -> list[tuple[Any, ...]]:
+        if len(g.node) == 0:
+            return []
         s = Segments.of(g)
         t, seg_of_node = self.totals(g, s)
         bits, ebits = self.h.bits, self.options.entropy_bits
@@ -161,7 +174,7 @@ class _Scorer:
         big = np.bincount(s.seg, weights=group_total > self.options.min_cases - J48_SMALL,
                           minlength=size)
         has = seg_of_node >= 0
-        per_node = np.zeros(len(self.nodes))
+        per_node = np.zeros(len(has))
 
         def by_node(values: np.ndarray) -> np.ndarray:
             out = per_node.copy()
@@ -173,9 +186,10 @@ class _Scorer:
         gain = self.safe_div(self.parent_entropy(t) - by_node(bags_ent), denom)
         split_info = self.safe_div(xlogx(d) - by_node(bags_xlogx) - xlogx(self.unknown(t)),
                                    denom)
-        at = np.arange(len(self.nodes))
-        return self.emit(at, f.index, t, gain, split_info, by_node(s.m.astype(np.float64)),
-                  by_node(big))
+        # the nodes with known values: the others have no branch (``emit`` would drop them)
+        at = np.flatnonzero(has)
+        return self.emit(at, f.index, t, gain[at], split_info[at],
+                         by_node(s.m.astype(np.float64))[at], by_node(big)[at])
 
     def continuous(self, f: Feature) -> list[tuple[Any, ...]]:
         """A continuous feature's best cut per node (``best_cuts_ordered``).

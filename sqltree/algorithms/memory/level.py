@@ -168,7 +168,7 @@ class Ranks:
 RANK_WHOLE_MAX = 1 << 20
 """Known values that are all whole numbers from 0 below this one rank as themselves."""
 
-NODE_CHUNK_ROWS = 1 << 17
+NODE_CHUNK_ROWS = 1 << 18
 """Rows of a part of ``Histogram.node_chunks``."""
 
 COUNTED_KEYS_PER_ROW = 4
@@ -381,15 +381,6 @@ class Groups:
     sums: np.ndarray
 
 
-def _node_order(node: np.ndarray) -> np.ndarray:
-    """The rows in node order, each node's in row order: by radix sort of 16-bit keys where
-    the level's nodes span fewer than 65,536 ids (a sixth of a sort of int64 at 1M rows)."""
-    low = int(node.min())
-    if int(node.max()) - low < 1 << 16:
-        return np.argsort((node - low).astype(np.uint16), kind="stable")
-    return np.argsort(node, kind="stable")
-
-
 def _group(keys_sorted: list[np.ndarray], n: int) -> np.ndarray:
     """Indexes where a run of equal keys starts, in rows sorted by those keys."""
     if n == 0:
@@ -457,14 +448,17 @@ class Histogram:
         Made in the thread that scores, before the features are dealt to threads."""
         if self._chunks is None:
             self._chunks = [None]
-            _, n, _ = self.totals()
+            nodes, n, _ = self.totals()
             if len(self.level.node) > NODE_CHUNK_ROWS and len(n) > 1:
-                # a node's part: where its first row falls, the level's rows in node order
+                # a node's part is where its first row falls, the rows counted in node order
                 first = np.cumsum(n) - n
-                starts = first[np.flatnonzero(np.diff(first // NODE_CHUNK_ROWS)) + 1]
-                if len(starts):
-                    order = _node_order(self.level.node)
-                    self._chunks = np.split(order, starts)
+                starts = np.flatnonzero(np.diff(first // NODE_CHUNK_ROWS)) + 1
+                if len(starts) and len(starts) < 1 << 16:
+                    # each row's part, and each part's rows in row order (gathers then read
+                    # the level's arrays forwards), by a radix sort of 16-bit keys
+                    part = np.searchsorted(nodes[starts], self.level.node, "right")
+                    order = np.argsort(part.astype(np.uint16), kind="stable")
+                    self._chunks = np.split(order, np.cumsum(np.bincount(part))[:-1])
         return self._chunks
 
     def grouped(self, r: Ranks, rows: np.ndarray | None) -> Groups:
