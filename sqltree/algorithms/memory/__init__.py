@@ -16,6 +16,8 @@ on the SQL plan (``memory_strategy`` returns None).
 
 from __future__ import annotations
 
+import os
+
 from typing import Any
 
 from ...dataset import Dataset, Feature
@@ -60,16 +62,39 @@ in row order rather than counted: the memory plan took 0.83 of the tables plan's
 the same run)."""
 
 
-MEMORY_MAX_CELLS_C45 = 16_000_000
-"""The bound of ``MEMORY_MAX_CELLS`` for C4.5 and ID3.
+MEMORY_BYTES_PER_CELL_C45 = 25
+"""Peak memory of a C4.5 fit on the memory plan per row x feature of its data, at scale: the
+benchmark table's 10M rows of 16 features (160M cells), ``max_depth=10``, peaked at 3,899 MB
+(24.4 bytes a cell; 1M rows: 718 MB, most of it the libraries)."""
 
-Measured on the benchmark table's Parquet files (16 features, C4.5's no-option call: no depth
-limit, J48's pruning with subtree raising; one run each on an idle 2-core machine, the
-features of a level scored by two threads): the memory plan took 4.4 s and 427 MB against the
-tables plan's 9.4 s and 1,270 MB at 100,000 rows, 14.7 s and 842 MB against 19.6 s and
-1,551 MB at 300,000, and 56.3 s and 2,440 MB against 74.0 s and 2,872 MB at 1,000,000 rows
-(16M cells). Its scorer looks at the best cut per (node, feature) only, where CART's keeps
-every candidate.
+
+def _c45_bound() -> int:
+    """``MEMORY_MAX_CELLS_C45`` for this machine: the cells whose fit takes at most half of
+    its memory (the smaller of the physical memory and a cgroup's limit), at least 16M."""
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not a POSIX system that says
+        return 16_000_000
+    try:
+        with open("/sys/fs/cgroup/memory.max") as f:
+            limit = f.read().strip()
+        if limit.isdigit():
+            memory = min(memory, int(limit))
+    except OSError:
+        pass
+    return max(16_000_000, memory // 2 // MEMORY_BYTES_PER_CELL_C45)
+
+
+MEMORY_MAX_CELLS_C45 = _c45_bound()
+"""The bound of ``MEMORY_MAX_CELLS`` for C4.5 and ID3: half of this machine's memory at
+``MEMORY_BYTES_PER_CELL_C45`` (on a 24 GB machine about 490M cells, 30M rows of 16 features),
+at least 16M cells. Its scorer keeps the best cut per (node, feature) only, where CART's keeps
+every candidate, and grows faster than the tables plan in far less memory: the benchmark
+table's 10M rows (C4.5, ``max_depth=10``; one run each on an idle 2-core machine) in 170.7 s
+and 3,899 MB against the tables plan's 244.2 s and 16,678 MB (DuckDB's default memory limit)
+and scikit-learn's 296.9 s and 3,735 MB; 1M rows with no options (no depth limit, J48's pruning
+with subtree raising) in 56.3 s and 2,440 MB against 74.0 s and 2,872 MB when the bound was
+set at 16M cells (2 Dec 2026).
 """
 
 LOCAL_FILE = "a file read by sqltree's own DuckDB database"
