@@ -17,7 +17,6 @@ on the SQL plan (``memory_strategy`` returns None).
 from __future__ import annotations
 
 import os
-
 from typing import Any
 
 from ...dataset import Dataset, Feature
