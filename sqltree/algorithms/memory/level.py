@@ -356,14 +356,17 @@ def per_row_sums(level: Level, n_classes: int, bits: int | None, moments: bool,
                 last = np.where(positive, wy * ln(np.where(positive, level.y, 1.0)), 0.0)
             return np.column_stack([level.w, wy, last])
         return np.column_stack([level.w, wy, wy * level.y])
+    out = np.zeros((len(level.w), n_classes), dtype=np.float64 if bits is None else np.int64)
+    out[np.arange(len(level.w)), level.y] = row_terms(level.w, bits)
+    return out
+
+
+def row_terms(w: np.ndarray, bits: int | None) -> np.ndarray:
+    """Each row's one nonzero term of ``per_row_sums`` (in its class's column): its weight,
+    or with ``bits`` its integer count of ``2**-bits``."""
     if bits is None:
-        out = np.zeros((len(level.w), n_classes), dtype=np.float64)
-        out[np.arange(len(level.w)), level.y] = level.w
-        return out
-    fixed = np.floor(level.w * (2.0**bits) + 0.5).astype(np.int64)
-    out_i = np.zeros((len(level.w), n_classes), dtype=np.int64)
-    out_i[np.arange(len(level.w)), level.y] = fixed
-    return out_i
+        return w
+    return np.floor(w * (2.0**bits) + 0.5).astype(np.int64)
 
 
 def as_weight(sums: np.ndarray, bits: int | None) -> np.ndarray:
@@ -405,22 +408,35 @@ class Histogram:
     bits: int | None
     moments: bool = False
     poisson: bool = False
-    terms: np.ndarray = field(init=False)
+    _terms: np.ndarray | None = field(default=None, init=False)
     _groups: dict[int, Groups] = field(default_factory=dict, init=False)
     _totals: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(default=None, init=False)
     _parts: list[tuple[np.ndarray, int | None]] | None = field(default=None, init=False)
     _chunks: list[np.ndarray | None] | None = field(default=None, init=False)
 
-    def __post_init__(self) -> None:
-        self.terms = per_row_sums(self.level, self.n_classes, self.bits, self.moments,
-                                  self.poisson)
+    @property
+    def terms(self) -> np.ndarray:
+        """Each row's terms (``per_row_sums``), made when first asked for: the class counts
+        of C4.5 and CART classification are summed from each row's one term
+        (``_class_parts``), and the matrix of a term per class was a level's largest resting
+        array (10M rows of 3 classes: 240 MB)."""
+        if self._terms is None:
+            self._terms = per_row_sums(self.level, self.n_classes, self.bits, self.moments,
+                                       self.poisson)
+        return self._terms
+
+    def _no_sums(self) -> np.ndarray:
+        """The sums of no row: ``terms``' width and type."""
+        fixed = self.bits is not None and not self.moments
+        return np.zeros((0, 3 if self.moments else self.n_classes),
+                        dtype=np.int64 if fixed else np.float64)
 
     def totals(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per node (ascending): its id, row count and sums (``attr = -1`` rows)."""
         if self._totals is None:
             node = self.level.node
             if len(node) == 0:
-                self._totals = node, np.zeros(0, dtype=np.int64), self.terms[:0]
+                self._totals = node, np.zeros(0, dtype=np.int64), self._no_sums()
             else:
                 low = int(node.min())
                 slots, n, sums = self.sums_by(node - low, int(node.max()) - low + 1, None)
@@ -474,7 +490,7 @@ class Histogram:
         known = np.flatnonzero(r.rank >= 0) if rows is None else rows[r.rank[rows] >= 0]
         if len(known) == 0:
             return Groups(level.node[:0], np.zeros(0), np.zeros(0, dtype=np.int64),
-                          self.terms[:0])
+                          self._no_sums())
         # the key in place: a deep level's temporaries are a few arrays a row per feature
         key = level.node[known].astype(np.int64, copy=False)
         low = int(key.min())
@@ -517,7 +533,7 @@ class Histogram:
                     parts: list[tuple[np.ndarray, int | None]]) -> np.ndarray:
         """Per index from 0 below ``size``: the sums of the terms of ``rows`` (all when None)
         by class, in the terms' type; ``index`` gives each row's."""
-        classes = self.terms.shape[1]
+        classes = self.n_classes
         y = self.level.y if rows is None else self.level.y[rows]
         if rows is not None:
             parts = [(part[rows], shift) for part, shift in parts]
@@ -532,7 +548,7 @@ class Histogram:
         if self._parts is None:
             level = self.level
             self._parts = [] if self.moments or len(level.w) == 0 else exact_parts(
-                self.terms[np.arange(len(level.y)), level.y], self.bits is not None)
+                row_terms(level.w, self.bits), self.bits is not None)
         return self._parts
 
 
