@@ -151,16 +151,18 @@ class _Scorer:
         positive = b > 0
         return np.where(positive, a / np.where(positive, b, 1.0), np.nan)
 
-    def nominal(self, f: Feature) -> list[tuple[Any, ...]]:
-        """A nominal feature's multiway split on every node (``_nominal_scores``), a part of
-        the level's nodes at a time, as ``continuous``."""
+    def by_parts(self, f: Feature) -> list[tuple[Any, ...]]:
+        """Feature ``f``'s rows, scored a part of the level's nodes at a time
+        (``Histogram.node_chunks``): every split here is a node's own."""
+        score_part = self._continuous if f.kind == CONTINUOUS else self._nominal
         r = self.h.ranks(f)
         out: list[tuple[Any, ...]] = []
         for rows in self.chunks:
-            out += self._nominal(f, self.h.grouped(r, rows))
+            out += score_part(f, self.h.grouped(r, rows))
         return out
 
     def _nominal(self, f: Feature, g: Groups) -> list[tuple[Any, ...]]:
+        """A nominal feature's multiway split on every node of ``g`` (``_nominal_scores``)."""
         if len(g.node) == 0:
             return []
         s = Segments.of(g)
@@ -191,21 +193,13 @@ class _Scorer:
         return self.emit(at, f.index, t, gain[at], split_info[at],
                          by_node(s.m.astype(np.float64))[at], by_node(big)[at])
 
-    def continuous(self, f: Feature) -> list[tuple[Any, ...]]:
-        """A continuous feature's best cut per node (``best_cuts_ordered``).
+    def _continuous(self, f: Feature, g: Groups) -> list[tuple[Any, ...]]:
+        """A continuous feature's best cut per node of ``g`` (``best_cuts_ordered``).
 
         A cut lies between two neighbouring groups of a node. The cuts are screened
         (``_screen``) ``CUT_CHUNK`` at a time, so that a level's temporaries per cut are
         bounded, not one set per cut of the level; only the cuts near their node's best are
-        scored again with the C library's logarithm. Every cut is a node's: the level's
-        nodes are scored a part at a time (``Histogram.node_chunks``)."""
-        r = self.h.ranks(f)
-        out: list[tuple[Any, ...]] = []
-        for rows in self.chunks:
-            out += self._continuous(f, self.h.grouped(r, rows))
-        return out
-
-    def _continuous(self, f: Feature, g: Groups) -> list[tuple[Any, ...]]:
+        scored again with the C library's logarithm."""
         if len(g.node) == 0:
             return []
         s = Segments.of(g)
@@ -365,10 +359,7 @@ def score(h: Histogram, features: Sequence[Feature], options: ScoreOptions,
     ``workers`` threads (``parallel.side_by_side``)."""
     scorer = _Scorer(h, options)
 
-    def rows_of(f: Feature) -> list[tuple[Any, ...]]:
-        return scorer.continuous(f) if f.kind == CONTINUOUS else scorer.nominal(f)
-
-    parts = side_by_side(rows_of, features, len(h.level.node), workers)
+    parts = side_by_side(scorer.by_parts, features, len(h.level.node), workers)
     return sorted((row for part in parts for row in part), key=lambda row: (row[0], row[1]))
 
 
