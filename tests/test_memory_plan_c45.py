@@ -188,6 +188,24 @@ def test_auto_bound_of_c45(monkeypatch):
     assert sqltree.train(labor.frame, labor.target, algorithm="id3").stats["plan"] == "tables"
 
 
+def test_c45_bound_is_half_the_machines_memory(monkeypatch, tmp_path):
+    """``MEMORY_MAX_CELLS_C45``: half of the memory at 25 bytes a cell, never below 16M."""
+    from sqltree.algorithms import memory
+
+    pages = {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": 1 << 20}  # 4 GiB
+    monkeypatch.setattr(memory.os, "sysconf", pages.__getitem__)
+    limit = tmp_path / "memory.max"
+    monkeypatch.setattr(memory, "CGROUP_MEMORY_MAX", str(limit))  # no such file: no limit
+    assert memory._c45_bound() == (4 << 30) // 2 // memory.MEMORY_BYTES_PER_CELL_C45
+    limit.write_text("max\n")
+    assert memory._c45_bound() == (4 << 30) // 2 // memory.MEMORY_BYTES_PER_CELL_C45
+    limit.write_text(f"{1 << 30}\n")  # a container of 1 GiB
+    assert memory._c45_bound() == (1 << 30) // 2 // memory.MEMORY_BYTES_PER_CELL_C45
+    pages["SC_PHYS_PAGES"] = 1 << 16  # 256 MiB
+    assert memory._c45_bound() == 16_000_000
+    assert memory.MEMORY_MAX_CELLS_C45 >= 16_000_000
+
+
 def _many_cuts() -> pd.DataFrame:
     """3,000 rows, three classes, continuous values with many repeats and near ties, a
     nominal feature and unknown values (fractional weights below the first split)."""

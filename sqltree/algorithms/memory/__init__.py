@@ -67,6 +67,10 @@ benchmark table's 10M rows of 16 features (160M cells), ``max_depth=10``, peaked
 (24.4 bytes a cell; 1M rows: 718 MB, most of it the libraries)."""
 
 
+CGROUP_MEMORY_MAX = "/sys/fs/cgroup/memory.max"
+"""A cgroup v2's memory limit (``max``: none), which a container's fit must stay within."""
+
+
 def _c45_bound() -> int:
     """``MEMORY_MAX_CELLS_C45`` for this machine: the cells whose fit takes at most half of
     its memory (the smaller of the physical memory and a cgroup's limit), at least 16M."""
@@ -75,7 +79,7 @@ def _c45_bound() -> int:
     except (ValueError, OSError, AttributeError):  # not a POSIX system that says
         return 16_000_000
     try:
-        with open("/sys/fs/cgroup/memory.max") as f:
+        with open(CGROUP_MEMORY_MAX) as f:
             limit = f.read().strip()
         if limit.isdigit():
             memory = min(memory, int(limit))

@@ -450,7 +450,7 @@ class Histogram:
         that needs them again groups again, or counts the rows it needs (``sums_by``)."""
         found = self._groups.get(f.index)
         if found is None:
-            found = self._grouped(self.level.ranks_of(self.level.column[f.index]))
+            found = self.grouped(self.ranks(f))
             if f.kind != CONTINUOUS:
                 self._groups[f.index] = found
         return found
@@ -480,12 +480,9 @@ class Histogram:
                     self._chunks = np.split(order, np.cumsum(np.bincount(part))[:-1])
         return self._chunks
 
-    def grouped(self, r: Ranks, rows: np.ndarray | None) -> Groups:
-        """The groups of (node, rank) keys of ``rows`` (all when None; ``node_chunks``)."""
-        return self._grouped(r, rows)
-
-    def _grouped(self, r: Ranks, rows: np.ndarray | None = None) -> Groups:
-        """The groups of (node, rank) keys, in key order."""
+    def grouped(self, r: Ranks, rows: np.ndarray | None = None) -> Groups:
+        """The groups of (node, rank) keys of ``rows`` (all when None; ``node_chunks``), in
+        key order."""
         level = self.level
         known = np.flatnonzero(r.rank >= 0) if rows is None else rows[r.rank[rows] >= 0]
         if len(known) == 0:
