@@ -306,9 +306,9 @@ def _set_statement(name: str) -> str:
 def _as_float(column: Any) -> Any:
     """A column of ``fetchnumpy`` as float64, NaN for NULL (a masked entry); no copy where
     it is float64 without NULLs."""
-    mask = np.ma.getmaskarray(column) if np.ma.isMaskedArray(column) else None
+    mask = np.ma.getmaskarray(column)  # all False for a plain array
     data = np.ma.getdata(column)
-    if mask is None or not mask.any():
+    if not mask.any():
         return np.asarray(data, dtype=np.float64)
     if data.dtype == object:  # a masked entry's placeholder may not convert
         data = np.where(mask, 0, data)

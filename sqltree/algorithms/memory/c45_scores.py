@@ -42,7 +42,8 @@ class _Totals:
     k: np.ndarray
     """Known weight per class (rows x classes)."""
     first: int = 0
-    """The level's node (its index among the totals of all) that the first row is."""
+    """Where these nodes start among all of the level's (``_Scorer.nodes``): the totals
+    are a part's (``Histogram.node_chunks``)."""
 
 
 def _entropy_mass(total: np.ndarray, classes: np.ndarray) -> np.ndarray:
