@@ -291,6 +291,42 @@ def test_features_scored_in_threads_give_the_same_model(monkeypatch):
         same_model(one, threaded)
 
 
+@pytest.mark.parametrize(("rows", "batch"), [(1, 1), (50, 7), (700, 100)])
+def test_cart_scored_a_batch_at_a_time_gives_the_same_model(monkeypatch, rows, batch):
+    """CART's scorer takes a level's nodes a part at a time (``Histogram.node_chunks``) and
+    their candidates ``CANDIDATE_CHUNK`` at a time, keeping each batch's near-best only: the
+    model file of the whole level at once, to the last bit, for Gini, entropy (screened with
+    numpy's logarithm; a nominal feature's partitions enumerated), class weights (fixed-point
+    sums) and regression (batches of candidates, no parts); and the parts and batches were
+    made."""
+    from sqltree.algorithms.memory import cart_scores, level
+    from tests.test_memory_plan_c45 import _many_cuts, same_model
+
+    made: list[int] = []
+    chunks = level.Histogram.node_chunks
+
+    def counted(self):
+        out = chunks(self)
+        made.append(len(out))
+        return out
+
+    frame = _many_cuts()
+    X, y = test_regression.diabetes()
+    cases = [(frame, "y", {"algorithm": "cart"}),
+             (frame, "y", {"algorithm": "cart", "criterion": "entropy", "max_depth": 5}),
+             (frame, "y", {"algorithm": "cart", "class_weight": "balanced", "max_depth": 6}),
+             (X.assign(target=y), "target", {"task": "regression", "max_depth": 4})]
+    for source, target, options in cases:
+        whole = sqltree.train(source, target, plan="memory", **options)
+        with monkeypatch.context() as m:
+            m.setattr(level, "NODE_CHUNK_ROWS", rows)
+            m.setattr(level.Histogram, "node_chunks", counted)
+            m.setattr(cart_scores, "CANDIDATE_CHUNK", batch)
+            batched = sqltree.train(source, target, plan="memory", **options)
+        same_model(whole, batched)
+    assert max(made) > 1
+
+
 def test_a_pruning_rounds_subtrees_recounted_in_threads_give_the_same_model(monkeypatch):
     """Subtree raising's bounds and recounts of a round's nodes, dealt to four threads in
     parts: the model file of one thread, to the last bit (a table with unknown values in

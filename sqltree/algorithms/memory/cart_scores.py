@@ -12,7 +12,7 @@ so the strategy chooses from them exactly as from the engine's.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,48 +125,43 @@ class Candidates:
         self.k.append(k)
 
 
-def collect(h: Histogram, features: Sequence[Feature], criterion: str,
-            workers: int | None = None) -> Candidates:
-    """Every candidate of every node and feature of the histogram's level, the features
-    grouped by up to ``workers`` threads (``parallel.side_by_side``)."""
-    regression = criterion in REGRESSION
-
-    def candidates_of(f: Feature) -> Candidates:
+def candidates(h: Histogram, g: Groups, f: Feature, regression: bool) -> Iterator[Candidates]:
+    """Every candidate of feature ``f`` on the nodes of its groups ``g``: a continuous
+    feature's cuts ``CANDIDATE_CHUNK`` at a time (a level's first nodes have about one per
+    row), then the nominal cuts, then each node's split of all known values left."""
+    if len(g.node) == 0:
+        return
+    s = Segments.of(g)
+    kn = np.add.reduceat(g.n, s.starts)
+    k_w = as_weight(np.add.reduceat(g.sums, s.starts, axis=0), h.bits)
+    if f.kind == CONTINUOUS:
+        yield from _continuous(h, g, s, f.index, kn, k_w)
+    else:
         out = Candidates.empty()
-        g = h.groups(f)
-        if len(g.node) == 0:
-            return out
-        s = Segments.of(g)
-        kn = np.add.reduceat(g.n, s.starts)
-        k_sums = np.add.reduceat(g.sums, s.starts, axis=0)
-        k_w = as_weight(k_sums, h.bits)
-        seg_node = g.node[s.starts]
-        if f.kind == CONTINUOUS:
-            _continuous(out, h, g, s, f.index, kn, k_w)
-        else:
-            _nominal(out, h, g, s, f.index, kn, k_w, regression)
-        out.add(node=seg_node, attr=f.index, kind=KNOWN_LEFT, ln=kn.astype(np.float64),
-                l=k_w, kn=kn, k=k_w)
-        return out
-
-    merged = Candidates.empty()
-    for part in side_by_side(candidates_of, features, len(h.level.node), workers):
-        for name, columns in vars(part).items():
-            getattr(merged, name).extend(columns)
-    return merged
+        _nominal(out, h, g, s, f.index, kn, k_w, regression)
+        yield out
+    out = Candidates.empty()
+    out.add(node=g.node[s.starts], attr=f.index, kind=KNOWN_LEFT, ln=kn.astype(np.float64),
+            l=k_w, kn=kn, k=k_w)
+    yield out
 
 
-def _continuous(out: Candidates, h: Histogram, g: Groups, s: Segments, attr: int,
-                kn: np.ndarray, k_w: np.ndarray) -> None:
+def _continuous(h: Histogram, g: Groups, s: Segments, attr: int, kn: np.ndarray,
+                k_w: np.ndarray) -> Iterator[Candidates]:
     run_n = _running(g.n, s.seg, s.starts)
-    run_s = as_weight(_running(g.sums, s.seg, s.starts), h.bits)
+    run_s = _running(g.sums, s.seg, s.starts)
     nxt = np.append(g.v[1:], np.nan)
     same = np.append(s.seg[1:] == s.seg[:-1], False)
     with np.errstate(invalid="ignore"):
-        cut = np.flatnonzero(same & (nxt > g.v + FEATURE_THRESHOLD))
-    seg = s.seg[cut]
-    out.add(node=g.node[cut], attr=attr, kind=CONTINUOUS_CUT, ln=run_n[cut].astype(np.float64),
-            l=run_s[cut], kn=kn[seg], k=k_w[seg], thr=g.v[cut], nxt=nxt[cut])
+        cuts = np.flatnonzero(same & (nxt > g.v + FEATURE_THRESHOLD))
+    for i in range(0, len(cuts), CANDIDATE_CHUNK):
+        cut = cuts[i:i + CANDIDATE_CHUNK]
+        seg = s.seg[cut]
+        out = Candidates.empty()
+        out.add(node=g.node[cut], attr=attr, kind=CONTINUOUS_CUT,
+                ln=run_n[cut].astype(np.float64), l=as_weight(_rows(run_s, cut), h.bits),
+                kn=kn[seg], k=_rows(k_w, seg), thr=g.v[cut], nxt=nxt[cut])
+        yield out
 
 
 def _nominal(out: Candidates, h: Histogram, g: Groups, s: Segments, attr: int,
@@ -260,14 +255,74 @@ def score(
     workers: int | None = None,
 ) -> list[tuple[Any, ...]]:
     """The scoring query's rows: the best candidate per (node, feature), by node and feature;
-    ``workers``: threads for the features' candidates (``collect``)."""
-    c = collect(h, features, rules.criterion, workers)
-    if not c.node:
+    ``workers``: threads for the features (``parallel.side_by_side``).
+
+    A feature's candidates are scored a part of the level's nodes at a time
+    (``Histogram.node_chunks``; classification only: the running sums of a regression's
+    moments are doubles, whose rounding follows the rows before) and ``CANDIDATE_CHUNK`` at
+    a time, each batch keeping only the candidates near its own best of a (node, feature),
+    among which are those near the best of all: a level's temporaries are a batch's, not
+    one set per candidate of the level."""
+    t = _NodeTotals.of(totals, h.bits, rules.criterion)
+    chunks = [None] if h.moments else h.node_chunks()
+    regression = rules.criterion in REGRESSION
+
+    def of_feature(f: Feature) -> list[dict[str, np.ndarray]]:
+        r = h.ranks(f) if len(chunks) > 1 else None
+        near = []
+        for rows in chunks:
+            g = h.groups(f) if r is None else h.grouped(r, rows)
+            for c in candidates(h, g, f, regression):
+                if not c.node:
+                    continue
+                cat = {name: np.concatenate(getattr(c, name)) for name in vars(c)}
+                for i in range(0, len(cat["node"]), CANDIDATE_CHUNK):
+                    found = _scored(h, {k: v[i:i + CANDIDATE_CHUNK] for k, v in cat.items()},
+                                    t, rules)
+                    if len(found["node"]):
+                        near.append(found)
+        return near
+
+    found = [c for part in side_by_side(of_feature, features, len(h.level.node), workers)
+             for c in part]
+    if not found:
         return []
-    cat = {name: np.concatenate(getattr(c, name)) for name in vars(c)}
-    t_node, t_n, t_sums = totals
-    at = np.searchsorted(t_node, cat["node"])
-    tn, t = t_n[at], _rows(as_weight(t_sums, h.bits), at)
+    return _best_per_feature({name: np.concatenate([c[name] for c in found])
+                              for name in found[0]}, rules.tie_tolerance)
+
+
+CANDIDATE_CHUNK = 1 << 17
+"""Candidates scored at a time (``score``): each takes a few hundred bytes of temporaries,
+and a level's first nodes have about one per row for every continuous feature."""
+
+
+@dataclass
+class _NodeTotals:
+    """Per node of the level (ascending ``node``): row count, weights by class (or moments),
+    and the node's impurity (classification)."""
+
+    node: np.ndarray
+    n: np.ndarray
+    w: np.ndarray
+    impurity: np.ndarray | None
+
+    @classmethod
+    def of(cls, totals: tuple[np.ndarray, np.ndarray, np.ndarray], bits: int | None,
+           criterion: str) -> _NodeTotals:
+        node, n, sums = totals
+        w = as_weight(sums, bits)
+        # a node's impurity is the same on each of its candidates: computed once per node
+        imp = None if criterion in REGRESSION else impurity(w, _left_sum(w), criterion)
+        return cls(node, n, w, imp)
+
+
+def _scored(h: Histogram, cat: dict[str, np.ndarray], totals: _NodeTotals, rules: Rules
+            ) -> dict[str, np.ndarray]:
+    """The scoring query's columns of candidates ``cat`` (``Candidates``' columns, of one
+    feature) that pass the leaf rules, each on each of its unknown sides: those within the
+    tie tolerance of the best of their node among these (``_near``)."""
+    at = np.searchsorted(totals.node, cat["node"])
+    tn, t = totals.n[at], _rows(totals.w, at)
     kn, kind = cat["kn"], cat["kind"]
     unknown = tn - kn
     # _unknown_sides: side 0 for every candidate (known-left only with unknown rows), side 1
@@ -299,57 +354,62 @@ def score(
     idx, side, n_left, n_right, a, b = idx[k], side[k], n_left[k], n_right[k], _rows(a, k), \
         _rows(b, k)
     wl, wr, wn, unk = wl[k], wr[k], wn[k], unk[k]
+    pair = at[idx]
     if poisson:
         t_k = _rows(t, idx)
         imp_l, imp_r = _deviance(a, wl), _deviance(b, wr)
         gain = (_sum_log_mean(a, wl) + _sum_log_mean(b, wr) - _sum_log_mean(t_k, wn)) / wn
-        after = (wr / wn) * imp_r + (wl / wn) * imp_l
     elif regression:
         imp_l, imp_r = _variance(a, wl), _variance(b, wr)
         gap = a[:, 1] / wl - b[:, 1] / wr
         gain = (wl / wn) * (wr / wn) * (gap * gap)
-        after = (wr / wn) * imp_r + (wl / wn) * imp_l
     else:
-        # a node's impurity is the same on each of its candidates: computed once per node
-        node_imp = impurity(as_weight(t_sums, h.bits), _left_sum(as_weight(t_sums, h.bits)),
-                            rules.criterion)
-        imp_node = node_imp[at[idx]]
+        assert totals.impurity is not None
+        imp_node = totals.impurity[pair]
         if rules.criterion != "gini":
-            k = _near_best(cat["node"][idx], cat["attr"][idx], imp_node, a, b, wl, wr, wn,
-                           rules)
-            idx, side, n_left, n_right = idx[k], side[k], n_left[k], n_right[k]
+            k = _near_best(pair, imp_node, a, b, wl, wr, wn, rules)
+            idx, side, n_left, n_right, pair = idx[k], side[k], n_left[k], n_right[k], pair[k]
             a, b = _rows(a, k), _rows(b, k)
             wl, wr, wn, unk, imp_node = wl[k], wr[k], wn[k], unk[k], imp_node[k]
         imp_l = impurity(a, wl, rules.criterion)
         imp_r = impurity(b, wr, rules.criterion)
-        right_part, left_part = (wr / wn) * imp_r, (wl / wn) * imp_l
-        gain = imp_node - right_part - left_part
-        after = right_part + left_part
-    columns = {
+        gain = imp_node - (wr / wn) * imp_r - (wl / wn) * imp_l
+    # only the candidates near their node's best are columns of the query's rows
+    k = _near(pair, gain, rules.tie_tolerance)
+    idx, wl, wr, wn, imp_l, imp_r = idx[k], wl[k], wr[k], wn[k], imp_l[k], imp_r[k]
+    return {
         "node": cat["node"][idx], "attr": cat["attr"][idx], "kind": kind[idx],
         "o": cat["o"][idx], "cut": cat["cut"][idx], "threshold": cat["thr"][idx],
-        "next_value": cat["nxt"][idx], "side": side, "n_left": n_left, "w_left": wl,
-        "n_right": n_right, "w_right": wr, "n_unknown": unk, "impurity_left": imp_l,
-        "impurity_right": imp_r, "gain": gain, "impurity_after": after,
+        "next_value": cat["nxt"][idx], "side": side[k], "n_left": n_left[k], "w_left": wl,
+        "n_right": n_right[k], "w_right": wr, "n_unknown": unk[k], "impurity_left": imp_l,
+        "impurity_right": imp_r, "gain": gain[k],
+        "impurity_after": (wr / wn) * imp_r + (wl / wn) * imp_l,
     }
-    return _best_per_feature(columns, rules.tie_tolerance)
 
 
-def _near_best(node: np.ndarray, attr: np.ndarray, imp_node: np.ndarray, a: np.ndarray,
-               b: np.ndarray, wl: np.ndarray, wr: np.ndarray, wn: np.ndarray, rules: Rules
-               ) -> np.ndarray:
+def _pair_max(pair: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Each candidate's highest ``values`` among those of its pair (a small integer)."""
+    low = int(pair.min(initial=0))
+    best = np.full(int(pair.max(initial=0)) - low + 1, -np.inf)
+    np.maximum.at(best, pair - low, values)
+    return best[pair - low]
+
+
+def _near_best(pair: np.ndarray, imp_node: np.ndarray, a: np.ndarray, b: np.ndarray,
+               wl: np.ndarray, wr: np.ndarray, wn: np.ndarray, rules: Rules) -> np.ndarray:
     """The candidates whose entropy decrease can come within the tie tolerance of the best of
-    their (node, feature), found with numpy's logarithm: the C library's, one call per
+    their ``pair`` (node), found with numpy's logarithm: the C library's, one call per
     argument, is needed only for those (``_best_per_feature`` then counts them exactly)."""
     imp_l = impurity(a, wl, rules.criterion, np.log)
     imp_r = impurity(b, wr, rules.criterion, np.log)
     gain = imp_node - (wr / wn) * imp_r - (wl / wn) * imp_l
     error = NEAR_BEST_ERROR * (1.0 + imp_node + imp_l + imp_r)
-    key = node.astype(np.int64) * (int(attr.max(initial=0)) + 1) + attr.astype(np.int64)
-    pairs, pair = np.unique(key, return_inverse=True)
-    lowest_best = np.full(len(pairs), -np.inf)
-    np.maximum.at(lowest_best, pair, gain - error)
-    return np.flatnonzero(~(gain + error < lowest_best[pair] - rules.tie_tolerance))
+    return np.flatnonzero(~(gain + error < _pair_max(pair, gain - error) - rules.tie_tolerance))
+
+
+def _near(pair: np.ndarray, gain: np.ndarray, tolerance: float) -> np.ndarray:
+    """The candidates within ``tolerance`` of the best gain of their ``pair``."""
+    return np.flatnonzero(gain >= _pair_max(pair, gain) - tolerance)
 
 
 INTEGER_COLUMNS = ("node", "attr", "kind", "o", "cut", "side", "n_unknown")
