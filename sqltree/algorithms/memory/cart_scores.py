@@ -304,6 +304,8 @@ class _NodeTotals:
     node: np.ndarray
     n: np.ndarray
     w: np.ndarray
+    w_sum: np.ndarray
+    """Each node's weight: its classes' ``w`` added left to right (``_left_sum``)."""
     impurity: np.ndarray | None
 
     @classmethod
@@ -312,8 +314,9 @@ class _NodeTotals:
         node, n, sums = totals
         w = as_weight(sums, bits)
         # a node's impurity is the same on each of its candidates: computed once per node
-        imp = None if criterion in REGRESSION else impurity(w, _left_sum(w), criterion)
-        return cls(node, n, w, imp)
+        w_sum = _left_sum(w)
+        imp = None if criterion in REGRESSION else impurity(w, w_sum, criterion)
+        return cls(node, n, w, w_sum, imp)
 
 
 def _scored(h: Histogram, cat: dict[str, np.ndarray], totals: _NodeTotals, rules: Rules
@@ -332,17 +335,23 @@ def _scored(h: Histogram, cat: dict[str, np.ndarray], totals: _NodeTotals, rules
     side1 = np.flatnonzero((kind != KNOWN_LEFT) & some)
     idx = np.concatenate([side0, side1])
     side = np.concatenate([np.zeros(len(side0), dtype=np.int64), np.ones(len(side1), np.int64)])
-    ln, unk = cat["ln"][idx], unknown[idx]
-    n_left = ln + side * unk
-    n_right = tn[idx] - ln - side * unk
-    t_idx = _rows(t, idx)
-    a = _rows(cat["l"], idx) + side[:, None] * (t_idx - _rows(cat["k"], idx))
+    # each candidate once, on side 0 (no unknown rows): its own columns, not gathered copies
+    every = _Every(len(side1) == 0 and len(side0) == len(kind), idx)
+    unk = every.take(unknown)
+    ln = every.take(cat["ln"])
+    t_idx = every.take(t)
+    if len(side1):
+        n_left = ln + side * unk
+        n_right = tn[idx] - ln - side * unk
+        a = _rows(cat["l"], idx) + side[:, None] * (t_idx - _rows(cat["k"], idx))
+    else:
+        n_left, n_right, a = ln, every.take(tn) - ln, every.take(cat["l"])
     b = t_idx - a
     regression = rules.criterion in REGRESSION
     if regression:
         wl, wr, wn = a[:, 0], b[:, 0], t_idx[:, 0]
     else:
-        wl, wr, wn = _left_sum(a), _left_sum(b), _left_sum(t_idx)
+        wl, wr, wn = _left_sum(a), _left_sum(b), totals.w_sum[every.take(at)]
     keep = (
         (n_left >= rules.min_samples_leaf) & (n_right >= rules.min_samples_leaf)
         & (wl > 0) & (wr > 0) & (wl >= rules.min_weight_leaf) & (wr >= rules.min_weight_leaf)
@@ -351,12 +360,14 @@ def _scored(h: Histogram, cat: dict[str, np.ndarray], totals: _NodeTotals, rules
     if poisson:
         keep &= (a[:, 1] > POISSON_EPSILON) & (b[:, 1] > POISSON_EPSILON)
     k = np.flatnonzero(keep)
-    idx, side, n_left, n_right, a, b = idx[k], side[k], n_left[k], n_right[k], _rows(a, k), \
-        _rows(b, k)
-    wl, wr, wn, unk = wl[k], wr[k], wn[k], unk[k]
-    pair = at[idx]
+    if len(k) < len(keep):
+        idx, side, n_left, n_right, a, b = idx[k], side[k], n_left[k], n_right[k], \
+            _rows(a, k), _rows(b, k)
+        wl, wr, wn, unk = wl[k], wr[k], wn[k], unk[k]
+        every = _Every(False, idx)
+    pair = every.take(at)
     if poisson:
-        t_k = _rows(t, idx)
+        t_k = every.take(t)
         imp_l, imp_r = _deviance(a, wl), _deviance(b, wr)
         gain = (_sum_log_mean(a, wl) + _sum_log_mean(b, wr) - _sum_log_mean(t_k, wn)) / wn
     elif regression:
@@ -385,6 +396,18 @@ def _scored(h: Histogram, cat: dict[str, np.ndarray], totals: _NodeTotals, rules
         "impurity_right": imp_r, "gain": gain[k],
         "impurity_after": (wr / wn) * imp_r + (wl / wn) * imp_l,
     }
+
+
+@dataclass
+class _Every:
+    """Candidates ``idx`` of a batch's columns: ``take`` gathers them, or where they are
+    every candidate once, in order (``all``), gives the column itself."""
+
+    all: bool
+    idx: np.ndarray
+
+    def take(self, a: np.ndarray) -> np.ndarray:
+        return a if self.all else _rows(a, self.idx)
 
 
 def _pair_max(pair: np.ndarray, values: np.ndarray) -> np.ndarray:
