@@ -269,9 +269,11 @@ def score(
 
     def of_feature(f: Feature) -> list[dict[str, np.ndarray]]:
         r = h.ranks(f) if len(chunks) > 1 else None
-        near = []
+        near, parts = [], []
         for rows in chunks:
             g = h.groups(f) if r is None else h.grouped(r, rows)
+            if r is not None and f.kind != CONTINUOUS:
+                parts.append(g)
             for c in candidates(h, g, f, regression):
                 if not c.node:
                     continue
@@ -281,6 +283,8 @@ def score(
                                     t, rules)
                     if len(found["node"]):
                         near.append(found)
+        if parts:
+            h.keep_groups(f, parts)
         return near
 
     found = [c for part in side_by_side(of_feature, features, len(h.level.node), workers)

@@ -411,7 +411,8 @@ class Histogram:
     _terms: np.ndarray | None = field(default=None, init=False)
     _groups: dict[int, Groups] = field(default_factory=dict, init=False)
     _totals: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(default=None, init=False)
-    _parts: list[tuple[np.ndarray, int | None]] | None = field(default=None, init=False)
+    _parts: list[tuple[np.ndarray | None, int | None]] | None = field(default=None,
+                                                                      init=False)
     _chunks: list[np.ndarray | None] | None = field(default=None, init=False)
 
     @property
@@ -455,6 +456,13 @@ class Histogram:
                 self._groups[f.index] = found
         return found
 
+    def keep_groups(self, f: Feature, parts: list[Groups]) -> None:
+        """Keep nominal feature ``f``'s groups, grouped a part of the nodes at a time
+        (``node_chunks``, in order), for a stage that asks again (``groups``): a few per
+        node, where grouping the level's rows again took seconds at 10M rows."""
+        self._groups[f.index] = Groups(*(np.concatenate([getattr(g, name) for g in parts])
+                                         for name in ("node", "v", "n", "sums")))
+
     def ranks(self, f: Feature) -> Ranks:
         """Feature ``f``'s ranks of the level's rows."""
         return self.level.ranks_of(self.level.column[f.index])
@@ -484,17 +492,24 @@ class Histogram:
         """The groups of (node, rank) keys of ``rows`` (all when None; ``node_chunks``), in
         key order."""
         level = self.level
-        known = np.flatnonzero(r.rank >= 0) if rows is None else rows[r.rank[rows] >= 0]
-        if len(known) == 0:
+        if rows is None:
+            is_known = r.rank >= 0
+            # None: every row (no index of every row, nor gathers by it)
+            known = None if is_known.all() else np.flatnonzero(is_known)
+            del is_known
+        else:
+            known = rows[r.rank[rows] >= 0]
+        if len(level.node if known is None else known) == 0:
             return Groups(level.node[:0], np.zeros(0), np.zeros(0, dtype=np.int64),
                           self._no_sums())
         # the key in place: a deep level's temporaries are a few arrays a row per feature
-        key = level.node[known].astype(np.int64, copy=False)
+        key = level.node.astype(np.int64) if known is None else level.node[known].astype(
+            np.int64, copy=False)
         low = int(key.min())
         span = int(key.max()) - low + 1
         key -= low
         key *= r.size
-        key += r.rank[known]
+        key += r.rank if known is None else r.rank[known]
         slots, n, sums = self.sums_by(key, span * r.size, known)
         return Groups(node=slots // r.size + low, v=r.value(slots % r.size), n=n, sums=sums)
 
@@ -527,19 +542,19 @@ class Histogram:
         return key[starts], n, np.add.reduceat(self.terms[at], starts, axis=0)
 
     def _class_sums(self, index: np.ndarray, rows: np.ndarray | None, size: int,
-                    parts: list[tuple[np.ndarray, int | None]]) -> np.ndarray:
+                    parts: list[tuple[np.ndarray | None, int | None]]) -> np.ndarray:
         """Per index from 0 below ``size``: the sums of the terms of ``rows`` (all when None)
         by class, in the terms' type; ``index`` gives each row's."""
         classes = self.n_classes
         y = self.level.y if rows is None else self.level.y[rows]
         if rows is not None:
-            parts = [(part[rows], shift) for part, shift in parts]
+            parts = [(None if part is None else part[rows], shift) for part, shift in parts]
         slot = index * classes
         slot += y
         del y
         return sum_exactly(slot, parts, size * classes).reshape(size, classes)
 
-    def _class_parts(self) -> list[tuple[np.ndarray, int | None]]:
+    def _class_parts(self) -> list[tuple[np.ndarray | None, int | None]]:
         """Each row's one nonzero term (in its class's column) in parts for ``sum_exactly``;
         empty for moments and fractional weights without a fixed point."""
         if self._parts is None:
@@ -549,15 +564,18 @@ class Histogram:
         return self._parts
 
 
-def exact_parts(term: np.ndarray, fixed: bool) -> list[tuple[np.ndarray, int | None]]:
+def exact_parts(term: np.ndarray, fixed: bool) -> list[tuple[np.ndarray | None, int | None]]:
     """``term`` (one per row, none negative) as doubles whose every sum by ``bincount`` is
     exact, each part with the shift that puts its sums back in place (None: the sums are the
     doubles themselves); empty where there are none.
 
-    Doubles (not ``fixed``) must be whole numbers totalling below 2**53: one part. Fixed-point
-    counts (int64) reach 2**62: split into the bits below ``shift`` and those above, each part's
-    sums below 2**53 (for up to 2**(53 - 10) rows)."""
+    Doubles (not ``fixed``) must be whole numbers totalling below 2**53: one part, None where
+    every term is 1 (rows are counted, and a stage need not gather a weight per row).
+    Fixed-point counts (int64) reach 2**62: split into the bits below ``shift`` and those
+    above, each part's sums below 2**53 (for up to 2**(53 - 10) rows)."""
     if not fixed:
+        if bool(np.all(term == 1.0)) and len(term) < 2**53:
+            return [(None, None)]
         whole = bool(np.all(term == np.floor(term)))
         return [(term.astype(np.float64), None)] if whole and float(
             np.abs(term).sum()) < 2.0**53 else []
@@ -570,12 +588,14 @@ def exact_parts(term: np.ndarray, fixed: bool) -> list[tuple[np.ndarray, int | N
             ((term & ((1 << shift) - 1)).astype(np.float64), 0)]
 
 
-def sum_exactly(slot: np.ndarray, parts: list[tuple[np.ndarray, int | None]], size: int
-                ) -> np.ndarray:
+def sum_exactly(slot: np.ndarray, parts: list[tuple[np.ndarray | None, int | None]],
+                size: int) -> np.ndarray:
     """Per slot from 0 below ``size``, the sum of the terms (``exact_parts``) of the rows in
-    it: doubles, or int64 counts for fixed-point terms."""
+    it: doubles, or int64 counts for fixed-point or unit terms."""
     out: np.ndarray | None = None
     for part, shift in parts:
+        if part is None:  # each term 1: the counts, exact as int64 (not copied to doubles)
+            return np.bincount(slot, minlength=size)
         summed = np.bincount(slot, weights=part, minlength=size)
         if shift is None:
             return summed
