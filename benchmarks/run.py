@@ -504,7 +504,7 @@ def parser() -> argparse.ArgumentParser:
         "--plan", default="auto", choices=["auto", "tables", "select", "memory"],
         help="sqltree's training plan: temporary tables, single SELECTs over the source, or "
         "the rows read into numpy once (default: %(default)s, sqltree's choice: memory for "
-        "C4.5 up to 16M cells, else tables)",
+        "classification up to half of the machine's memory at 25 bytes a cell, else tables)",
     )
     p.add_argument(
         "--postgres", metavar="URL", default=None,

@@ -174,36 +174,38 @@ def test_deep_levels_in_memory(engine_factory, monkeypatch):
     assert deep.to_dict()["tree"] == sql.to_dict()["tree"]
 
 
-def test_auto_bound_of_c45(monkeypatch):
-    """C4.5's bound of ``plan="auto"`` is its own (its scorer keeps the best cut per node and
-    feature only, so memory stays faster on larger data than CART's)."""
+def test_auto_bound_of_classification(monkeypatch):
+    """C4.5, ID3 and CART classification share the bound of ``plan="auto"``
+    (``MEMORY_MAX_CELLS``): in memory up to it, in SQL beyond."""
     labor = read_arff(ROOT / "tests" / "data" / "labor.arff")
     cells = len(labor.frame) * (labor.frame.shape[1] - 1)
-    monkeypatch.setattr("sqltree.algorithms.memory.MEMORY_MAX_CELLS", cells - 1)
-    monkeypatch.setattr("sqltree.algorithms.memory.MEMORY_MAX_CELLS_C45", cells)
-    model = sqltree.train(labor.frame, labor.target, algorithm="c4.5")
-    assert model.stats["plan"] == "memory"
-    assert f"at most {cells:,} cells" in model.stats["plan_reason"]
-    monkeypatch.setattr("sqltree.algorithms.memory.MEMORY_MAX_CELLS_C45", cells - 1)
-    assert sqltree.train(labor.frame, labor.target, algorithm="id3").stats["plan"] == "tables"
+    for algorithm in ("c4.5", "id3", "cart"):
+        monkeypatch.setattr("sqltree.algorithms.memory.MEMORY_MAX_CELLS", cells)
+        model = sqltree.train(labor.frame, labor.target, algorithm=algorithm)
+        assert model.stats["plan"] == "memory", algorithm
+        assert f"at most {cells:,} cells" in model.stats["plan_reason"]
+        monkeypatch.setattr("sqltree.algorithms.memory.MEMORY_MAX_CELLS", cells - 1)
+        model = sqltree.train(labor.frame, labor.target, algorithm=algorithm)
+        assert model.stats["plan"] == "tables", algorithm
 
 
-def test_c45_bound_is_half_the_machines_memory(monkeypatch, tmp_path):
-    """``MEMORY_MAX_CELLS_C45``: half of the memory at 25 bytes a cell, never below 16M."""
+def test_classification_bound_is_half_the_machines_memory(monkeypatch, tmp_path):
+    """``MEMORY_MAX_CELLS``: half of the memory at 25 bytes a cell, never below 16M."""
     from sqltree.algorithms import memory
 
+    per_cell = memory.MEMORY_BYTES_PER_CELL
     pages = {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": 1 << 20}  # 4 GiB
     monkeypatch.setattr(memory.os, "sysconf", pages.__getitem__)
     limit = tmp_path / "memory.max"
     monkeypatch.setattr(memory, "CGROUP_MEMORY_MAX", str(limit))  # no such file: no limit
-    assert memory._c45_bound() == (4 << 30) // 2 // memory.MEMORY_BYTES_PER_CELL_C45
+    assert memory._machine_bound() == (4 << 30) // 2 // per_cell
     limit.write_text("max\n")
-    assert memory._c45_bound() == (4 << 30) // 2 // memory.MEMORY_BYTES_PER_CELL_C45
+    assert memory._machine_bound() == (4 << 30) // 2 // per_cell
     limit.write_text(f"{1 << 30}\n")  # a container of 1 GiB
-    assert memory._c45_bound() == (1 << 30) // 2 // memory.MEMORY_BYTES_PER_CELL_C45
+    assert memory._machine_bound() == (1 << 30) // 2 // per_cell
     pages["SC_PHYS_PAGES"] = 1 << 16  # 256 MiB
-    assert memory._c45_bound() == 16_000_000
-    assert memory.MEMORY_MAX_CELLS_C45 >= 16_000_000
+    assert memory._machine_bound() == 16_000_000
+    assert memory.MEMORY_MAX_CELLS >= 16_000_000
 
 
 def _many_cuts() -> pd.DataFrame:

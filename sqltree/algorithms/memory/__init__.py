@@ -43,37 +43,29 @@ def check_train_plan(plan: str) -> str:
     return plan
 
 
-MEMORY_MAX_CELLS = 1_000_000
-"""``plan="auto"`` grows in memory data held in Python (a DataFrame, an estimator's arrays)
-of at most this many rows x features (see ``memory_reason``).
-
-Measured on the benchmark table (16 features, CART, ``max_depth=10``; one run each, the same
-run): the memory plan took 0.51 of the tables plan's time at 30,000 rows (480,000 cells), 0.71
-at 60,000 (960,000) and 0.96 at 100,000 (1.6M), where numpy's passes over every candidate of a
-level cost about what the engine's parallel scan does.
-"""
-
-
 MEMORY_MAX_CELLS_REGRESSION = 500_000
-"""The bound of ``MEMORY_MAX_CELLS`` for regression trees, whose sums of moments are summed
-in row order rather than counted: the memory plan took 0.83 of the tables plan's time at
-30,000 rows (480,000 cells) and 1.23 at 60,000 (the regression benchmark table, ``max_depth=10``,
+"""``plan="auto"`` grows regression trees in memory for data of the process's own (a
+DataFrame, an estimator's arrays, a file that sqltree's own DuckDB database reads) of at most
+this many rows x features (see ``memory_reason``): their sums of moments are summed in row
+order rather than counted, and the memory plan took 0.83 of the tables plan's time at 30,000
+rows (480,000 cells) and 1.23 at 60,000 (the regression benchmark table, ``max_depth=10``,
 the same run)."""
 
 
-MEMORY_BYTES_PER_CELL_C45 = 25
-"""Peak memory of a C4.5 fit on the memory plan per row x feature of its data, at scale: the
-benchmark table's 10M rows of 16 features (160M cells), ``max_depth=10``, peaked at 3,899 MB
-(24.4 bytes a cell; 1M rows: 718 MB, most of it the libraries)."""
+MEMORY_BYTES_PER_CELL = 25
+"""Peak memory of a classification fit on the memory plan per row x feature of its data, at
+scale: the benchmark table's 10M rows of 16 features (160M cells), ``max_depth=10``, peaked
+at 3,899 MB with C4.5 (24.4 bytes a cell) and 3,564 MB with CART (22.3; 1M rows: about 700
+and 620 MB, most of it the libraries)."""
 
 
 CGROUP_MEMORY_MAX = "/sys/fs/cgroup/memory.max"
 """A cgroup v2's memory limit (``max``: none), which a container's fit must stay within."""
 
 
-def _c45_bound() -> int:
-    """``MEMORY_MAX_CELLS_C45`` for this machine: the cells whose fit takes at most half of
-    its memory (the smaller of the physical memory and a cgroup's limit), at least 16M."""
+def _machine_bound() -> int:
+    """``MEMORY_MAX_CELLS`` for this machine: the cells whose fit takes at most half of its
+    memory (the smaller of the physical memory and a cgroup's limit), at least 16M."""
     try:
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):  # not a POSIX system that says
@@ -85,19 +77,22 @@ def _c45_bound() -> int:
             memory = min(memory, int(limit))
     except OSError:
         pass
-    return max(16_000_000, memory // 2 // MEMORY_BYTES_PER_CELL_C45)
+    return max(16_000_000, memory // 2 // MEMORY_BYTES_PER_CELL)
 
 
-MEMORY_MAX_CELLS_C45 = _c45_bound()
-"""The bound of ``MEMORY_MAX_CELLS`` for C4.5 and ID3: half of this machine's memory at
-``MEMORY_BYTES_PER_CELL_C45`` (on a 24 GB machine about 490M cells, 30M rows of 16 features),
-at least 16M cells. Its scorer keeps the best cut per (node, feature) only, where CART's keeps
-every candidate, and grows faster than the tables plan in far less memory: the benchmark
-table's 10M rows (C4.5, ``max_depth=10``; one run each on an idle 2-core machine) in 170.7 s
-and 3,899 MB against the tables plan's 244.2 s and 16,678 MB (DuckDB's default memory limit)
-and scikit-learn's 296.9 s and 3,735 MB; 1M rows with no options (no depth limit, J48's pruning
-with subtree raising) in 56.3 s and 2,440 MB against 74.0 s and 2,872 MB when the bound was
-set at 16M cells (2 Dec 2026).
+MEMORY_MAX_CELLS = _machine_bound()
+"""``plan="auto"`` grows a classification tree (C4.5, ID3, CART) in memory for data of the
+process's own of at most this many rows x features (see ``memory_reason``): half of this
+machine's memory at ``MEMORY_BYTES_PER_CELL`` (on a 24 GB machine about 490M cells, 30M rows
+of 16 features), at least 16M cells. The scorers keep the best candidates of a (node,
+feature) only, a part of the level's nodes and a batch of candidates at a time, and grow
+faster than the tables plan in less memory. The benchmark table (``max_depth=10``; one run
+each on an idle 2-core machine, 5 Dec 2026): C4.5 on 10M rows in 170.7 s and 3,899 MB
+against the tables plan's 244.2 s and 16,678 MB (DuckDB's default memory limit); CART on 1M
+rows in 10.7 s and 636 MB against 15.7 s and 1,112 MB, and with no option (no depth limit,
+99,248 leaves) in 61.1 s and 2,288 MB against 128.6 s and 3,870 MB. At 10M rows CART's
+tables plan is faster (97.8 s against 122.5 s) in twice the memory (7,163 MB against
+3,564 MB).
 """
 
 LOCAL_FILE = "a file read by sqltree's own DuckDB database"
@@ -112,15 +107,13 @@ def memory_reason(plan: str, local: str | None, rows: int, features: int,
     rows that are this process's own (``local`` says where they are: ``PYTHON_MEMORY`` for a
     DataFrame or an estimator's arrays, ``LOCAL_FILE`` for a file or query that sqltree's own
     DuckDB database reads; None for a user's connection, whose tables stay in their engine)
-    and not too many (``MEMORY_MAX_CELLS``; for ``algorithm`` C4.5 and ID3
-    ``MEMORY_MAX_CELLS_C45``, for regression ``MEMORY_MAX_CELLS_REGRESSION``).
+    and not too many (``MEMORY_MAX_CELLS``; for regression ``MEMORY_MAX_CELLS_REGRESSION``).
     """
     if plan == MEMORY:
         return "asked for"
     if plan != "auto" or local is None:
         return None
-    bound = {"c4.5": MEMORY_MAX_CELLS_C45, "id3": MEMORY_MAX_CELLS_C45,
-             "cart-regression": MEMORY_MAX_CELLS_REGRESSION}.get(algorithm, MEMORY_MAX_CELLS)
+    bound = MEMORY_MAX_CELLS_REGRESSION if algorithm == "cart-regression" else MEMORY_MAX_CELLS
     cells = rows * max(features, 1)
     if cells > bound:
         return None
