@@ -527,6 +527,8 @@ class Histogram:
             # the sums by class of the keys that occur only: a slot per key and class of
             # every key was up to 4 x 3 doubles per row, for each of two parts (at a deep
             # level, a nominal feature of 50 values: a few hundred MB)
+            if len(slots) == size:  # every key occurs (a first level's ranks): its own number
+                return slots, n, self._class_sums(key, rows, size, parts)
             number = np.zeros(size, dtype=np.int64)
             number[slots] = np.arange(len(slots))
             return slots, n[slots], self._class_sums(number[key], rows, len(slots), parts)
