@@ -109,10 +109,8 @@ class Level:
     feature values are never copied down the levels, each stage reads the columns it needs."""
     ranks: dict[int, Ranks] | None = None
     """Column -> the ranks of its values of the level-0 rows, for a level of growth (the
-    stages group rows by them): every column's, their ``rank`` arrays the columns of
-    ``rank_x``, and no ``x``. None for a level without (pruning's recounts)."""
-    rank_x: np.ndarray | None = None
-    """Every column's ranks (int32, column-major), where ``ranks`` holds them."""
+    stages group rows by them): every column's, and no ``x``. None for a level without
+    (pruning's recounts)."""
 
     def values(self, col: int) -> np.ndarray:
         """Column ``col``'s values of the level's rows (a level with ``x``)."""
@@ -141,20 +139,20 @@ class Ranks:
     """One more than the largest rank."""
 
     @classmethod
-    def of(cls, v: np.ndarray, out: np.ndarray | None = None) -> Ranks:
-        """``v``'s ranks, written into ``out`` (int32) where given."""
+    def of(cls, v: np.ndarray) -> Ranks:
+        """``v``'s ranks, in the narrowest integer type that holds them (``RANK_TYPES``)."""
         known = ~np.isnan(v)
         kv = v[known]
-        rank = np.full(len(v), -1, dtype=np.int32) if out is None else out
-        if out is not None:
-            rank.fill(-1)
         if len(kv) == 0:
-            return cls(rank, None, 0)
+            return cls(np.full(len(v), -1, dtype=np.int8), None, 0)
         top = float(kv.max())
         if kv.min() >= 0 and top < RANK_WHOLE_MAX and bool(np.all(kv == np.floor(kv))):
-            rank[known] = kv.astype(np.int32)
+            rank = np.full(len(v), -1, dtype=_rank_type(int(top) + 1))
+            rank[known] = kv
             return cls(rank, None, int(top) + 1)
         values, inverse = np.unique(kv, return_inverse=True)
+        del kv
+        rank = np.full(len(v), -1, dtype=_rank_type(len(values)))
         rank[known] = inverse
         return cls(rank, values, len(values))
 
@@ -167,6 +165,16 @@ class Ranks:
 
 RANK_WHOLE_MAX = 1 << 20
 """Known values that are all whole numbers from 0 below this one rank as themselves."""
+
+RANK_TYPES = (np.int8, np.int16, np.int32)
+"""A column's ranks (-1 for an unknown value) are the first of these that holds them: a
+growth keeps every column's for every row, and most columns of a table (nominal codes, binned
+or rounded values) have few distinct values (10M rows of 16 features: 640 MB as int32)."""
+
+
+def _rank_type(size: int) -> type[np.signedinteger]:
+    """The first of ``RANK_TYPES`` that holds ranks from -1 below ``size``."""
+    return next(t for t in RANK_TYPES if size <= np.iinfo(t).max + 1)
 
 NODE_CHUNK_ROWS = 1 << 18
 """Rows of a part of ``Histogram.node_chunks``. The 1M benchmark file, C4.5 ``max_depth=10``,
@@ -202,19 +210,30 @@ def read_level0(data: Dataset, query: Any, regression: bool, ranked: bool = Fals
             x[:, j] = columns[3 + j]
             columns[3 + j] = None
         return Level(node=node.astype(np.int64), w=w,
-                     y=y if regression else y.astype(np.int64), x=x, column=column)
-    rank_x = np.empty((rows, width - 3), dtype=np.int32, order="F")
-
+                     y=y if regression else _classes(y), x=x, column=column)
     def rank(j: int) -> Ranks:
         values, columns[3 + j] = columns[3 + j], None
         assert values is not None
-        return Ranks.of(values, out=rank_x[:, j])
+        return Ranks.of(values)
 
     features = list(range(width - 3))
     ranks = side_by_side(rank, features, rows, engine_workers(data.engine))
-    return Level(node=node.astype(np.int64), w=w, y=y if regression else y.astype(np.int64),
-                 x=None, column=column, ranks=dict(zip(features, ranks, strict=True)),
-                 rank_x=rank_x)
+    return Level(node=node.astype(np.int64), w=w, y=y if regression else _classes(y),
+                 x=None, column=column, ranks=dict(zip(features, ranks, strict=True)))
+
+
+def _classes(y: np.ndarray) -> np.ndarray:
+    """Class indexes (doubles from the engine) in the narrowest type that holds them
+    (``RANK_TYPES``): a level keeps one per row, and its previous level's during a
+    partition."""
+    return y.astype(_rank_type(int(y.max(initial=0)) + 1))
+
+
+def _rows_of(index: np.ndarray) -> np.ndarray:
+    """Row numbers as int32 where they fit (a level keeps one per row), else as they are."""
+    if len(index) and int(index.max()) >= 2**31:
+        return index
+    return index.astype(np.int32, copy=False)
 
 
 def test_keys(level: Level, tests: Sequence[tuple[int, int, float | None]]
@@ -250,8 +269,12 @@ def _ranked_test_values(level: Level, of_x: np.ndarray, at: np.ndarray, test_col
     the rank of the largest value not above it (ranks ascend with the values), and a
     nominal test's value is looked up. The values are the ranks themselves (-1: unknown)
     unless one is looked up (then doubles, NaN: unknown)."""
-    assert level.ranks is not None and level.rank_x is not None
-    rank = gather(level.rank_x, of_x, test_col[at])
+    assert level.ranks is not None
+    col_of_row = test_col[at]
+    rank = np.empty(len(at), dtype=np.int32)
+    for col in np.unique(test_col).tolist():
+        rows = np.flatnonzero(col_of_row == col)
+        rank[rows] = level.ranks[col].rank[of_x[rows]]
     v: np.ndarray = rank
     thr_of_test = test_thr.copy()
     nominal = np.isnan(test_thr)
@@ -265,7 +288,7 @@ def _ranked_test_values(level: Level, of_x: np.ndarray, at: np.ndarray, test_col
         if np.any(of_col & nominal):  # nominal codes too many to be ranks
             if v is rank:
                 v = np.where(rank < 0, np.nan, rank.astype(np.float64))
-            looked_up = np.flatnonzero((test_col[at] == col) & nominal[at] & (rank >= 0))
+            looked_up = np.flatnonzero((col_of_row == col) & nominal[at] & (rank >= 0))
             v[looked_up] = values[rank[looked_up]]
     return v, thr_of_test[at]
 
@@ -336,9 +359,8 @@ def partition(
         y=level.y[src],
         x=level.x,
         column=level.column,
-        base=src if level.base is None else level.base[src],
+        base=_rows_of(src if level.base is None else level.base[src]),
         ranks=level.ranks,
-        rank_x=level.rank_x,
     )
 
 
