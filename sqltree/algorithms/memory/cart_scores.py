@@ -48,9 +48,10 @@ class Segments:
     @classmethod
     def of(cls, g: Groups) -> Segments:
         starts = _group([g.node], len(g.node))
-        seg = np.zeros(len(g.node), dtype=np.int64)
+        # int32: a first level's continuous feature has a group per value
+        seg = np.zeros(len(g.node), dtype=np.int32)
         seg[starts[1:]] = 1
-        seg = np.cumsum(seg)
+        np.cumsum(seg, out=seg)
         return cls(seg, starts, np.diff(np.append(starts, len(g.node))))
 
 
