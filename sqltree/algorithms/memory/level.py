@@ -524,7 +524,7 @@ class Histogram:
                     # the level's arrays forwards), by a radix sort of 16-bit keys
                     part = np.searchsorted(nodes[starts], self.level.node, "right")
                     order = np.argsort(part.astype(np.uint16), kind="stable")
-                    self._chunks = np.split(order, np.cumsum(np.bincount(part))[:-1])
+                    self._chunks = np.split(_rows_of(order), np.cumsum(np.bincount(part))[:-1])
         return self._chunks
 
     def grouped(self, r: Ranks, rows: np.ndarray | None = None) -> Groups:
@@ -550,6 +550,10 @@ class Histogram:
         key *= r.size
         key += r.rank if known is None else r.rank[known]
         slots, n, sums = self.sums_by(key, span * r.size, known)
+        del key, known
+        if span == 1:  # one node (a first level's): the slots are the ranks
+            return Groups(node=np.full(len(slots), low, dtype=np.int64), v=r.value(slots), n=n,
+                          sums=sums)
         return Groups(node=slots // r.size + low, v=r.value(slots % r.size), n=n, sums=sums)
 
     def sums_by(self, key: np.ndarray, size: int, rows: np.ndarray | None
