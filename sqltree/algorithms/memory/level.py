@@ -600,9 +600,14 @@ class Histogram:
             # level, a nominal feature of 50 values: a few hundred MB)
             if len(slots) == size:  # every key occurs (a first level's ranks): its own number
                 return slots, n, self._class_sums(key, rows, size, parts)
-            number = np.zeros(size, dtype=np.int64)
-            number[slots] = np.arange(len(slots))
-            return slots, n[slots], self._class_sums(number[key], rows, len(slots), parts)
+            counts = n[slots]
+            del n
+            # int32 numbers where each slot's by class fit: an array of every key and one of
+            # every row, at the first levels of 10M rows 80 MB each as int64
+            fits = (len(slots) + 1) * max(self.n_classes, 1) < 2**31
+            number = np.zeros(size, dtype=np.int32 if fits else np.int64)
+            number[slots] = np.arange(len(slots), dtype=number.dtype)
+            return slots, counts, self._class_sums(number[key], rows, len(slots), parts)
         order = np.argsort(key, kind="stable" if self.moments else None)
         key = key[order]
         starts = _group([key], len(key))
