@@ -54,9 +54,10 @@ the same run)."""
 
 MEMORY_BYTES_PER_CELL = 25
 """Peak memory of a classification fit on the memory plan per row x feature of its data, at
-scale: the benchmark table's 10M rows of 16 features (160M cells), ``max_depth=10``, peaked
-at 3,899 MB with C4.5 (24.4 bytes a cell) and 3,564 MB with CART (22.3; 1M rows: about 700
-and 620 MB, most of it the libraries)."""
+scale, with a margin: the benchmark table's 10M rows of 16 features (160M cells),
+``max_depth=10``, peaked at 3,899 MB with C4.5 (24.4 bytes a cell) when the bound was set, and
+at 2,874 MB with C4.5 and 2,171 MB with CART (18.0 and 13.6) once a level's arrays were
+narrowed (5 Dec 2026); a table of distinct continuous values in every column keeps more."""
 
 
 CGROUP_MEMORY_MAX = "/sys/fs/cgroup/memory.max"
@@ -90,9 +91,8 @@ faster than the tables plan in less memory. The benchmark table (``max_depth=10`
 each on an idle 2-core machine, 5 Dec 2026): C4.5 on 10M rows in 170.7 s and 3,899 MB
 against the tables plan's 244.2 s and 16,678 MB (DuckDB's default memory limit); CART on 1M
 rows in 10.7 s and 636 MB against 15.7 s and 1,112 MB, and with no option (no depth limit,
-99,248 leaves) in 61.1 s and 2,288 MB against 128.6 s and 3,870 MB. At 10M rows CART's
-tables plan is faster (97.8 s against 122.5 s) in twice the memory (7,163 MB against
-3,564 MB).
+99,248 leaves) in 61.1 s and 2,288 MB against 128.6 s and 3,870 MB; on 10M rows in 124.3 s
+and 2,171 MB against 97.8 s and 7,163 MB (1 Dec), scikit-learn's 250.9 s and 3,731 MB.
 """
 
 LOCAL_FILE = "a file read by sqltree's own DuckDB database"
