@@ -239,9 +239,10 @@ def test_cuts_screened_with_numpy_log_give_the_same_model():
 
 @pytest.mark.parametrize("chunk", [1, 7, 64])
 def test_cuts_screened_a_chunk_at_a_time_give_the_same_model(monkeypatch, chunk):
-    """A level's cuts are screened ``CUT_CHUNK`` at a time; with chunks of a few cuts, nodes
-    whose cuts straddle chunks and chunks of no valid cut: the model of the tables plan, to
-    the last bit, unpruned and pruned."""
+    """A level's cuts are screened ``CUT_CHUNK`` at a time, each chunk keeping only the cuts
+    near its own best of a node while every valid cut is counted (the MDL correction); with
+    chunks of a few cuts, nodes whose cuts straddle chunks and chunks of no valid cut: the
+    model of the tables plan, to the last bit, unpruned and pruned."""
     from sqltree.algorithms.memory import c45_scores
 
     monkeypatch.setattr(c45_scores, "CUT_CHUNK", chunk)

@@ -210,17 +210,26 @@ class _Scorer:
         if len(cuts.cut) == 0:
             return []
         parent = self.parent_entropy(t)
-        screened = [self._screen(t, parent, cuts, cuts.cut[i:i + CUT_CHUNK])
-                    for i in range(0, len(cuts.cut), CUT_CHUNK)]
-        valid, gain, error = (np.concatenate(parts) for parts in zip(*screened, strict=True))
-        if len(valid) == 0:
+        tie = self.options.threshold_tie
+        # per node of the totals, its valid cuts (the MDL correction counts them all)
+        count = np.zeros(len(t.w_all), dtype=np.int64)
+        kept = []
+        for i in range(0, len(cuts.cut), CUT_CHUNK):
+            valid, gain, error = self._screen(t, parent, cuts, cuts.cut[i:i + CUT_CHUNK])
+            if len(valid) == 0:
+                continue
+            at = cuts.node(valid)
+            count += np.bincount(at, minlength=len(count))
+            # a chunk keeps the cuts near its own best of a node: among them are those near
+            # the best of all, and the best itself (a first level's node has a cut per row)
+            near = ~(gain + error < _run_max(at, gain - error) - tie)
+            kept.append((valid[near], gain[near], error[near]))
+        if not kept:
             return []
-        at = cuts.node(valid)
-        starts = _runs(at)
-        n_valid = np.diff(np.append(starts, len(at)))
-        run = np.repeat(np.arange(len(starts)), n_valid)
-        lowest_best = np.fmax.reduceat(gain - error, starts)
-        near = valid[~(gain + error < lowest_best[run] - self.options.threshold_tie)]
+        valid, gain, error = (np.concatenate(parts) for parts in zip(*kept, strict=True))
+        del kept
+        n_valid = count[count > 0]  # the nodes with a valid cut, ascending as ``valid``'s
+        near = valid[~(gain + error < _run_max(cuts.node(valid), gain - error) - tie)]
         at, left, lw, v, nxt = cuts.at(near)
         rw = t.w_known[at] - lw
         k = _rows(t.k, at)
@@ -278,6 +287,12 @@ class _Scorer:
 CUT_CHUNK = 1 << 17
 """Cuts screened at a time (``_Scorer.continuous``): each takes a few hundred bytes of
 temporaries, and a level can have about one per row for every continuous feature."""
+
+
+def _run_max(at: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Each entry's highest ``values`` (NaN ignored) of its run of equal ``at``."""
+    starts = _runs(at)
+    return np.repeat(np.fmax.reduceat(values, starts), np.diff(np.append(starts, len(at))))
 
 
 def _runs(at: np.ndarray) -> np.ndarray:
