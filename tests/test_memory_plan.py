@@ -299,17 +299,10 @@ def test_cart_scored_a_batch_at_a_time_gives_the_same_model(monkeypatch, rows, b
     numpy's logarithm; a nominal feature's partitions enumerated), class weights (fixed-point
     sums) and regression (batches of candidates, no parts); and the parts and batches were
     made."""
-    from sqltree.algorithms.memory import cart_scores, level
-    from tests.test_memory_plan_c45 import _many_cuts, same_model
+    from sqltree.algorithms.memory import cart_scores
+    from tests.test_memory_plan_c45 import _many_cuts, counted_node_chunks, same_model
 
     made: list[int] = []
-    chunks = level.Histogram.node_chunks
-
-    def counted(self):
-        out = chunks(self)
-        made.append(len(out))
-        return out
-
     frame = _many_cuts()
     X, y = test_regression.diabetes()
     cases = [(frame, "y", {"algorithm": "cart"}),
@@ -319,10 +312,10 @@ def test_cart_scored_a_batch_at_a_time_gives_the_same_model(monkeypatch, rows, b
     for source, target, options in cases:
         whole = sqltree.train(source, target, plan="memory", **options)
         with monkeypatch.context() as m:
-            m.setattr(level, "NODE_CHUNK_ROWS", rows)
-            m.setattr(level.Histogram, "node_chunks", counted)
+            parts = counted_node_chunks(m, rows)
             m.setattr(cart_scores, "CANDIDATE_CHUNK", batch)
             batched = sqltree.train(source, target, plan="memory", **options)
+        made += parts
         same_model(whole, batched)
     assert max(made) > 1
 

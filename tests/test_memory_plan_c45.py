@@ -251,6 +251,24 @@ def test_cuts_screened_a_chunk_at_a_time_give_the_same_model(monkeypatch, chunk)
     both_plans(frame, "y", algorithm="c4.5")
 
 
+def counted_node_chunks(patch: Any, rows: int) -> list[int]:
+    """Parts of about ``rows`` rows (``NODE_CHUNK_ROWS``, set through ``patch``), and the
+    list that the parts made per level are counted into."""
+    from sqltree.algorithms.memory import level
+
+    made: list[int] = []
+    chunks = level.Histogram.node_chunks
+
+    def counted(self: Any) -> Any:
+        out = chunks(self)
+        made.append(len(out))
+        return out
+
+    patch.setattr(level, "NODE_CHUNK_ROWS", rows)
+    patch.setattr(level.Histogram, "node_chunks", counted)
+    return made
+
+
 @pytest.mark.parametrize("rows", [1, 50, 700])
 def test_nodes_scored_a_part_at_a_time_give_the_same_model(monkeypatch, rows):
     """A level's features are grouped and scored a part of its nodes at a time
@@ -258,18 +276,7 @@ def test_nodes_scored_a_part_at_a_time_give_the_same_model(monkeypatch, rows):
     node, of a few and of hundreds of rows, fractional rows included: the model of the
     tables plan, to the last bit, unpruned and pruned. Parts were made, more than one a
     level."""
-    from sqltree.algorithms.memory import level
-
-    made: list[int] = []
-    chunks = level.Histogram.node_chunks
-
-    def counted(self):
-        out = chunks(self)
-        made.append(len(out))
-        return out
-
-    monkeypatch.setattr(level, "NODE_CHUNK_ROWS", rows)
-    monkeypatch.setattr(level.Histogram, "node_chunks", counted)
+    made = counted_node_chunks(monkeypatch, rows)
     frame = _many_cuts()
     both_plans(frame, "y", algorithm="c4.5", pruning=None, min_cases=1)
     both_plans(frame, "y", algorithm="c4.5")
