@@ -128,8 +128,9 @@ class Candidates:
 
 def candidates(h: Histogram, g: Groups, f: Feature, regression: bool) -> Iterator[Candidates]:
     """Every candidate of feature ``f`` on the nodes of its groups ``g``: a continuous
-    feature's cuts ``CANDIDATE_CHUNK`` at a time (a level's first nodes have about one per
-    row), then the nominal cuts, then each node's split of all known values left."""
+    feature's cuts a block of ``CANDIDATE_CHUNK`` groups at a time (a level's first nodes
+    have about a group per row), or the nominal cuts; then each node's split of all known
+    values left."""
     if len(g.node) == 0:
         return
     s = Segments.of(g)

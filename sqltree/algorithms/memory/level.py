@@ -190,6 +190,7 @@ def _rank_type(size: int) -> type[np.signedinteger]:
     """The first of ``RANK_TYPES`` that holds ranks from -1 below ``size``."""
     return next(t for t in RANK_TYPES if size <= np.iinfo(t).max + 1)
 
+
 NODE_CHUNK_ROWS = 1 << 18
 """Rows of a part of ``Histogram.node_chunks``. The 1M benchmark file, C4.5 ``max_depth=10``,
 two runs each: parts of 131,072 rows peaked at 714-731 MB in 17.4-18.3 s, of 262,144 at
@@ -254,7 +255,7 @@ def read_level0(data: Dataset, query: Any, regression: bool, ranked: bool = Fals
 def _constant_columns(query: Any) -> dict[int, float]:
     """The columns of a SELECT that are number literals (a first level's node and unit
     weight), by position: filled in here rather than read (10M rows: 240 MB in the engine's
-    result and again in numpy, at the read's peak). None where every column is one."""
+    result and again in numpy, at the read's peak). Empty where every column is one."""
     if not isinstance(query, exp.Select):
         return {}
     found = {}
