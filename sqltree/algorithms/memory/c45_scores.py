@@ -27,7 +27,7 @@ from ...criteria import J48_SMALL
 from ...dataset import Feature
 from ...tree import CONTINUOUS
 from ..c45_criteria import LN2, ScoreOptions
-from .cart_scores import Segments, _left_sum, _rows
+from .cart_scores import Segments, _left_sum, _rows, group_max
 from .level import NEAR_BEST_ERROR, Groups, Histogram, as_weight, ln, test_keys, xlogx
 from .parallel import side_by_side
 
@@ -222,14 +222,14 @@ class _Scorer:
             count += np.bincount(at, minlength=len(count))
             # a chunk keeps the cuts near its own best of a node: among them are those near
             # the best of all, and the best itself (a first level's node has a cut per row)
-            near = ~(gain + error < _run_max(at, gain - error) - tie)
+            near = ~(gain + error < group_max(at, gain - error) - tie)
             kept.append((valid[near], gain[near], error[near]))
         if not kept:
             return []
         valid, gain, error = (np.concatenate(parts) for parts in zip(*kept, strict=True))
         del kept
         n_valid = count[count > 0]  # the nodes with a valid cut, ascending as ``valid``'s
-        near = valid[~(gain + error < _run_max(cuts.node(valid), gain - error) - tie)]
+        near = valid[~(gain + error < group_max(cuts.node(valid), gain - error) - tie)]
         at, left, lw, v, nxt = cuts.at(near)
         rw = t.w_known[at] - lw
         k = _rows(t.k, at)
@@ -287,12 +287,6 @@ class _Scorer:
 CUT_CHUNK = 1 << 17
 """Cuts screened at a time (``_Scorer.continuous``): each takes a few hundred bytes of
 temporaries, and a level can have about one per row for every continuous feature."""
-
-
-def _run_max(at: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Each entry's highest ``values`` (NaN ignored) of its run of equal ``at``."""
-    starts = _runs(at)
-    return np.repeat(np.fmax.reduceat(values, starts), np.diff(np.append(starts, len(at))))
 
 
 def _runs(at: np.ndarray) -> np.ndarray:

@@ -441,12 +441,13 @@ class _Every:
         return a if self.all else _rows(a, self.idx)
 
 
-def _pair_max(pair: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Each candidate's highest ``values`` among those of its pair (a small integer)."""
-    low = int(pair.min(initial=0))
-    best = np.full(int(pair.max(initial=0)) - low + 1, -np.inf)
-    np.maximum.at(best, pair - low, values)
-    return best[pair - low]
+def group_max(group: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Each entry's highest ``values`` (NaN ignored) among those of its ``group`` (small
+    integers, in any order); -inf where the group has none but NaN."""
+    low = int(group.min(initial=0))
+    best = np.full(int(group.max(initial=0)) - low + 1, -np.inf)
+    np.fmax.at(best, group - low, values)
+    return best[group - low]
 
 
 def _near_best(pair: np.ndarray, imp_node: np.ndarray, a: np.ndarray, b: np.ndarray,
@@ -458,12 +459,12 @@ def _near_best(pair: np.ndarray, imp_node: np.ndarray, a: np.ndarray, b: np.ndar
     imp_r = impurity(b, wr, rules.criterion, np.log)
     gain = imp_node - (wr / wn) * imp_r - (wl / wn) * imp_l
     error = NEAR_BEST_ERROR * (1.0 + imp_node + imp_l + imp_r)
-    return np.flatnonzero(~(gain + error < _pair_max(pair, gain - error) - rules.tie_tolerance))
+    return np.flatnonzero(~(gain + error < group_max(pair, gain - error) - rules.tie_tolerance))
 
 
 def _near(pair: np.ndarray, gain: np.ndarray, tolerance: float) -> np.ndarray:
     """The candidates within ``tolerance`` of the best gain of their ``pair``."""
-    return np.flatnonzero(gain >= _pair_max(pair, gain) - tolerance)
+    return np.flatnonzero(gain >= group_max(pair, gain) - tolerance)
 
 
 INTEGER_COLUMNS = ("node", "attr", "kind", "o", "cut", "side", "n_unknown")
