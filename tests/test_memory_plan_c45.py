@@ -283,6 +283,31 @@ def test_nodes_scored_a_part_at_a_time_give_the_same_model(monkeypatch, rows):
     assert max(made) > 1
 
 
+@pytest.mark.parametrize("block", [1, 13, 500])
+def test_rows_keyed_and_routed_a_block_at_a_time_give_the_same_model(monkeypatch, block):
+    """A level's rows are keyed for their nodes' tests, counted by branch and routed to the
+    next level ``ROW_BLOCK`` rows at a time; with blocks of one row, of a few and of
+    hundreds, fractional rows and looked-up nominal codes included: the model of the
+    tables plan, to the last bit, unpruned and with subtree raising (whose recounts key
+    rows the same way). Levels were keyed in more than one block."""
+    from sqltree.algorithms.memory import level, routes
+
+    keyed = routes._Tests.keys
+    blocks: list[int] = []
+
+    def counted(self: Any, rows: Any, lo: int, hi: int) -> Any:
+        blocks.append(lo)
+        return keyed(self, rows, lo, hi)
+
+    monkeypatch.setattr(routes, "ROW_BLOCK", block)
+    monkeypatch.setattr(routes._Tests, "keys", counted)
+    monkeypatch.setattr(level, "RANK_WHOLE_MAX", 2)
+    frame = _many_cuts()
+    both_plans(frame, "y", algorithm="c4.5", pruning=None, min_cases=1)
+    both_plans(frame, "y", algorithm="c4.5", subtree_raising=True)
+    assert max(blocks) > 0
+
+
 def test_rows_keyed_by_ranks_where_codes_are_not_ranks(monkeypatch):
     """Growth keeps ranks, not values: a test's threshold becomes a rank, and a nominal
     code that is not its own rank (a domain of more than ``RANK_WHOLE_MAX`` codes, here

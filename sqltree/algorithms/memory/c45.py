@@ -18,8 +18,9 @@ from ...dataset import Feature
 from ...grower import RouteRow, TestRow
 from ..c45 import C45Strategy, score_options
 from .c45_scores import branch_counts, distinct_values, observed_threshold, score
-from .level import Histogram, Level, as_weight, partition, read_level0
+from .level import Histogram, Level, as_weight, read_level0
 from .recount import RowsInMemory
+from .routes import partition, row_keys
 from .stages import InMemoryStages
 
 
@@ -27,6 +28,8 @@ class MemoryC45Strategy(InMemoryStages, C45Strategy):
     """ID3 and C4.5 on the memory plan."""
 
     values: dict[int, np.ndarray] | None = None
+    row_keys: tuple[Level, set[TestRow], np.ndarray] | None = None
+    """The last branch counts' level, tests and each row's key (``routes.row_keys``)."""
 
     def materialize_level0(self) -> Level:
         level = super().materialize_level0()
@@ -59,13 +62,25 @@ class MemoryC45Strategy(InMemoryStages, C45Strategy):
 
     def read_branch_counts(self, engine: Any, hist: Histogram, tests: list[TestRow]
                            ) -> dict[int, dict[int, list[float]]]:
-        return branch_counts(hist, tests)
+        # the partition keys the same rows for the same tests (or fewer)
+        keys = row_keys(hist.level, tests)
+        self.row_keys = (hist.level, set(tests), keys)
+        return branch_counts(hist, tests, keys)
 
     def materialize_partition(self, level: Level, tests: list[TestRow],
                               routes: list[RouteRow], ordered: bool) -> Level:
         if any(factor not in (0.0, 1.0) for *_, factor in routes):
             self.fractional = True
-        return partition(level, tests, routes)
+        keyed, self.row_keys = self.row_keys, None
+        keys = None
+        if keyed is not None and keyed[0] is level and keyed[1].issuperset(tests):
+            keys = keyed[2]
+        return partition(level, tests, routes, keys)
+
+    def drop(self, table: Any) -> None:
+        """The rows' keys go with their level."""
+        if self.row_keys is not None and self.row_keys[0] is table:
+            self.row_keys = None
 
     def observed_thresholds(self, unresolved: list[tuple[int, int, float, float]]
                             ) -> dict[int, float]:
@@ -166,7 +181,9 @@ class DeepC45Strategy(MemoryC45Strategy):
         return rows * features <= DEEP_MEMORY_MAX_CELLS
 
     def drop(self, table: Any) -> None:
-        if not isinstance(table, (Level, Histogram)):
+        if isinstance(table, (Level, Histogram)):
+            super().drop(table)
+        else:
             self.data.engine.drop(table)
 
     def observed_thresholds(self, unresolved: list[tuple[int, int, float, float]]

@@ -16,8 +16,8 @@ engine (``c45_scores.build_branch_counts``, ``c45_cuts.build_observed_thresholds
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -27,9 +27,11 @@ from ...criteria import J48_SMALL
 from ...dataset import Feature
 from ...tree import CONTINUOUS
 from ..c45_criteria import LN2, ScoreOptions
+from . import routes
 from .cart_scores import Segments, _left_sum, _rows, group_max
-from .level import NEAR_BEST_ERROR, Groups, Histogram, as_weight, ln, test_keys, xlogx
+from .level import NEAR_BEST_ERROR, Groups, Histogram, as_weight, ln, xlogx
 from .parallel import side_by_side
+from .routes import NO_TEST, row_keys
 
 
 @dataclass
@@ -207,15 +209,13 @@ class _Scorer:
         t, seg_of_node = self.totals(g, s)
         # the nodes with known values, ascending as the segments
         cuts = _Cuts(g, s, np.flatnonzero(seg_of_node >= 0), self.h.bits)
-        if len(cuts.cut) == 0:
-            return []
         parent = self.parent_entropy(t)
         tie = self.options.threshold_tie
         # per node of the totals, its valid cuts (the MDL correction counts them all)
         count = np.zeros(len(t.w_all), dtype=np.int64)
         kept = []
-        for i in range(0, len(cuts.cut), CUT_CHUNK):
-            valid, gain, error = self._screen(t, parent, cuts, cuts.cut[i:i + CUT_CHUNK])
+        for cut, running_left in cuts.blocks(CUT_CHUNK):
+            valid, left_sums, gain, error = self._screen(t, parent, cuts, cut, running_left)
             if len(valid) == 0:
                 continue
             at = cuts.node(valid)
@@ -223,14 +223,15 @@ class _Scorer:
             # a chunk keeps the cuts near its own best of a node: among them are those near
             # the best of all, and the best itself (a first level's node has a cut per row)
             near = ~(gain + error < group_max(at, gain - error) - tie)
-            kept.append((valid[near], gain[near], error[near]))
+            kept.append((valid[near], left_sums[near], gain[near], error[near]))
         if not kept:
             return []
-        valid, gain, error = (np.concatenate(parts) for parts in zip(*kept, strict=True))
+        valid, left_sums, gain, error = (np.concatenate(parts)
+                                         for parts in zip(*kept, strict=True))
         del kept
         n_valid = count[count > 0]  # the nodes with a valid cut, ascending as ``valid``'s
-        near = valid[~(gain + error < group_max(cuts.node(valid), gain - error) - tie)]
-        at, left, lw, v, nxt = cuts.at(near)
+        near = np.flatnonzero(~(gain + error < group_max(cuts.node(valid), gain - error) - tie))
+        at, left, lw, v, nxt = cuts.at(valid[near], left_sums[near])
         rw = t.w_known[at] - lw
         k = _rows(t.k, at)
         d = self.denominator(t)[at]
@@ -247,12 +248,14 @@ class _Scorer:
         return self.emit(at, f.index, t, gain[chosen], split_info, n_valid.astype(np.float64),
                   np.full(len(at), 2), threshold=v[chosen], next_value=nxt[chosen])
 
-    def _screen(self, t: _Totals, parent: np.ndarray, cuts: _Cuts, cut: np.ndarray
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Of the cuts ``cut`` (ascending), the valid ones (J48's minimum weight on each side,
-        its gap between values), each with its gain from numpy's logarithm and that gain's
-        error bound (``NEAR_BEST_ERROR``)."""
-        at, left, lw, v, nxt = cuts.at(cut)
+    def _screen(self, t: _Totals, parent: np.ndarray, cuts: _Cuts, cut: np.ndarray,
+                running_left: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Of the cuts ``cut`` (ascending, with their left sums ``running_left``), the valid
+        ones (J48's minimum weight on each side, its gap between values), each with its left
+        sums, its gain from numpy's logarithm and that gain's error bound
+        (``NEAR_BEST_ERROR``)."""
+        at, left, lw, v, nxt = cuts.at(cut, running_left)
         w_known = t.w_known[at]
         rw = w_known - lw
         least = self._min_split(w_known) - J48_SMALL
@@ -263,7 +266,7 @@ class _Scorer:
         at, left, lw, rw = (_rows(a, keep) for a in (at, left, lw, rw))
         gain, error = _fast_gain(parent[at], lw, left, rw, _rows(t.k, at),
                                  self.denominator(t)[at] * LN2)
-        return cut[keep], gain, error
+        return cut[keep], _rows(running_left, keep), gain, error
 
     def _min_split(self, w_known: np.ndarray) -> np.ndarray:
         """``SplitCriteria.min_split``: J48's ``max(M, min(25, 0.1 * known / k))``, or M."""
@@ -327,36 +330,47 @@ def _fast_gain(parent: np.ndarray, lw: np.ndarray, left: np.ndarray, rw: np.ndar
 
 @dataclass
 class _Cuts:
-    """A feature's cuts (a cut between each two neighbouring groups of a node, by the index
-    of the lower group) and the running class weights that give each cut's left side."""
+    """A feature's cuts: a cut between each two neighbouring groups of a node, by the index
+    of the lower group; its left side's class sums are the node's running sums there."""
 
     g: Groups
     s: Segments
     node_of_seg: np.ndarray
     bits: int | None
-    cut: np.ndarray = field(init=False)
-    running: np.ndarray = field(init=False)
-    before: np.ndarray = field(init=False)
 
-    def __post_init__(self) -> None:
-        seg = self.s.seg
-        self.cut = np.flatnonzero(seg[1:] == seg[:-1])
-        # _running's sums, kept as a running total and each segment's total before it
-        self.running = np.cumsum(self.g.sums, axis=0)
-        self.before = np.zeros_like(self.running[:1]).repeat(len(self.s.starts), axis=0)
-        self.before[1:] = self.running[self.s.starts[1:] - 1]
+    def blocks(self, block: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """The cuts of ``block`` groups at a time, each with its left class sums in the sums'
+        type (fixed point: integers). The running sums are made a block at a time, each
+        block's continuing from the last sum before it: the same additions in the same order
+        as one running sum of every group (a first level's continuous feature has a group
+        per value: 240 MB a thread at 10M rows of 3 classes)."""
+        sums, seg, starts = self.g.sums, self.s.seg, self.s.starts
+        size = len(sums)
+        # each segment's running sums before its first group: the last running sum before
+        before = np.zeros((len(starts), sums.shape[1]), dtype=sums.dtype)
+        last = sums[:0].sum(axis=0)
+        for lo in range(0, size - 1, block):
+            hi = min(lo + block, size)
+            running = np.cumsum(np.concatenate([last[None], sums[lo:hi]]), axis=0)
+            last = running[-1]
+            # the segments that start in this block (not the first: it starts from zeros)
+            first = np.searchsorted(starts, [max(lo, 1), hi])
+            opening = starts[first[0]:first[1]]
+            before[first[0]:first[1]] = running[opening - lo]
+            end = min(hi, size - 1)
+            cut = lo + np.flatnonzero(seg[lo:end] == seg[lo + 1:end + 1])
+            yield cut, running[cut - lo + 1] - _rows(before, seg[cut])
 
     def node(self, cut: np.ndarray) -> np.ndarray:
         """The cuts' nodes, as indexes into the level's totals."""
         return self.node_of_seg[self.s.seg[cut]]
 
-    def at(self, cut: np.ndarray
+    def at(self, cut: np.ndarray, running_left: np.ndarray
            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The cuts' nodes, left class weights and their sum, and the values each side."""
-        seg = self.s.seg[cut]
-        left = as_weight(_rows(self.running, cut) - _rows(self.before, seg), self.bits)
-        return (self.node_of_seg[seg], left, _left_sum(left), self.g.v[cut],
-                self.g.v[cut + 1])
+        left = as_weight(running_left, self.bits)
+        return (self.node(cut), left, _left_sum(left), self.g.v[cut], self.g.v[cut + 1])
+
 
 def _nullable(values: np.ndarray) -> list[float | None]:
     """Doubles as Python floats, NaN as None (the query's NULL)."""
@@ -373,23 +387,43 @@ def score(h: Histogram, features: Sequence[Feature], options: ScoreOptions,
     return sorted((row for part in parts for row in part), key=lambda row: (row[0], row[1]))
 
 
-def branch_counts(h: Histogram, tests: Sequence[tuple[int, int, float | None]]
-                  ) -> dict[int, dict[int, list[float]]]:
+def branch_counts(h: Histogram, tests: Sequence[tuple[int, int, float | None]],
+                  keys: np.ndarray | None = None) -> dict[int, dict[int, list[float]]]:
     """``build_branch_counts``: class counts per (node, key) of each node's chosen test (0/1
     below or above a cut, a nominal value's code, -1 for unknown values), the keys that rows
-    reach, in ascending order with -1 last.
+    reach, in ascending order with -1 last. ``keys``: the rows' keys (``row_keys``) of these
+    tests or more.
 
-    Counted from each row's key (``test_keys``, as the partition keys them), not from the
-    features' groups: a deep level's groups of every feature would have to be kept until
-    the tests are chosen, about as many per feature as the level has rows."""
+    Counted from each row's key, as the partition keys them, not from the features' groups:
+    a deep level's groups of every feature would have to be kept until the tests are chosen,
+    about as many per feature as the level has rows. A block of rows at a time where the
+    sums are exact (``ROW_BLOCK``), since blocks' sums then add up to the level's."""
     out: dict[int, dict[int, list[float]]] = {node: {} for node, _, _ in tests}
     if not tests:
         return out
-    rows, key = test_keys(h.level, tests)
+    level = h.level
+    if keys is None:
+        keys = row_keys(level, tests)
     tested = np.unique(np.array([node for node, _, _ in tests], dtype=np.int64))
-    span = int(key.max(initial=0.0)) + 2  # keys from -1 up
-    slot = np.searchsorted(tested, h.level.node[rows]) * span + (key.astype(np.int64) + 1)
-    slots, _, sums = h.sums_by(slot, len(tested) * span, rows)
+    span = int(keys.max(initial=0)) + 2  # keys from -1 up
+    block = routes.ROW_BLOCK if h.exact else max(len(keys), 1)
+    found, summed = [], []
+    for lo in range(0, len(keys), block):
+        rows = np.flatnonzero(keys[lo:lo + block] != NO_TEST)
+        if len(rows) == 0:
+            continue
+        rows += lo
+        slot = np.searchsorted(tested, level.node[rows]) * span + (keys[rows] + 1)
+        slots, _, sums = h.sums_by(slot, len(tested) * span, rows)
+        found.append(slots)
+        summed.append(sums)
+    slots = np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
+    if len(found) > 1:
+        slots, at = np.unique(slots, return_inverse=True)
+        sums = np.zeros((len(slots), h.n_classes), dtype=summed[0].dtype)
+        np.add.at(sums, at, np.concatenate(summed))
+    else:
+        sums = summed[0] if summed else np.zeros((0, h.n_classes))
     unknown: list[tuple[int, list[float]]] = []
     for at, counts in zip(slots.tolist(), as_weight(sums, h.bits).tolist(), strict=True):
         node, k = int(tested[at // span]), at % span - 1

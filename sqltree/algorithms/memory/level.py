@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from sqlglot import exp
 
-from ... import queries as q
 from ...dataset import Dataset, Feature
 from ...tree import CONTINUOUS
 from .parallel import engine_workers, side_by_side
@@ -282,134 +280,6 @@ def _rows_of(index: np.ndarray) -> np.ndarray:
     return index.astype(np.int32, copy=False)
 
 
-def test_keys(level: Level, tests: Sequence[tuple[int, int, float | None]]
-              ) -> tuple[np.ndarray, np.ndarray]:
-    """The rows of the tested nodes, and each one's key for its node's test (0/1 for
-    ``v <= t``/above, the code of a nominal value, -1 when unknown), as
-    ``queries.build_partition`` keys them."""
-    if not tests:
-        return np.zeros(0, dtype=np.int64), np.zeros(0)
-    test_node = np.array([t[0] for t in tests], dtype=np.int64)
-    order = np.argsort(test_node)
-    test_node = test_node[order]
-    test_col = np.array([level.column[t[1]] for t in tests], dtype=np.int64)[order]
-    test_thr = np.array([np.nan if t[2] is None else t[2] for t in tests])[order]
-    lo, hi = equal_range(test_node, level.node)
-    rows = np.flatnonzero(hi > lo)
-    at = lo[rows]
-    of_x = rows if level.base is None else level.base[rows]
-    if level.x is None:
-        v, thr = _ranked_test_values(level, of_x, at, test_col, test_thr)
-    else:
-        v, thr = gather(level.x, of_x, test_col[at]), test_thr[at]
-    with np.errstate(invalid="ignore"):
-        key = np.where(np.isnan(thr), v, np.where(v <= thr, 0.0, 1.0))
-    unknown = v < 0 if v.dtype.kind == "i" else np.isnan(v)  # ranks: -1
-    return rows, np.where(unknown, float(q.UNKNOWN_KEY), key)
-
-
-def _ranked_test_values(level: Level, of_x: np.ndarray, at: np.ndarray, test_col: np.ndarray,
-                        test_thr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``test_keys``' values and thresholds from a level's ranks, compared alike: a rank is its
-    value where the column's values are small whole numbers; else a cut's threshold becomes
-    the rank of the largest value not above it (ranks ascend with the values), and a
-    nominal test's value is looked up. The values are the ranks themselves (-1: unknown)
-    unless one is looked up (then doubles, NaN: unknown)."""
-    assert level.ranks is not None
-    col_of_row = test_col[at]
-    rank = np.empty(len(at), dtype=np.int32)
-    for col in np.unique(test_col).tolist():
-        rows = np.flatnonzero(col_of_row == col)
-        rank[rows] = level.ranks[col].rank[of_x[rows]]
-    v: np.ndarray = rank
-    thr_of_test = test_thr.copy()
-    nominal = np.isnan(test_thr)
-    for col in np.unique(test_col).tolist():
-        values = level.ranks[col].values
-        if values is None:
-            continue
-        of_col = test_col == col
-        cut = of_col & ~nominal
-        thr_of_test[cut] = np.searchsorted(values, test_thr[cut], "right") - 1.0
-        if np.any(of_col & nominal):  # nominal codes too many to be ranks
-            if v is rank:
-                v = np.where(rank < 0, np.nan, rank.astype(np.float64))
-            looked_up = np.flatnonzero((col_of_row == col) & nominal[at] & (rank >= 0))
-            v[looked_up] = values[rank[looked_up]]
-    return v, thr_of_test[at]
-
-
-def gather(x: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
-    """``x[rows, cols]``: one value of each row, as one ``take`` from the flat array where it
-    is contiguous (about twice as fast as numpy's indexing by two arrays)."""
-    if not (x.flags.f_contiguous or x.flags.c_contiguous):
-        return x[rows, cols]
-    row_step, col_step = (stride // x.itemsize for stride in x.strides)
-    return np.take(x.ravel(order="K"), rows * row_step + cols * col_step)
-
-
-def equal_range(keys: np.ndarray, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For each query, where its run of equal entries of the sorted integer ``keys`` starts
-    and ends (``searchsorted`` left and right; equal for a query no key equals): from a table
-    of every key between the least and the greatest where they span at most a few per query,
-    else by binary search."""
-    if len(keys) == 0 or len(queries) == 0:
-        empty = np.zeros(len(queries), dtype=np.int64)
-        return empty, empty
-    low, high = int(keys[0]), int(keys[-1])
-    span = high - low + 1
-    if span > COUNTED_KEYS_PER_ROW * len(queries) + 1024:
-        return np.searchsorted(keys, queries, "left"), np.searchsorted(keys, queries, "right")
-    # a slot of no entries on each side takes the queries outside [low, high]
-    ends = np.zeros(span + 2, dtype=np.int64)
-    np.cumsum(np.bincount(keys - low, minlength=span), out=ends[1:-1])
-    ends[-1] = ends[-2]
-    slot = np.clip(queries - (low - 1), 0, span + 1)
-    starts = np.concatenate(([0], ends[:-1]))
-    starts[-1] = ends[-1]
-    return starts[slot], ends[slot]
-
-
-def partition(
-    level: Level,
-    tests: Sequence[tuple[int, int, float | None]],
-    routes: Sequence[tuple[int, int, int, float]],
-) -> Level:
-    """The next level (``queries.build_partition``): each row of a tested node goes to the
-    child(ren) routed for its key (``test_keys``), its weight times the route's factor; rows
-    with no route are left out."""
-    rows, key = test_keys(level, tests)
-
-    r_node = np.array([r[0] for r in routes], dtype=np.int64)
-    r_key = np.array([r[1] for r in routes], dtype=np.float64)
-    by = np.lexsort((r_key, r_node))
-    r_node, r_key = r_node[by], r_key[by]
-    r_child = np.array([r[2] for r in routes], dtype=np.int64)[by]
-    r_factor = np.array([r[3] for r in routes], dtype=np.float64)[by]
-    # a (node, key) pair as one integer: keys are small integers from -1 up
-    span = int(max(np.max(r_key), np.max(key, initial=0.0))) + 2
-    r_pair = r_node * span + (r_key.astype(np.int64) + 1)
-    lo, hi = equal_range(r_pair, level.node[rows] * span + (key.astype(np.int64) + 1))
-    many = hi - lo
-    if len(many) and many.max() > 1:  # a row to several children (an unknown value spread)
-        src = np.repeat(rows, many)
-        # the j-th copy of a row takes its j-th route: lo + (place - the row's first place)
-        first = np.cumsum(many) - many
-        route = np.repeat(lo - first, many) + np.arange(len(src))
-    else:
-        routed = many > 0
-        src, route = rows[routed], lo[routed]
-    return Level(
-        node=r_child[route],
-        w=level.w[src] * r_factor[route],
-        y=level.y[src],
-        x=level.x,
-        column=level.column,
-        base=_rows_of(src if level.base is None else level.base[src]),
-        ranks=level.ranks,
-    )
-
-
 def per_row_sums(level: Level, n_classes: int, bits: int | None, moments: bool,
                  poisson: bool = False) -> np.ndarray:
     """Each row's terms of the histogram's sums: its weight in its class's column (an integer
@@ -580,9 +450,10 @@ class Histogram:
         key += r.rank if known is None else r.rank[known]
         slots, n, sums = self.sums_by(key, span * r.size, known)
         del key, known
-        if span == 1:  # one node (a first level's): the slots are the ranks
-            return Groups(node=np.full(len(slots), low, dtype=np.int64), v=r.value(slots), n=n,
-                          sums=sums)
+        if span == 1:  # one node (a first level's): the slots are the ranks, the node one
+            # value seen as an array (a first level's continuous feature has a group per row)
+            node = np.broadcast_to(np.int64(low), len(slots))
+            return Groups(node=node, v=r.value(slots), n=n, sums=sums)
         return Groups(node=slots // r.size + low, v=r.value(slots % r.size), n=n, sums=sums)
 
     def sums_by(self, key: np.ndarray, size: int, rows: np.ndarray | None
@@ -633,6 +504,12 @@ class Histogram:
         del y
         return sum_exactly(slot, parts, size * classes).reshape(size, classes)
 
+    @property
+    def exact(self) -> bool:
+        """Whether the sums by class are exact (integers, whole numbers): sums of parts of
+        the rows then add up to those of all, in any order."""
+        return bool(self._class_parts())
+
     def _class_parts(self) -> list[tuple[np.ndarray | None, int | None]]:
         """Each row's one nonzero term (in its class's column) in parts for ``sum_exactly``;
         empty for moments and fractional weights without a fixed point."""
@@ -680,7 +557,7 @@ def sum_exactly(slot: np.ndarray, parts: list[tuple[np.ndarray | None, int | Non
             return summed
         # in place: a continuous feature's sums are a slot per row and class at the deep
         # levels, and four such arrays at once were a level's largest temporaries
-        whole = summed.astype(np.int64)
+        whole = _as_int64_in_place(summed)
         del summed
         if shift:
             np.left_shift(whole, shift, out=whole)
@@ -691,3 +568,17 @@ def sum_exactly(slot: np.ndarray, parts: list[tuple[np.ndarray | None, int | Non
             del whole
     assert out is not None
     return out
+
+
+def _as_int64_in_place(whole_numbers: np.ndarray) -> np.ndarray:
+    """Doubles that are whole numbers as int64 in their own memory, a block at a time: a
+    first level's sums of a continuous feature are a slot per value and class (240 MB at 10M
+    rows of 3 classes), and a converted copy doubled them."""
+    out = whole_numbers.view(np.int64)
+    for lo in range(0, len(out), IN_PLACE_BLOCK):
+        # numpy copies the overlapping block before it writes
+        out[lo:lo + IN_PLACE_BLOCK] = whole_numbers[lo:lo + IN_PLACE_BLOCK]
+    return out
+
+
+IN_PLACE_BLOCK = 1 << 16

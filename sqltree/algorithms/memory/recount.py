@@ -26,7 +26,8 @@ from ...fixed_point import training_weight_bits
 from ...pruning.recount import _known_routes, _level_routes, _Position, _positions
 from ...tree import Node
 from . import parallel
-from .level import Level, exact_parts, partition, read_level0, sum_exactly, test_keys
+from .level import Level, exact_parts, read_level0, sum_exactly
+from .routes import partition, test_keys
 
 Entries = Sequence[tuple[Sequence[tuple[Node, int]], Node]]
 

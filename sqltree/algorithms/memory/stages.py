@@ -6,8 +6,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ...grower import RouteRow, TestRow
-from .level import Level, partition, read_level0
+from .level import Level, read_level0
 from .parallel import engine_workers
+from .routes import partition
 
 
 class InMemoryStages:
