@@ -484,11 +484,15 @@ class Histogram:
         key = key[order]
         starts = _group([key], len(key))
         n = np.diff(np.append(starts, len(key)))
+        if parts:
+            # each row's group put back in the rows' order, so that the rows' classes and
+            # weights are read forwards, not gathered in key order (exact sums: any order)
+            group = np.empty(len(key), dtype=np.int32 if len(starts) < 2**31 else np.int64)
+            group[order] = np.cumsum(np.append(False, key[1:] != key[:-1]), dtype=group.dtype)
+            del order
+            return key[starts], n, self._class_sums(group, rows, len(starts), parts)
         at = order if rows is None else rows[order]
         del order
-        if parts:
-            group = np.cumsum(np.append(False, key[1:] != key[:-1]))
-            return key[starts], n, self._class_sums(group, at, len(starts), parts)
         return key[starts], n, np.add.reduceat(self.terms[at], starts, axis=0)
 
     def _class_sums(self, index: np.ndarray, rows: np.ndarray | None, size: int,
