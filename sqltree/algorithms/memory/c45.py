@@ -63,9 +63,9 @@ class MemoryC45Strategy(InMemoryStages, C45Strategy):
     def read_branch_counts(self, engine: Any, hist: Histogram, tests: list[TestRow]
                            ) -> dict[int, dict[int, list[float]]]:
         # the partition keys the same rows for the same tests (or fewer)
-        keys = row_keys(hist.level, tests)
+        keys = row_keys(hist.level, tests, self.workers)
         self.row_keys = (hist.level, set(tests), keys)
-        return branch_counts(hist, tests, keys)
+        return branch_counts(hist, tests, keys, self.workers)
 
     def materialize_partition(self, level: Level, tests: list[TestRow],
                               routes: list[RouteRow], ordered: bool) -> Level:
@@ -75,7 +75,7 @@ class MemoryC45Strategy(InMemoryStages, C45Strategy):
         keys = None
         if keyed is not None and keyed[0] is level and keyed[1].issuperset(tests):
             keys = keyed[2]
-        return partition(level, tests, routes, keys)
+        return partition(level, tests, routes, keys, self.workers, by_node=True)
 
     def drop(self, table: Any) -> None:
         """The rows' keys go with their level."""

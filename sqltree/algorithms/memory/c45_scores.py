@@ -388,7 +388,8 @@ def score(h: Histogram, features: Sequence[Feature], options: ScoreOptions,
 
 
 def branch_counts(h: Histogram, tests: Sequence[tuple[int, int, float | None]],
-                  keys: np.ndarray | None = None) -> dict[int, dict[int, list[float]]]:
+                  keys: np.ndarray | None = None, workers: int | None = 1
+                  ) -> dict[int, dict[int, list[float]]]:
     """``build_branch_counts``: class counts per (node, key) of each node's chosen test (0/1
     below or above a cut, a nominal value's code, -1 for unknown values), the keys that rows
     reach, in ascending order with -1 last. ``keys``: the rows' keys (``row_keys``) of these
@@ -397,7 +398,8 @@ def branch_counts(h: Histogram, tests: Sequence[tuple[int, int, float | None]],
     Counted from each row's key, as the partition keys them, not from the features' groups:
     a deep level's groups of every feature would have to be kept until the tests are chosen,
     about as many per feature as the level has rows. A block of rows at a time where the
-    sums are exact (``ROW_BLOCK``), since blocks' sums then add up to the level's."""
+    sums are exact (``ROW_BLOCK``), since blocks' sums then add up to the level's; blocks
+    counted by up to ``workers`` threads (None: one per core)."""
     out: dict[int, dict[int, list[float]]] = {node: {} for node, _, _ in tests}
     if not tests:
         return out
@@ -407,16 +409,20 @@ def branch_counts(h: Histogram, tests: Sequence[tuple[int, int, float | None]],
     tested = np.unique(np.array([node for node, _, _ in tests], dtype=np.int64))
     span = int(keys.max(initial=0)) + 2  # keys from -1 up
     block = routes.ROW_BLOCK if h.exact else max(len(keys), 1)
-    found, summed = [], []
-    for lo in range(0, len(keys), block):
+
+    def counted(lo: int) -> tuple[np.ndarray, np.ndarray] | None:
         rows = np.flatnonzero(keys[lo:lo + block] != NO_TEST)
         if len(rows) == 0:
-            continue
+            return None
         rows += lo
         slot = np.searchsorted(tested, level.node[rows]) * span + (keys[rows] + 1)
         slots, _, sums = h.sums_by(slot, len(tested) * span, rows)
-        found.append(slots)
-        summed.append(sums)
+        return slots, sums
+
+    blocks = [b for b in side_by_side(counted, range(0, len(keys), block), len(keys), workers)
+              if b is not None]
+    found, summed = [b[0] for b in blocks], [b[1] for b in blocks]
+    del blocks
     slots = np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
     if len(found) > 1:
         slots, at = np.unique(slots, return_inverse=True)

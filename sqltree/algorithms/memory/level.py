@@ -501,12 +501,10 @@ class Histogram:
         by class, in the terms' type; ``index`` gives each row's."""
         classes = self.n_classes
         y = self.level.y if rows is None else self.level.y[rows]
-        if rows is not None:
-            parts = [(None if part is None else part[rows], shift) for part, shift in parts]
         slot = index * classes
         slot += y
         del y
-        return sum_exactly(slot, parts, size * classes).reshape(size, classes)
+        return sum_exactly(slot, parts, size * classes, rows).reshape(size, classes)
 
     @property
     def exact(self) -> bool:
@@ -549,14 +547,17 @@ def exact_parts(term: np.ndarray, fixed: bool) -> list[tuple[np.ndarray | None, 
 
 
 def sum_exactly(slot: np.ndarray, parts: list[tuple[np.ndarray | None, int | None]],
-                size: int) -> np.ndarray:
+                size: int, rows: np.ndarray | None = None) -> np.ndarray:
     """Per slot from 0 below ``size``, the sum of the terms (``exact_parts``) of the rows in
-    it: doubles, or int64 counts for fixed-point or unit terms."""
+    it (``rows`` of the parts, in ``slot``'s order; None: all): doubles, or int64 counts for
+    fixed-point or unit terms."""
     out: np.ndarray | None = None
     for part, shift in parts:
         if part is None:  # each term 1: the counts, exact as int64 (not copied to doubles)
             return np.bincount(slot, minlength=size)
-        summed = np.bincount(slot, weights=part, minlength=size)
+        # one part's terms gathered at a time
+        summed = np.bincount(slot, weights=part if rows is None else part[rows],
+                             minlength=size)
         if shift is None:
             return summed
         # in place: a continuous feature's sums are a slot per row and class at the deep

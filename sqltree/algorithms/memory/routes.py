@@ -15,6 +15,7 @@ import numpy as np
 
 from ... import queries as q
 from .level import COUNTED_KEYS_PER_ROW, Level, _rows_of
+from .parallel import side_by_side
 
 ROW_BLOCK = 1 << 20
 """Rows of a level keyed or routed at a time."""
@@ -97,15 +98,20 @@ class _Tests:
         return v
 
 
-def row_keys(level: Level, tests: Sequence[tuple[int, int, float | None]]) -> np.ndarray:
+def row_keys(level: Level, tests: Sequence[tuple[int, int, float | None]],
+             workers: int | None = 1) -> np.ndarray:
     """Each row's key for its node's test (0/1 for ``v <= t``/above, the code of a nominal
-    value, -1 when unknown; ``NO_TEST`` for a row of an untested node), as int32."""
+    value, -1 when unknown; ``NO_TEST`` for a row of an untested node), as int32; blocks
+    keyed by up to ``workers`` threads (``parallel.side_by_side``; None: one per core)."""
     out = np.full(len(level.node), NO_TEST, dtype=np.int32)
     if tests:
         prepared = _Tests.of(level, tests)
-        for lo in range(0, len(out), ROW_BLOCK):
+
+        def keyed(lo: int) -> None:
             rows, key = prepared.keys(level, lo, min(lo + ROW_BLOCK, len(out)))
             out[rows] = key
+
+        side_by_side(keyed, range(0, len(out), ROW_BLOCK), len(out), workers)
     return out
 
 
@@ -153,12 +159,20 @@ def partition(
     tests: Sequence[tuple[int, int, float | None]],
     routes: Sequence[tuple[int, int, int, float]],
     keys: np.ndarray | None = None,
+    workers: int | None = 1,
+    by_node: bool = False,
 ) -> Level:
     """The next level (``queries.build_partition``): each row of a tested node goes to the
     child(ren) routed for its key, its weight times the route's factor; rows with no route
-    are left out. ``keys``: the rows' keys (``row_keys``) of these tests or more."""
+    are left out. ``keys``: the rows' keys (``row_keys``) of these tests or more; blocks
+    routed by up to ``workers`` threads (None: one per core).
+
+    ``by_node``: the rows in the order of their nodes, each node's in the order they had (so
+    in the order of level 0's rows, as without): a node's rows are then together, and a
+    stage that reads a part of the nodes (``Histogram.node_chunks``) reads neighbouring rows,
+    not one row in every few dozen of the level's arrays."""
     if keys is None:
-        keys = row_keys(level, tests)
+        keys = row_keys(level, tests, workers)
     r_node = np.array([r[0] for r in routes], dtype=np.int64)
     r_key = np.array([r[1] for r in routes], dtype=np.float64)
     by = np.lexsort((r_key, r_node))
@@ -168,8 +182,9 @@ def partition(
     # a (node, key) pair as one integer: keys are small integers from -1 up
     span = int(max(np.max(r_key), keys.max(initial=0))) + 2
     r_pair = r_node * span + (r_key.astype(np.int64) + 1)
-    sources, taken = [], []
-    for lo in range(0, len(keys), ROW_BLOCK):
+    route_type = np.int32 if len(routes) < 2**31 else np.int64
+
+    def routed_block(lo: int) -> tuple[np.ndarray, np.ndarray]:
         block = keys[lo:lo + ROW_BLOCK]
         rows = np.flatnonzero(block != NO_TEST)
         pair = level.node[lo + rows].astype(np.int64) * span
@@ -187,17 +202,46 @@ def partition(
         else:
             routed = many > 0
             src, route = rows[routed], first[routed]
-        sources.append(_rows_of(src))
-        taken.append(route.astype(np.int32 if len(routes) < 2**31 else np.int64))
-    src = np.concatenate(sources) if sources else np.zeros(0, dtype=np.int32)
-    route = np.concatenate(taken) if taken else np.zeros(0, dtype=np.int32)
-    del sources, taken
-    return Level(
-        node=r_child[route],
-        w=level.w[src] * r_factor[route],
-        y=level.y[src],
-        x=level.x,
-        column=level.column,
-        base=_rows_of(src if level.base is None else level.base[src]),
-        ranks=level.ranks,
-    )
+        return _rows_of(src), route.astype(route_type)
+
+    blocks = side_by_side(routed_block, range(0, len(keys), ROW_BLOCK), len(keys), workers)
+    if by_node and blocks:
+        src, route = (np.concatenate(parts) for parts in zip(*blocks, strict=True))
+        del blocks
+        # each route's child numbered in ascending order, the rows sorted stably by it
+        children = np.unique(r_child)
+        order = stable_order(np.searchsorted(children, r_child)[route], len(children))
+        src, route = src[order], route[order]
+        del order
+        blocks = [(src[lo:lo + ROW_BLOCK], route[lo:lo + ROW_BLOCK])
+                  for lo in range(0, len(src), ROW_BLOCK)]
+        del src, route
+    ends = np.cumsum([len(src) for src, _ in blocks], dtype=np.int64)
+    size = int(ends[-1]) if len(ends) else 0
+    node = np.empty(size, dtype=np.int64)
+    w = np.empty(size)
+    y = np.empty(size, dtype=level.y.dtype)
+    base = np.empty(size, dtype=level.base.dtype if level.base is not None
+                    else _rows_of(np.array([len(keys)])).dtype)
+
+    def moved(i: int) -> None:
+        src, route = blocks[i]
+        at = slice(int(ends[i]) - len(src), int(ends[i]))
+        node[at] = r_child[route]
+        np.multiply(level.w[src], r_factor[route], out=w[at])
+        y[at] = level.y[src]
+        base[at] = src if level.base is None else level.base[src]
+
+    side_by_side(moved, range(len(blocks)), size, workers)
+    return Level(node=node, w=w, y=y, x=level.x, column=level.column, base=base,
+                 ranks=level.ranks)
+
+
+def stable_order(key: np.ndarray, size: int) -> np.ndarray:
+    """The order that sorts ``key`` (integers from 0 below ``size``, at most 2**32) stably:
+    numpy's radix sort of 16-bit keys, in two passes (low half, then high) where they need
+    more."""
+    if size <= 1 << 16:
+        return np.argsort(key.astype(np.uint16), kind="stable")
+    order = np.argsort((key & 0xFFFF).astype(np.uint16), kind="stable")
+    return order[np.argsort((key[order] >> 16).astype(np.uint16), kind="stable")]
