@@ -35,7 +35,7 @@ class InMemoryStages:
 
     def materialize_partition(self, level: Level, tests: list[TestRow],
                               routes: list[RouteRow], ordered: bool) -> Level:
-        return partition(level, tests, routes, workers=self.workers)
+        return partition(level, tests, routes, workers=self.workers, by_node=True)
 
     def drop(self, table: Any) -> None:
         """Nothing to drop: the arrays go with the last reference."""
