@@ -308,6 +308,32 @@ def test_rows_keyed_and_routed_a_block_at_a_time_give_the_same_model(monkeypatch
     assert max(blocks) > 0
 
 
+@pytest.mark.parametrize(("band", "chunk"), [(1, 1 << 17), (40, 7), (400, 1 << 17)])
+def test_a_large_node_grouped_a_band_of_values_at_a_time(monkeypatch, band, chunk):
+    """A part of the level that is one node of more than ``BAND_ROWS`` rows is grouped a
+    band of neighbouring values at a time, the running sums going on from band to band and
+    a cut between bands; with bands of one row (a group each), of a few dozen rows and of
+    hundreds, cuts screened a few at a time or all at once: the model of the tables plan,
+    to the last bit, unpruned and pruned. Bands were made, more than one a node."""
+    from sqltree.algorithms.memory import c45_scores
+
+    made: list[int] = []
+    band_cuts = c45_scores._band_cuts
+
+    def listed(bands: Any, block: int) -> Any:
+        bands = list(bands)
+        made.append(len(bands))
+        return band_cuts(iter(bands), block)
+
+    monkeypatch.setattr(c45_scores, "BAND_ROWS", band)
+    monkeypatch.setattr(c45_scores, "CUT_CHUNK", chunk)
+    monkeypatch.setattr(c45_scores, "_band_cuts", listed)
+    frame = _many_cuts()
+    both_plans(frame, "y", algorithm="c4.5", pruning=None, min_cases=1)
+    both_plans(frame, "y", algorithm="c4.5")
+    assert max(made) > 1
+
+
 def test_rows_keyed_by_ranks_where_codes_are_not_ranks(monkeypatch):
     """Growth keeps ranks, not values: a test's threshold becomes a rank, and a nominal
     code that is not its own rank (a domain of more than ``RANK_WHOLE_MAX`` codes, here

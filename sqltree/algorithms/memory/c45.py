@@ -65,7 +65,9 @@ class MemoryC45Strategy(InMemoryStages, C45Strategy):
         # the partition keys the same rows for the same tests (or fewer)
         keys = row_keys(hist.level, tests, self.workers)
         self.row_keys = (hist.level, set(tests), keys)
-        return branch_counts(hist, tests, keys, self.workers)
+        counts = branch_counts(hist, tests, keys, self.workers)
+        hist.forget_terms()  # the level's last sums
+        return counts
 
     def materialize_partition(self, level: Level, tests: list[TestRow],
                               routes: list[RouteRow], ordered: bool) -> Level:

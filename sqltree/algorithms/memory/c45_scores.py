@@ -29,9 +29,9 @@ from ...tree import CONTINUOUS
 from ..c45_criteria import LN2, ScoreOptions
 from . import routes
 from .cart_scores import Segments, _left_sum, _rows, group_max
-from .level import NEAR_BEST_ERROR, Groups, Histogram, as_weight, ln, xlogx
+from .level import NEAR_BEST_ERROR, Groups, Histogram, Ranks, as_weight, ln, xlogx
 from .parallel import side_by_side
-from .routes import NO_TEST, row_keys
+from .routes import NO_TEST, row_keys, stable_order
 
 
 @dataclass
@@ -96,6 +96,10 @@ class _Scorer:
         at = np.searchsorted(self.nodes, g.node[s.starts]) - first
         seg_of_node[at] = np.arange(len(s.starts))
         known[at] = np.add.reduceat(g.sums, s.starts, axis=0)
+        return self._totals_of(first, last, known), seg_of_node
+
+    def _totals_of(self, first: int, last: int, known: np.ndarray) -> _Totals:
+        """The totals of the level's nodes ``first`` to ``last``, given their known sums."""
         known_total = known.sum(axis=1)
         bits = self.h.bits
         return _Totals(
@@ -104,7 +108,7 @@ class _Scorer:
             w_unknown=as_weight(self.total[first:last + 1] - known_total, bits),
             k=as_weight(known, bits),
             first=first,
-        ), seg_of_node
+        )
 
     def parent_entropy(self, t: _Totals) -> np.ndarray:
         return _entropy_mass(t.w_known, t.k)
@@ -156,12 +160,17 @@ class _Scorer:
 
     def by_parts(self, f: Feature) -> list[tuple[Any, ...]]:
         """Feature ``f``'s rows, scored a part of the level's nodes at a time
-        (``Histogram.node_chunks``): every split here is a node's own."""
-        score_part = self._continuous if f.kind == CONTINUOUS else self._nominal
+        (``Histogram.node_chunks``): every split here is a node's own. A continuous
+        feature's part of one node of many rows is grouped a band of its values at a time
+        (``_banded``)."""
         r = self.h.ranks(f)
         out: list[tuple[Any, ...]] = []
         for rows in self.chunks:
-            out += score_part(f, self.h.grouped(r, rows))
+            if f.kind != CONTINUOUS:
+                out += self._nominal(f, self.h.grouped(r, rows))
+                continue
+            banded = self._banded(f, r, rows)
+            out += self._continuous(f, self.h.grouped(r, rows)) if banded is None else banded
         return out
 
     def _nominal(self, f: Feature, g: Groups) -> list[tuple[Any, ...]]:
@@ -197,41 +206,102 @@ class _Scorer:
                          by_node(s.m.astype(np.float64))[at], by_node(big)[at])
 
     def _continuous(self, f: Feature, g: Groups) -> list[tuple[Any, ...]]:
-        """A continuous feature's best cut per node of ``g`` (``best_cuts_ordered``).
-
-        A cut lies between two neighbouring groups of a node. The cuts are screened
-        (``_screen``) ``CUT_CHUNK`` at a time, so that a level's temporaries per cut are
-        bounded, not one set per cut of the level; only the cuts near their node's best are
-        scored again with the C library's logarithm."""
+        """A continuous feature's best cut per node of ``g`` (``best_cuts_ordered``)."""
         if len(g.node) == 0:
             return []
         s = Segments.of(g)
         t, seg_of_node = self.totals(g, s)
         # the nodes with known values, ascending as the segments
-        cuts = _Cuts(g, s, np.flatnonzero(seg_of_node >= 0), self.h.bits)
+        cuts = _Cuts(g, s, np.flatnonzero(seg_of_node >= 0))
+        return self._best_cuts(f, t, cuts.blocks(CUT_CHUNK))
+
+    def _banded(self, f: Feature, r: Ranks, rows: np.ndarray | None
+                ) -> list[tuple[Any, ...]] | None:
+        """The best cut of a part that is one node of more than ``BAND_ROWS`` rows of known
+        values, its rows grouped a band of neighbouring ranks at a time (about ``BAND_ROWS``
+        rows each); None for another part. One node's groups at a first level are about
+        one per row: with two threads each grouping a node of 5M rows, their counts, sums
+        and gathered weights were the fit's peak at 10M rows."""
+        level = self.h.level
+        if len(level.node if rows is None else rows) <= BAND_ROWS or not self.h.exact:
+            return None
+        node = level.node if rows is None else level.node[rows]
+        if node[0] != node[-1] or (node != node[0]).any():
+            return None
+        one = node[0]
+        del node
+        rank = r.rank if rows is None else r.rank[rows]
+        known = np.flatnonzero(rank >= 0)
+        if len(known) <= BAND_ROWS:
+            return None
+        rank = rank[known]
+        if rows is not None:
+            known = rows[known]
+        # bands of whole coarse bins of ranks (at most 4,096 bins), about equal in rows
+        shift = max(int(r.size - 1).bit_length() - 12, 0)
+        coarse = np.bincount(rank >> shift)
+        n_bands = -(-len(known) // BAND_ROWS)
+        edge = np.unique(np.searchsorted(np.cumsum(coarse), np.arange(1, n_bands) * (
+            len(known) / n_bands)))
+        band_of_bin = np.searchsorted(edge, np.arange(len(coarse)), "right").astype(np.uint16)
+        band = band_of_bin[rank >> shift]
+        del rank
+        order = stable_order(band, len(edge) + 1)
+        ends = np.cumsum(np.bincount(band, minlength=len(edge) + 1))
+        del band
+        banded = known[order]
+        del order, known
+        first = int(np.searchsorted(self.nodes, one))
+        _, _, sums = self.h.sums_by(np.zeros(len(banded), dtype=np.int64), 1, banded)
+        t = self._totals_of(first, first, sums)
+
+        def grouped(rows: np.ndarray) -> Groups:
+            # a band's ranks from its least: counted into a slot per rank of the band only
+            rank = r.rank[rows].astype(np.int64)
+            low = int(rank.min())
+            rank -= low
+            slots, n, sums = self.h.sums_by(rank, int(rank.max()) + 1, rows)
+            del rank
+            return Groups(node=np.broadcast_to(one, len(slots)), v=r.value(slots + low),
+                          n=n, sums=sums)
+
+        bands = (grouped(banded[lo:hi]) for lo, hi in zip(
+            np.append(0, ends[:-1]).tolist(), ends.tolist(), strict=True) if hi > lo)
+        return self._best_cuts(f, t, _band_cuts(bands, CUT_CHUNK))
+
+    def _best_cuts(self, f: Feature, t: _Totals,
+                   blocks: Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
+                   ) -> list[tuple[Any, ...]]:
+        """Each node's best cut among ``blocks`` of cuts (``_Cuts.blocks``).
+
+        The cuts are screened (``_screen``) a block at a time, so that a level's temporaries
+        per cut are bounded, not one set per cut of the level; only the cuts near their
+        node's best are scored again with the C library's logarithm."""
         parent = self.parent_entropy(t)
         tie = self.options.threshold_tie
         # per node of the totals, its valid cuts (the MDL correction counts them all)
         count = np.zeros(len(t.w_all), dtype=np.int64)
         kept = []
-        for cut, running_left in cuts.blocks(CUT_CHUNK):
-            valid, left_sums, gain, error = self._screen(t, parent, cuts, cut, running_left)
-            if len(valid) == 0:
+        for block in blocks:
+            screened = self._screen(t, parent, *block)
+            at, gain, error = screened[0], screened[4], screened[5]
+            if len(at) == 0:
                 continue
-            at = cuts.node(valid)
             count += np.bincount(at, minlength=len(count))
-            # a chunk keeps the cuts near its own best of a node: among them are those near
+            # a block keeps the cuts near its own best of a node: among them are those near
             # the best of all, and the best itself (a first level's node has a cut per row)
             near = ~(gain + error < group_max(at, gain - error) - tie)
-            kept.append((valid[near], left_sums[near], gain[near], error[near]))
+            kept.append(tuple(a[near] for a in screened))
         if not kept:
             return []
-        valid, left_sums, gain, error = (np.concatenate(parts)
-                                         for parts in zip(*kept, strict=True))
+        at, running_left, v, nxt, gain, error = (np.concatenate(parts)
+                                                 for parts in zip(*kept, strict=True))
         del kept
-        n_valid = count[count > 0]  # the nodes with a valid cut, ascending as ``valid``'s
-        near = np.flatnonzero(~(gain + error < group_max(cuts.node(valid), gain - error) - tie))
-        at, left, lw, v, nxt = cuts.at(valid[near], left_sums[near])
+        n_valid = count[count > 0]  # the nodes with a valid cut, ascending as ``at``
+        near = np.flatnonzero(~(gain + error < group_max(at, gain - error) - tie))
+        at, v, nxt = at[near], v[near], nxt[near]
+        left = as_weight(_rows(running_left, near), self.h.bits)
+        lw = _left_sum(left)
         rw = t.w_known[at] - lw
         k = _rows(t.k, at)
         d = self.denominator(t)[at]
@@ -246,16 +316,16 @@ class _Scorer:
             d * LN2,
         )
         return self.emit(at, f.index, t, gain[chosen], split_info, n_valid.astype(np.float64),
-                  np.full(len(at), 2), threshold=v[chosen], next_value=nxt[chosen])
+                         np.full(len(at), 2), threshold=v[chosen], next_value=nxt[chosen])
 
-    def _screen(self, t: _Totals, parent: np.ndarray, cuts: _Cuts, cut: np.ndarray,
-                running_left: np.ndarray
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Of the cuts ``cut`` (ascending, with their left sums ``running_left``), the valid
-        ones (J48's minimum weight on each side, its gap between values), each with its left
-        sums, its gain from numpy's logarithm and that gain's error bound
-        (``NEAR_BEST_ERROR``)."""
-        at, left, lw, v, nxt = cuts.at(cut, running_left)
+    def _screen(self, t: _Totals, parent: np.ndarray, at: np.ndarray, running_left: np.ndarray,
+                v: np.ndarray, nxt: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Of a block of cuts (each one's node among the totals, left sums, and the values
+        each side), the valid ones (J48's minimum weight on each side, its gap between
+        values) as the same four arrays, and each one's gain from numpy's logarithm and that
+        gain's error bound (``NEAR_BEST_ERROR``)."""
+        left = as_weight(running_left, self.h.bits)
+        lw = _left_sum(left)
         w_known = t.w_known[at]
         rw = w_known - lw
         least = self._min_split(w_known) - J48_SMALL
@@ -266,7 +336,7 @@ class _Scorer:
         at, left, lw, rw = (_rows(a, keep) for a in (at, left, lw, rw))
         gain, error = _fast_gain(parent[at], lw, left, rw, _rows(t.k, at),
                                  self.denominator(t)[at] * LN2)
-        return cut[keep], _rows(running_left, keep), gain, error
+        return at, _rows(running_left, keep), v[keep], nxt[keep], gain, error
 
     def _min_split(self, w_known: np.ndarray) -> np.ndarray:
         """``SplitCriteria.min_split``: J48's ``max(M, min(25, 0.1 * known / k))``, or M."""
@@ -336,22 +406,22 @@ class _Cuts:
     g: Groups
     s: Segments
     node_of_seg: np.ndarray
-    bits: int | None
 
-    def blocks(self, block: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """The cuts of ``block`` groups at a time, each with its left class sums in the sums'
-        type (fixed point: integers). The running sums are made a block at a time, each
-        block's continuing from the last sum before it: the same additions in the same order
-        as one running sum of every group (a first level's continuous feature has a group
-        per value: 240 MB a thread at 10M rows of 3 classes)."""
-        sums, seg, starts = self.g.sums, self.s.seg, self.s.starts
-        size = len(sums)
+    def blocks(self, block: int) -> Iterator[tuple[np.ndarray, ...]]:
+        """The cuts of ``block`` groups at a time: each one's node (an index into the
+        level's totals), left class sums in the sums' type (fixed point: integers), and the
+        values each side. The running sums are made a block at a time, each block's
+        continuing from the last sum before it: the same additions in the same order as one
+        running sum of every group (a first level's continuous feature has a group per
+        value: 240 MB a thread at 10M rows of 3 classes)."""
+        g, seg, starts = self.g, self.s.seg, self.s.starts
+        size = len(g.sums)
         # each segment's running sums before its first group: the last running sum before
-        before = np.zeros((len(starts), sums.shape[1]), dtype=sums.dtype)
-        last = sums[:0].sum(axis=0)
+        before = np.zeros((len(starts), g.sums.shape[1]), dtype=g.sums.dtype)
+        last = g.sums[:0].sum(axis=0)
         for lo in range(0, size - 1, block):
             hi = min(lo + block, size)
-            running = np.cumsum(np.concatenate([last[None], sums[lo:hi]]), axis=0)
+            running = np.cumsum(np.concatenate([last[None], g.sums[lo:hi]]), axis=0)
             last = running[-1]
             # the segments that start in this block (not the first: it starts from zeros)
             first = np.searchsorted(starts, [max(lo, 1), hi])
@@ -359,17 +429,36 @@ class _Cuts:
             before[first[0]:first[1]] = running[opening - lo]
             end = min(hi, size - 1)
             cut = lo + np.flatnonzero(seg[lo:end] == seg[lo + 1:end + 1])
-            yield cut, running[cut - lo + 1] - _rows(before, seg[cut])
+            at = seg[cut]
+            yield (self.node_of_seg[at], running[cut - lo + 1] - _rows(before, at), g.v[cut],
+                   g.v[cut + 1])
 
-    def node(self, cut: np.ndarray) -> np.ndarray:
-        """The cuts' nodes, as indexes into the level's totals."""
-        return self.node_of_seg[self.s.seg[cut]]
 
-    def at(self, cut: np.ndarray, running_left: np.ndarray
-           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """The cuts' nodes, left class weights and their sum, and the values each side."""
-        left = as_weight(running_left, self.bits)
-        return (self.node(cut), left, _left_sum(left), self.g.v[cut], self.g.v[cut + 1])
+def _band_cuts(bands: Iterator[Groups], block: int) -> Iterator[tuple[np.ndarray, ...]]:
+    """``_Cuts.blocks`` of one node (the totals' first) whose groups come a band of
+    neighbouring values at a time, in ascending order: the running sums go on from band to
+    band (the same additions in the same order), and a cut lies between each band's last
+    group and the next band's first."""
+    last: np.ndarray | None = None
+    last_v = np.zeros(1)
+    for g in bands:
+        if last is None:
+            last = g.sums[:0].sum(axis=0)
+        else:  # the cut below this band's first group
+            yield np.zeros(1, dtype=np.int64), last[None].copy(), last_v, g.v[:1]
+        size = len(g.sums)
+        for lo in range(0, size, block):
+            hi = min(lo + block, size)
+            running = np.cumsum(np.concatenate([last[None], g.sums[lo:hi]]), axis=0)
+            last = running[-1]
+            cut = np.arange(lo, min(hi, size - 1))
+            yield (np.zeros(len(cut), dtype=np.int64), running[cut - lo + 1], g.v[cut],
+                   g.v[cut + 1])
+        last_v = g.v[-1:]
+
+
+BAND_ROWS = 1 << 20
+"""Rows of known values of a band of ``_Scorer._banded``."""
 
 
 def _nullable(values: np.ndarray) -> list[float | None]:
