@@ -28,7 +28,7 @@ class MemoryC45Strategy(InMemoryStages, C45Strategy):
     """ID3 and C4.5 on the memory plan."""
 
     values: dict[int, np.ndarray] | None = None
-    row_keys: tuple[Level, set[TestRow], np.ndarray] | None = None
+    keyed_rows: tuple[Level, set[TestRow], np.ndarray] | None = None
     """The last branch counts' level, tests and each row's key (``routes.row_keys``)."""
 
     def materialize_level0(self) -> Level:
@@ -64,7 +64,7 @@ class MemoryC45Strategy(InMemoryStages, C45Strategy):
                            ) -> dict[int, dict[int, list[float]]]:
         # the partition keys the same rows for the same tests (or fewer)
         keys = row_keys(hist.level, tests, self.workers)
-        self.row_keys = (hist.level, set(tests), keys)
+        self.keyed_rows = (hist.level, set(tests), keys)
         counts = branch_counts(hist, tests, keys, self.workers)
         hist.forget_terms()  # the level's last sums
         return counts
@@ -73,7 +73,7 @@ class MemoryC45Strategy(InMemoryStages, C45Strategy):
                               routes: list[RouteRow], ordered: bool) -> Level:
         if any(factor not in (0.0, 1.0) for *_, factor in routes):
             self.fractional = True
-        keyed, self.row_keys = self.row_keys, None
+        keyed, self.keyed_rows = self.keyed_rows, None
         keys = None
         if keyed is not None and keyed[0] is level and keyed[1].issuperset(tests):
             keys = keyed[2]
@@ -81,8 +81,8 @@ class MemoryC45Strategy(InMemoryStages, C45Strategy):
 
     def drop(self, table: Any) -> None:
         """The rows' keys go with their level."""
-        if self.row_keys is not None and self.row_keys[0] is table:
-            self.row_keys = None
+        if self.keyed_rows is not None and self.keyed_rows[0] is table:
+            self.keyed_rows = None
 
     def observed_thresholds(self, unresolved: list[tuple[int, int, float, float]]
                             ) -> dict[int, float]:

@@ -1,4 +1,5 @@
-"""A level's rows in numpy, and the shared stages over them: histogram groups and partition.
+"""A level's rows in numpy, and the shared stage over them: histogram groups (``routes``
+moves the rows down a level).
 
 The rows are those of the SQL plans' level tables (``queries.build_level0`` read once, then
 moved down level by level): ``node``, ``w``, ``y`` and one column per feature, continuous
