@@ -254,18 +254,7 @@ class _Scorer:
         first = int(np.searchsorted(self.nodes, one))
         _, _, sums = self.h.sums_by(np.zeros(len(banded), dtype=np.int64), 1, banded)
         t = self._totals_of(first, first, sums)
-
-        def grouped(rows: np.ndarray) -> Groups:
-            # a band's ranks from its least: counted into a slot per rank of the band only
-            rank = r.rank[rows].astype(np.int64)
-            low = int(rank.min())
-            rank -= low
-            slots, n, sums = self.h.sums_by(rank, int(rank.max()) + 1, rows)
-            del rank
-            return Groups(node=np.broadcast_to(one, len(slots)), v=r.value(slots + low),
-                          n=n, sums=sums)
-
-        bands = (grouped(banded[lo:hi]) for lo, hi in zip(
+        bands = (self.h.grouped(r, banded[lo:hi]) for lo, hi in zip(
             np.append(0, ends[:-1]).tolist(), ends.tolist(), strict=True) if hi > lo)
         return self._best_cuts(f, t, _band_cuts(bands, CUT_CHUNK))
 
@@ -410,10 +399,9 @@ class _Cuts:
     def blocks(self, block: int) -> Iterator[tuple[np.ndarray, ...]]:
         """The cuts of ``block`` groups at a time: each one's node (an index into the
         level's totals), left class sums in the sums' type (fixed point: integers), and the
-        values each side. The running sums are made a block at a time, each block's
-        continuing from the last sum before it: the same additions in the same order as one
-        running sum of every group (a first level's continuous feature has a group per
-        value: 240 MB a thread at 10M rows of 3 classes)."""
+        values each side. The running sums are made a block at a time (``_running_after``:
+        a first level's continuous feature has a group per value, 240 MB a thread at 10M
+        rows of 3 classes)."""
         g, seg, starts = self.g, self.s.seg, self.s.starts
         size = len(g.sums)
         # each segment's running sums before its first group: the last running sum before
@@ -421,7 +409,7 @@ class _Cuts:
         last = g.sums[:0].sum(axis=0)
         for lo in range(0, size - 1, block):
             hi = min(lo + block, size)
-            running = np.cumsum(np.concatenate([last[None], g.sums[lo:hi]]), axis=0)
+            running = _running_after(last, g.sums[lo:hi])
             last = running[-1]
             # the segments that start in this block (not the first: it starts from zeros)
             first = np.searchsorted(starts, [max(lo, 1), hi])
@@ -434,11 +422,18 @@ class _Cuts:
                    g.v[cut + 1])
 
 
+
+def _running_after(last: np.ndarray, sums: np.ndarray) -> np.ndarray:
+    """The running sums of ``sums`` (rows of class sums) going on from ``last``, the running
+    sum before them, which is the first row: the same additions in the same order as one
+    running sum of every group, so that blocks of doubles round as the whole would."""
+    return np.cumsum(np.concatenate([last[None], sums]), axis=0)
+
 def _band_cuts(bands: Iterator[Groups], block: int) -> Iterator[tuple[np.ndarray, ...]]:
     """``_Cuts.blocks`` of one node (the totals' first) whose groups come a band of
     neighbouring values at a time, in ascending order: the running sums go on from band to
-    band (the same additions in the same order), and a cut lies between each band's last
-    group and the next band's first."""
+    band (``_running_after``), and a cut lies between each band's last group and the next
+    band's first."""
     last: np.ndarray | None = None
     last_v = np.zeros(1)
     for g in bands:
@@ -449,7 +444,7 @@ def _band_cuts(bands: Iterator[Groups], block: int) -> Iterator[tuple[np.ndarray
         size = len(g.sums)
         for lo in range(0, size, block):
             hi = min(lo + block, size)
-            running = np.cumsum(np.concatenate([last[None], g.sums[lo:hi]]), axis=0)
+            running = _running_after(last, g.sums[lo:hi])
             last = running[-1]
             cut = np.arange(lo, min(hi, size - 1))
             yield (np.zeros(len(cut), dtype=np.int64), running[cut - lo + 1], g.v[cut],

@@ -446,16 +446,27 @@ class Histogram:
             np.int64, copy=False)
         low = int(key.min())
         span = int(key.max()) - low + 1
+        if span == 1:
+            return self._one_node(r, known, low)
         key -= low
         key *= r.size
         key += r.rank if known is None else r.rank[known]
         slots, n, sums = self.sums_by(key, span * r.size, known)
         del key, known
-        if span == 1:  # one node (a first level's): the slots are the ranks, the node one
-            # value seen as an array (a first level's continuous feature has a group per row)
-            node = np.broadcast_to(np.int64(low), len(slots))
-            return Groups(node=node, v=r.value(slots), n=n, sums=sums)
         return Groups(node=slots // r.size + low, v=r.value(slots % r.size), n=n, sums=sums)
+
+    def _one_node(self, r: Ranks, known: np.ndarray | None, node: int) -> Groups:
+        """``grouped`` where the rows are one node's: the keys are the ranks, from the least
+        (a slot per rank between the rows' least and greatest, not per rank of the column),
+        and the node one value seen as an array (a first level's continuous feature has a
+        group per row)."""
+        rank = (r.rank if known is None else r.rank[known]).astype(np.int64)
+        least = int(rank.min())
+        rank -= least
+        slots, n, sums = self.sums_by(rank, int(rank.max()) + 1, known)
+        del rank
+        return Groups(node=np.broadcast_to(np.int64(node), len(slots)), v=r.value(slots + least),
+                      n=n, sums=sums)
 
     def sums_by(self, key: np.ndarray, size: int, rows: np.ndarray | None
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
