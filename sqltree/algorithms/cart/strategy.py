@@ -98,7 +98,7 @@ class CARTStrategy(Strategy):
         self.info: dict[int, NodeInfo] = {}
         self.resolved: ResolvedOptions | None = None
         self.root_weight = 0.0
-        self._class_weight = _class_weights(data, options.class_weight)
+        self._class_weight = class_weights(data, options.class_weight)
         self.score_columns = SCORE_COLUMNS
         self.tie_tolerance = TIE_TOLERANCE
         self.nominal_orders: list[int] | None = None  # the subsets' default
@@ -405,7 +405,7 @@ def midpoint(a: float, b: float) -> float:
     return t
 
 
-def _class_weights(data: Dataset, class_weight: Any) -> list[float] | None:
+def class_weights(data: Dataset, class_weight: Any) -> list[float] | None:
     """Weight per class in ``data.classes`` order; "balanced" is n / (k * row count)."""
     if class_weight is None:
         return None
@@ -497,7 +497,7 @@ def split_scores(
     k = len(data.classes)
     crit = criterion_of(criterion)
     level = engine.materialize(
-        "level", q.build_level0(data, class_weight=_class_weights(data, class_weight))
+        "level", q.build_level0(data, class_weight=class_weights(data, class_weight))
     )
     hist = engine.materialize("hist", q.build_histogram(
         level, data.features, k, counts=True, one_pass=engine.ONE_PASS_HISTOGRAM))

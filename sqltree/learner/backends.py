@@ -1,0 +1,390 @@
+"""Backends: where a level's histograms are summed and its rows moved to their children.
+
+The learner asks a backend for two things and nothing else: the histograms of the nodes it
+names (sums of each statistic per node, feature and code), and to move the rows of the nodes
+that split to their children. :class:`SqlBackend` keeps the rows in the engine:
+
+- ``codes``: one row per training row (its number, class or target statistics, one small
+  integer code per feature), written once;
+- ``rows``: the narrow (row, node, count, scan) pairs of the open nodes of every tree; it is
+  rewritten per level by joining the level's splits (no feature column is rewritten);
+- per level one aggregate ``GROUP BY GROUPING SETS ((node, c0), (node, c1), ...)`` over the
+  pairs flagged ``scan``: a node whose sibling is scanned is its parent's histogram less its
+  sibling's (LightGBM's subtraction), so only the smaller child of each split is read.
+
+:class:`NumpyBackend` does the same with arrays, for data already in Python. Both sum the same
+whole-number statistics (``rows.py``), so their histograms are equal to the last bit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from sqlglot import exp
+
+from ..sqlexpr import alias, case, num
+from .rows import Sampling, row_hash
+from .splitter import Histograms, Layout
+
+INT = "BIGINT"
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where the rows of one split node go: ``left``/``right`` the children's node ids (-1:
+    the child is a leaf, its rows are dropped), ``scan_*``: whether the next level reads the
+    child's rows (else it is its parent's histogram less its sibling's)."""
+
+    node: int
+    feature: int  # position in the layout
+    missing_left: bool
+    upto: int
+    left_codes: tuple[int, ...]
+    nominal: bool
+    left: int
+    right: int
+    scan_left: bool
+    scan_right: bool
+
+
+@dataclass(frozen=True)
+class Start:
+    """The root of one tree, with its bootstrap hash constants (None: every row once)."""
+
+    node: int
+    constants: tuple[int, int, int, int] | None
+
+
+@dataclass(frozen=True)
+class Allowed:
+    """The features each scanned node may split on: ``mask[i]`` for node ``nodes[i]``."""
+
+    nodes: np.ndarray
+    mask: np.ndarray
+
+    def pairs(self) -> list[tuple[int, int]]:
+        rows, cols = np.nonzero(self.mask)
+        return [(int(self.nodes[r]), int(c)) for r, c in zip(rows, cols)]
+
+
+class Backend:
+    """The contract: ``start``, ``histograms``, ``route``, ``close``."""
+
+    layout: Layout
+    n_stats: int
+
+    def start(self, roots: Sequence[Start], sampling: Sampling) -> None:
+        raise NotImplementedError
+
+    def histograms(self, allowed: Allowed | None = None) -> Histograms:
+        """The histograms of the nodes flagged ``scan``: of every feature (dense, for
+        subtraction) or, with ``allowed``, of each node's own features only."""
+        raise NotImplementedError
+
+    def route(self, routes: Sequence[Route]) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+def _dense(nodes: np.ndarray, codes: np.ndarray, sums: list[np.ndarray], layout: Layout,
+           scale: np.ndarray) -> Histograms:
+    """Grouped (node, code, sums...) rows as a dense (nodes x codes x statistics) array."""
+    ids = np.unique(nodes)
+    slot = np.searchsorted(ids, nodes)
+    hist = np.zeros((len(ids), layout.width, len(sums)))
+    for s, column in enumerate(sums):
+        hist[slot, codes, s] = np.nan_to_num(column, nan=0.0)
+    return Histograms.of_dense(ids, hist * scale, layout)
+
+
+# -- SQL -------------------------------------------------------------------------------------
+def _c(name: str, table: str | None = None) -> exp.Column:
+    return exp.column(name, table=table, quoted=True)
+
+
+class SqlBackend(Backend):
+    """Histograms and routing as SQL statements on an engine (see the module's docstring).
+
+    ``codes``: a stored table of ``rid, y, v1.. , c0..``; ``stats``: the SQL of each statistic
+    of a row (in terms of the codes table ``c`` and the pairs' count ``a.cnt``); ``scale``: the
+    factor that turns each summed column back into the statistic's units.
+    """
+
+    def __init__(self, engine: Any, codes: exp.Table, layout: Layout,
+                 stats: list[exp.Expression], scale: np.ndarray) -> None:
+        self.engine = engine
+        self.codes = codes
+        self.layout = layout
+        self.stats = stats
+        self.n_stats = len(stats)
+        self.scale = scale
+        self.pairs: exp.Table | None = None
+        self.grouping_sets = engine.dialect != "sqlite"
+
+    def _code_columns(self) -> list[str]:
+        return [f"c{i}" for i in range(len(self.layout.features))]
+
+    def start(self, roots: Sequence[Start], sampling: Sampling) -> None:
+        if sampling.everything or all(r.constants is None for r in roots):
+            trees = [(r.node, 0, 0, 0, 0) for r in roots]
+        else:
+            trees = [(r.node, *r.constants) for r in roots]  # type: ignore[misc]
+        self.close()
+        table = self.engine.load_rows("trees", ["root", "a", "b", "k", "d"], [INT] * 5, trees)
+        rid = _c("rid", "c")
+        if sampling.everything:
+            count: exp.Expression = num(1)
+        else:
+            h = exp.Mod(this=exp.paren(rid * _c("a", "t") + _c("b", "t")),
+                        expression=num(2_147_483_647))
+            h = exp.Mod(this=exp.paren(h * h.copy()), expression=num(2_147_483_647))
+            h = exp.Mod(this=exp.paren(h * _c("k", "t") + _c("d", "t")),
+                        expression=num(2_147_483_647))
+            bounds = sampling.thresholds()
+            count = case(*[(exp.LT(this=h, expression=num(b)), num(k))
+                           for k, b in enumerate(bounds)], default=num(len(bounds)))
+        drawn = exp.select(
+            alias(rid.copy(), "rid"), alias(_c("root", "t"), "node"), alias(count, "cnt"),
+        ).from_(exp.alias_(self.codes.copy(), "c")).join(
+            exp.alias_(table, "t"), join_type="CROSS")
+        query = exp.select(
+            _c("rid"), _c("node"), alias(exp.cast(_c("cnt"), "DOUBLE"), "cnt"),
+            alias(num(1), "scan"),
+        ).from_(drawn.subquery("d")).where(exp.GT(this=_c("cnt"), expression=num(0)))
+        self.pairs = self.engine.materialize("pairs", query)
+        self.engine.drop(table)
+
+    def close(self) -> None:
+        if self.pairs is not None:
+            self.engine.drop(self.pairs)
+            self.pairs = None
+
+    def _sums(self) -> list[exp.Expression]:
+        return [alias(exp.func("SUM", s.copy()), f"s{i}") for i, s in enumerate(self.stats)]
+
+    def _joined(self) -> exp.Select:
+        assert self.pairs is not None
+        return exp.select().from_(exp.alias_(self.pairs.copy(), "a")).join(
+            exp.alias_(self.codes.copy(), "c"),
+            on=exp.EQ(this=_c("rid", "a"), expression=_c("rid", "c")),
+        ).where(exp.EQ(this=_c("scan", "a"), expression=num(1)))
+
+    def histogram_query(self) -> exp.Expression:
+        offsets = self.layout.offsets
+        names = self._code_columns()
+        node = _c("node", "a")
+        if self.grouping_sets:
+            code = exp.func("COALESCE", *[
+                exp.Add(this=_c(n, "c"), expression=num(o)) for n, o in zip(names, offsets)
+            ])
+            select = self._joined().select(
+                alias(node.copy(), "node"), alias(code, "code"), *self._sums(), copy=False)
+            sets = exp.GroupingSets(expressions=[
+                exp.Tuple(expressions=[node.copy(), _c(n, "c")]) for n in names])
+            select.set("group", exp.Group(grouping_sets=[sets]))
+            return select
+        parts = []
+        for n, o in zip(names, offsets):
+            code = exp.Add(this=_c(n, "c"), expression=num(o))
+            part = self._joined().select(
+                alias(node.copy(), "node"), alias(code, "code"), *self._sums(), copy=False
+            ).group_by(node.copy(), code.copy(), copy=False)
+            parts.append(part)
+        query = parts[0]
+        for p in parts[1:]:
+            query = exp.union(query, p, distinct=False)
+        return query
+
+    def allowed_query(self, allowed_table: exp.Table) -> exp.Expression:
+        """Each scanned pair once per feature its node may split on: (node, feature, code)."""
+        names = self._code_columns()
+        feature = _c("feature", "m")
+        code = case(*[(exp.EQ(this=feature.copy(), expression=num(i)), _c(n, "c"))
+                      for i, n in enumerate(names)], default=num(0))
+        inner = self._joined().join(
+            exp.alias_(allowed_table, "m"),
+            on=exp.EQ(this=_c("node", "m"), expression=_c("node", "a")),
+        ).select(alias(_c("node", "a"), "node"), alias(feature, "feature"), alias(code, "code"),
+                 *[alias(s.copy(), f"v{i}") for i, s in enumerate(self.stats)], copy=False)
+        keys = [_c("node"), _c("feature"), _c("code")]
+        return exp.select(*keys, *[alias(exp.func("SUM", _c(f"v{i}")), f"s{i}")
+                                   for i in range(self.n_stats)]).from_(
+            inner.subquery("h")).group_by(*[k.copy() for k in keys])
+
+    def _fetch(self, query: exp.Expression) -> list[np.ndarray] | None:
+        batches = list(self.engine.float_batches(query))
+        if not batches:
+            return None
+        return [np.concatenate([b[i] for b in batches]) for i in range(len(batches[0]))]
+
+    def histograms(self, allowed: Allowed | None = None) -> Histograms:
+        if allowed is None:
+            cols = self._fetch(self.histogram_query())
+            if cols is None:
+                return Histograms.of_dense(np.zeros(0, dtype=np.int64),
+                                           np.zeros((0, self.layout.width, self.n_stats)),
+                                           self.layout)
+            return _dense(cols[0].astype(np.int64), cols[1].astype(np.int64), cols[2:],
+                          self.layout, self.scale)
+        table = self.engine.load_rows("allowed", ["node", "feature"], [INT, INT],
+                                      allowed.pairs())
+        try:
+            cols = self._fetch(self.allowed_query(table))
+        finally:
+            self.engine.drop(table)
+        if cols is None:
+            return Histograms(np.zeros(0, dtype=np.int64), [None] * len(self.layout.features))
+        sums = np.nan_to_num(np.stack(cols[3:], axis=1), nan=0.0) * self.scale
+        return Histograms.of_rows(cols[0].astype(np.int64), cols[1].astype(np.int64),
+                                  cols[2].astype(np.int64), sums, self.layout)
+
+    def route(self, routes: Sequence[Route]) -> None:
+        assert self.pairs is not None
+        names = self._code_columns()
+        rows = [(r.node, r.feature, int(r.missing_left), r.upto, int(r.nominal), r.left,
+                 r.right, int(r.scan_left), int(r.scan_right)) for r in routes]
+        split_columns = ["node", "feature", "miss", "upto", "nominal", "lt", "rt", "sl", "sr"]
+        splits = self.engine.load_rows("splits", split_columns, [INT] * len(split_columns), rows)
+        code = case(*[(exp.EQ(this=_c("feature", "s"), expression=num(i)), _c(n, "c"))
+                      for i, n in enumerate(names)], default=num(0))
+        members = [(r.node, c) for r in routes if r.nominal for c in r.left_codes]
+        one = num(1)
+        is_left_nominal: exp.Expression = exp.false()
+        if members:
+            table = self.engine.load_rows("members", ["node", "code"], [INT, INT], members)
+            is_left_nominal = exp.Not(this=exp.Is(this=_c("node", "m"), expression=exp.null()))
+        left = case(
+            (exp.EQ(this=code.copy(), expression=num(0)),
+             exp.EQ(this=_c("miss", "s"), expression=one.copy())),
+            (exp.EQ(this=_c("nominal", "s"), expression=one.copy()), is_left_nominal),
+            default=exp.LTE(this=code.copy(), expression=_c("upto", "s")),
+        )
+        moved = exp.select(
+            alias(_c("rid", "a"), "rid"),
+            alias(exp.If(this=left, true=_c("lt", "s"), false=_c("rt", "s")), "node"),
+            alias(_c("cnt", "a"), "cnt"),
+            alias(exp.If(this=left.copy(), true=_c("sl", "s"), false=_c("sr", "s")), "scan"),
+        ).from_(exp.alias_(self.pairs.copy(), "a")).join(
+            exp.alias_(splits, "s"), on=exp.EQ(this=_c("node", "a"), expression=_c("node", "s"))
+        ).join(
+            exp.alias_(self.codes.copy(), "c"),
+            on=exp.EQ(this=_c("rid", "a"), expression=_c("rid", "c")),
+        )
+        if members:
+            # a nominal split's left values as rows: one equality join, not a lookup per row
+            moved = moved.join(exp.alias_(table, "m"), join_type="LEFT", on=exp.and_(
+                exp.EQ(this=_c("node", "m"), expression=_c("node", "a")),
+                exp.EQ(this=_c("code", "m"), expression=code.copy())))
+        query = exp.select(_c("rid"), _c("node"), _c("cnt"), _c("scan")).from_(
+            moved.subquery("m")).where(exp.GTE(this=_c("node"), expression=num(0)))
+        old = self.pairs
+        self.pairs = self.engine.materialize("pairs", query)
+        self.engine.drop(old)
+        self.engine.drop(splits)
+        if members:
+            self.engine.drop(table)
+
+
+# -- numpy -----------------------------------------------------------------------------------
+class NumpyBackend(Backend):
+    """The same contract over arrays: ``codes`` (rows x features, the same codes as the SQL
+    table's), ``values`` (rows x statistics, each row's whole-number statistics, the row
+    count first), ``rid`` (the rows' numbers, for the bootstrap hash)."""
+
+    def __init__(self, codes: np.ndarray, values: np.ndarray, rid: np.ndarray, layout: Layout,
+                 scale: np.ndarray) -> None:
+        self.codes = codes
+        self.values = values
+        self.rid = rid
+        self.layout = layout
+        self.n_stats = values.shape[1]
+        self.scale = scale
+        self.offsets = np.asarray(layout.offsets, dtype=np.int64)
+
+    def start(self, roots: Sequence[Start], sampling: Sampling) -> None:
+        rows, nodes, counts = [], [], []
+        every = np.arange(len(self.rid))
+        for r in roots:
+            if sampling.everything or r.constants is None:
+                cnt = np.ones(len(self.rid))
+            else:
+                cnt = sampling.counts(row_hash(self.rid, np.asarray(r.constants)))
+            kept = cnt > 0
+            rows.append(every[kept])
+            nodes.append(np.full(int(kept.sum()), r.node, dtype=np.int64))
+            counts.append(cnt[kept])
+        self.row = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
+        self.node = np.concatenate(nodes) if nodes else np.zeros(0, dtype=np.int64)
+        self.cnt = np.concatenate(counts) if counts else np.zeros(0)
+        self.scan = np.ones(len(self.row), dtype=bool)
+
+    def histograms(self, allowed: Allowed | None = None) -> Histograms:
+        row, node, cnt = self.row[self.scan], self.node[self.scan], self.cnt[self.scan]
+        ids = np.unique(node)
+        slot = np.searchsorted(ids, node)
+        values = self.values[row] * cnt[:, None]
+        values[:, 0] = cnt
+        if allowed is None:
+            width = self.layout.width
+            flat = np.zeros((self.n_stats, len(ids) * width))
+            for j, off in enumerate(self.offsets):
+                key = slot * width + off + self.codes[row, j].astype(np.int64)
+                for s in range(self.n_stats):
+                    flat[s] += np.bincount(key, weights=values[:, s], minlength=len(ids) * width)
+            hist = flat.reshape(self.n_stats, len(ids), width).transpose(1, 2, 0)
+            return Histograms.of_dense(ids, np.ascontiguousarray(hist) * self.scale, self.layout)
+        order = np.searchsorted(allowed.nodes, ids)
+        mask = allowed.mask[order]  # by slot
+        blocks: list[tuple[np.ndarray, np.ndarray] | None] = []
+        for j, f in enumerate(self.layout.features):
+            takes = np.flatnonzero(mask[:, j])
+            if not takes.size:
+                blocks.append(None)
+                continue
+            local = np.full(len(ids), -1, dtype=np.int64)
+            local[takes] = np.arange(takes.size)
+            here = local[slot]
+            sel = here >= 0
+            key = here[sel] * f.n_codes + self.codes[row[sel], j].astype(np.int64)
+            size = takes.size * f.n_codes
+            arr = np.stack([np.bincount(key, weights=values[sel, s], minlength=size)
+                            for s in range(self.n_stats)], axis=1)
+            blocks.append((takes, arr.reshape(takes.size, f.n_codes, self.n_stats) * self.scale))
+        return Histograms(ids, blocks)
+
+    def route(self, routes: Sequence[Route]) -> None:
+        by_node = {r.node: r for r in routes}
+        ids = np.fromiter(by_node, dtype=np.int64)
+        order = np.argsort(ids)
+        ids = ids[order]
+        table = [by_node[i] for i in ids]
+        at = np.searchsorted(ids, self.node)
+        at = np.minimum(at, len(ids) - 1)
+        has = ids[at] == self.node
+        feature = np.array([r.feature for r in table], dtype=np.int64)[at]
+        code = self.codes[self.row, feature].astype(np.int64)
+        upto = np.array([r.upto for r in table], dtype=np.int64)[at]
+        miss = np.array([r.missing_left for r in table], dtype=bool)[at]
+        nominal = np.array([r.nominal for r in table], dtype=bool)[at]
+        left = np.where(code == 0, miss, code <= upto)
+        if nominal.any():
+            member = np.zeros(len(self.row), dtype=bool)
+            for i, r in enumerate(table):
+                if r.nominal:
+                    here = (at == i) & has
+                    member[here] = np.isin(code[here], r.left_codes)
+            left = np.where(nominal & (code != 0), member, left)
+        lt = np.array([r.left for r in table], dtype=np.int64)[at]
+        rt = np.array([r.right for r in table], dtype=np.int64)[at]
+        sl = np.array([r.scan_left for r in table], dtype=bool)[at]
+        sr = np.array([r.scan_right for r in table], dtype=bool)[at]
+        new_node = np.where(left, lt, rt)
+        keep = has & (new_node >= 0)
+        self.row, self.cnt = self.row[keep], self.cnt[keep]
+        self.node = new_node[keep]
+        self.scan = np.where(left, sl, sr)[keep]

@@ -1,0 +1,165 @@
+"""Level 0 of the learner: the source's rows as codes and whole-number statistics, stored once.
+
+Codes are the grower's encoding shifted by one so that 0 is the unknown value: a continuous
+value's quantile bin (``bin_edges``: every threshold is an observed value) or a nominal value's
+place in its sorted domain. Rows are numbered in the order of their codes and statistics, so
+that the numbers, and the bootstrap counts hashed from them, depend on the data, not on the
+order an engine returns it in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from sqlglot import exp
+
+from .. import queries as q
+from ..dataset import Dataset
+from ..grower import bin_edges
+from ..sqlexpr import alias, as_double, num
+from ..tree import CONTINUOUS
+from .backends import NumpyBackend, SqlBackend
+from .rows import quantize, scale_bits
+from .splitter import FeatureCodes, Layout
+
+
+@dataclass
+class Encoded:
+    """The stored codes and what the learner needs to read them back into splits."""
+
+    data: Dataset
+    layout: Layout
+    edges: dict[int, list[float]]
+    table: exp.Table
+    stat_sql: list[exp.Expression]
+    scale: np.ndarray
+    stored: list[str]
+    """The codes table's statistic columns (after ``rid`` and ``y``)."""
+    centre: float | None = None
+
+    @property
+    def features(self) -> list[Any]:
+        return self.data.features
+
+    def threshold(self, position: int, upto: int) -> float:
+        """The value a continuous test ``code <= upto`` compares with: bin ``upto``'s top edge."""
+        return float(self.edges[self.data.features[position].index][upto - 1])
+
+    def values(self, position: int, codes: tuple[int, ...]) -> tuple[Any, ...]:
+        domain = self.data.features[position].values
+        return tuple(domain[c - 1] for c in codes)
+
+    def sql_backend(self) -> SqlBackend:
+        return SqlBackend(self.data.engine, self.table, self.layout, self.stat_sql, self.scale)
+
+    def numpy_backend(self) -> NumpyBackend:
+        """The rows read out of the engine into arrays: the same codes and statistics."""
+        names = ["rid", "y", *self.stored, *[f"c{i}" for i in range(len(self.features))]]
+        query = exp.select(*[exp.column(n, quoted=True) for n in names]).from_(self.table.copy())
+        parts = list(self.data.engine.float_batches(query))
+        cols = [np.concatenate([p[i] for p in parts]) if parts else np.zeros(0)
+                for i in range(len(names))]
+        rid, y = cols[0].astype(np.int64), cols[1]
+        stored = cols[2 : 2 + len(self.stored)]
+        codes = np.stack(cols[2 + len(self.stored):], axis=1).astype(np.int32) if self.features \
+            else np.zeros((len(rid), 0), dtype=np.int32)
+        values = [np.ones(len(rid))]
+        if self.data.classes:
+            (wq,) = stored
+            for k in range(len(self.data.classes)):
+                values.append(np.where(y == k, wq, 0.0))
+        else:
+            values.extend(stored)
+        return NumpyBackend(codes, np.stack(values, axis=1), rid, self.layout, self.scale)
+
+
+def encode(
+    data: Dataset,
+    max_bins: int,
+    *,
+    class_weight: list[float] | None = None,
+    numbered: bool = True,
+) -> Encoded:
+    """Store the codes table (one statement) and describe its layout and statistics.
+
+    ``numbered``: number rows in the order of their codes (a sort; forests hash the numbers),
+    else in any order.
+    """
+    engine = data.engine
+    edges = bin_edges(data, max_bins) or {}
+    regression = not data.classes
+    centre = data.target_mean if regression else None
+    level0 = q.build_level0(data, edges, class_weight=class_weight, centre=centre)
+    w = exp.column("w", quoted=True)
+    y = exp.column("y", quoted=True)
+    n = data.n_rows
+    weight_bound = _weight_bound(data, class_weight)
+    stats: list[tuple[str, exp.Expression, float]] = []
+    if regression:
+        spread = max(abs((data.target_max or 0.0) - (centre or 0.0)),
+                     abs((data.target_min or 0.0) - (centre or 0.0)), 1e-300)
+        stats = [("v_w", w.copy(), weight_bound),
+                 ("v_wy", w.copy() * y.copy(), weight_bound * spread),
+                 ("v_wyy", w.copy() * y.copy() * y.copy(), weight_bound * spread * spread)]
+    else:
+        stats = [("v_w", w.copy(), weight_bound)]
+    columns: list[exp.Expression] = [alias(y.copy(), "y")]
+    scale = [1.0]
+    for name, value, bound in stats:
+        bits = scale_bits(bound, n)
+        if bits == 0 and not data.weight and class_weight is None and name == "v_w":
+            columns.append(alias(as_double(num(1)), name))
+        else:
+            columns.append(alias(exp.func("FLOOR", exp.paren(value * num(float(2**bits)))
+                                          + num(0.5)), name))
+        scale.append(2.0**-bits)
+    codes = [f"c{i}" for i in range(len(data.features))]
+    for f, name in zip(data.features, codes):
+        columns.append(alias(exp.func("COALESCE", exp.column(f.column, quoted=True) + num(1),
+                                      num(0)), name))
+    inner = exp.select(*columns).from_(level0.subquery("l0"))
+    order = [exp.column(c, quoted=True) for c in [*codes, "y", *[s[0] for s in stats]]]
+    over = exp.Window(this=exp.RowNumber(), order=exp.Order(
+        expressions=[exp.Ordered(this=o) for o in order]) if numbered else None)
+    table = engine.materialize("codes", exp.select(
+        alias(over, "rid"), exp.Star()).from_(inner.subquery("e")))
+    a, c = "a", "c"
+    cnt = exp.column("cnt", table=a, quoted=True)
+    if regression:
+        stat_sql = [cnt.copy()] + [cnt.copy() * exp.column(s[0], table=c, quoted=True)
+                                   for s in stats]
+        full_scale = np.array(scale)
+    else:
+        stat_sql = [cnt.copy()] + [
+            exp.Case(ifs=[exp.If(
+                this=exp.EQ(this=exp.column("y", table=c, quoted=True), expression=num(k)),
+                true=cnt.copy() * exp.column("v_w", table=c, quoted=True))])
+            for k in range(len(data.classes))
+        ]
+        full_scale = np.array([1.0] + [scale[1]] * len(data.classes))
+    feats = tuple(
+        FeatureCodes(i, f.kind, 1 + (len(edges.get(f.index, [])) if f.kind == CONTINUOUS
+                                    else len(f.values)))
+        for i, f in enumerate(data.features)
+    )
+    return Encoded(data=data, layout=Layout(feats), edges=edges, table=table,
+                   stat_sql=stat_sql, scale=full_scale, stored=[s[0] for s in stats],
+                   centre=centre)
+
+
+def _weight_bound(data: Dataset, class_weight: list[float] | None) -> float:
+    """The largest weight a row can carry (one query when the source has a weight column)."""
+    bound = 1.0
+    if data.weight:
+        (row,) = data.engine.execute(exp.select(exp.func(
+            "MAX", exp.Abs(this=as_double(exp.column(data.weight, quoted=True))))).from_(
+            data.relation.copy()))
+        bound = float(row[0] or 1.0)
+    if class_weight:
+        bound *= max(class_weight)
+    return bound
+
+
+__all__ = ["Encoded", "encode", "quantize"]

@@ -1,0 +1,267 @@
+"""The learner over additive statistics: every backend sums the same histograms, the splitter
+scores every candidate as a brute-force scan does, and a forest is the same on every engine
+and plan."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sqltree.dataset import describe
+from sqltree.engines import get_engine
+from sqltree.learner.backends import Allowed, Start
+from sqltree.learner.encode import encode
+from sqltree.learner.forest import ForestOptions, train_forest
+from sqltree.learner.gains import Entropy, Gini, Newton, Poisson, SquaredError
+from sqltree.learner.rows import PRIME, Sampling, row_hash, tree_constants
+from sqltree.learner.splitter import FeatureCodes, Histograms, Layout, Rules, best_splits
+
+from .helpers import mixed_table, on_engines
+
+
+def _regression_table(rows: int = 3000, seed: int = 3) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    a = rng.normal(size=rows)
+    b = rng.integers(0, 30, size=rows).astype(float)
+    c = rng.choice(["u", "v", "w", "x"], size=rows)
+    y = 3 * (a > 0.2) + 0.1 * b + (c == "w") * 2 + rng.normal(scale=0.5, size=rows)
+    frame = pd.DataFrame({"a": a, "b": b, "c": c, "y": y})
+    frame.loc[rng.random(rows) < 0.05, "a"] = np.nan
+    frame.loc[rng.random(rows) < 0.05, "c"] = None
+    return frame
+
+
+def _histograms(backend, sampling: Sampling, n_trees: int, allowed: bool):
+    constants = tree_constants(7, n_trees)
+    roots = [Start(t, None if sampling.everything else tuple(int(k) for k in constants[t]))
+             for t in range(n_trees)]
+    backend.start(roots, sampling)
+    if not allowed:
+        return backend.histograms()
+    rng = np.random.default_rng(0)
+    mask = rng.random((n_trees, len(backend.layout.features))) < 0.5
+    mask[:, 0] = True
+    return backend.histograms(Allowed(np.arange(n_trees), mask))
+
+
+def _same_histograms(a: Histograms, b: Histograms) -> None:
+    assert a.nodes.tolist() == b.nodes.tolist()
+    for x, y in zip(a.blocks, b.blocks, strict=True):
+        assert (x is None) == (y is None)
+        if x is not None and y is not None:
+            assert x[0].tolist() == y[0].tolist()
+            np.testing.assert_array_equal(x[1], y[1])  # exact: whole-number sums
+
+
+@pytest.mark.parametrize("task", ["classification", "regression"])
+@pytest.mark.parametrize("sampling", [Sampling(False, 1.0), Sampling(True, 1.0),
+                                      Sampling(False, 0.5)], ids=["all", "bootstrap", "half"])
+@pytest.mark.parametrize("allowed", [False, True], ids=["dense", "allowed"])
+def test_sql_and_numpy_histograms_are_equal(task, sampling, allowed):
+    frame = mixed_table(2000) if task == "classification" else _regression_table(2000)
+    target = "label" if task == "classification" else "y"
+    engine = get_engine(None)
+    data = describe(frame, engine, target, task=task)
+    encoded = encode(data, 16)
+    try:
+        sql = _histograms(encoded.sql_backend(), sampling, 3, allowed)
+        mem = _histograms(encoded.numpy_backend(), sampling, 3, allowed)
+        _same_histograms(sql, mem)
+        # every tree's root holds its drawn rows: the row column sums the counts
+        totals = sql.blocks[0][1].sum(axis=1)
+        if sampling.everything:
+            assert totals[:, 0].tolist() == [2000.0] * 3
+        else:
+            assert 0 < totals[0, 0] < 2 * 2000
+    finally:
+        engine.cleanup()
+
+
+def test_bootstrap_counts_are_poisson_and_the_same_in_sql():
+    rid = np.arange(1, 200_001)
+    counts = Sampling(True, 1.0).counts(row_hash(rid, tree_constants(0, 1)[0]))
+    # Poisson(1): P(0) = 0.3679, P(1) = 0.3679, P(2) = 0.1839
+    shares = np.bincount(counts.astype(int), minlength=4)[:3] / len(rid)
+    np.testing.assert_allclose(shares, [0.3679, 0.3679, 0.1839], atol=0.005)
+    assert abs(counts.mean() - 1.0) < 0.01
+    # the SQL expression draws the same counts (DuckDB's BIGINT arithmetic)
+    import duckdb
+
+    a, b, c, d = (int(x) for x in tree_constants(0, 1)[0])
+    sql = duckdb.sql(
+        f"SELECT (((((i * {a} + {b}) % {PRIME}) * ((i * {a} + {b}) % {PRIME})) % {PRIME}) "
+        f"* {c} + {d}) % {PRIME} AS h FROM range(1, 200001) t(i) ORDER BY i").fetchnumpy()["h"]
+    np.testing.assert_array_equal(sql, row_hash(rid, tree_constants(0, 1)[0]))
+
+
+# -- the splitter against a brute-force scan -----------------------------------------------------
+def _brute_force(sums: np.ndarray, kinds: list[str], criterion, rules: Rules):
+    """Every candidate split of one node, scored one by one: (gain, feature, left codes,
+    unknown values left)."""
+    best = None
+    offset = 0
+    for pos, kind in enumerate(kinds):
+        width = FEATURE_CODES[pos]
+        block = sums[offset : offset + width]
+        offset += width
+        total = block.sum(axis=0)
+        parent = float(criterion.score(total))
+        missing = block[0]
+        if kind == "continuous":
+            candidates = [tuple(range(1, t + 1)) for t in range(1, width - 1 + 1)]
+        else:
+            present = [c for c in range(1, width) if block[c, 0] > 0]
+            key = {c: float(criterion.order_key(block[None, c : c + 1], total[None])[0, 0])
+                   for c in present}
+            order = sorted(present, key=lambda c: (key[c], c))
+            candidates = [tuple(sorted(order[: t + 1])) for t in range(len(order))]
+        for codes in candidates:
+            for side in (False, True):
+                if side and missing[0] == 0:
+                    continue
+                left = block[list(codes)].sum(axis=0) + (missing if side else 0)
+                right = total - left
+                if min(left[0], right[0]) < max(rules.min_samples_leaf, 1e-300):
+                    continue
+                if min(float(criterion.weight(left)), float(criterion.weight(right))) <= 0:
+                    continue
+                gain = float(criterion.score(left) + criterion.score(right)) - parent
+                if best is None or gain > best[0]:
+                    best = (gain, pos, codes, side)
+    return best
+
+
+FEATURE_CODES = [6, 5, 4]
+
+
+@pytest.mark.parametrize("criterion", [Gini(), Entropy(), SquaredError(), Poisson(),
+                                       Newton(l2=1.0)], ids=lambda c: c.name)
+@pytest.mark.parametrize("seed", range(6))
+def test_best_split_is_the_brute_force_best(criterion, seed):
+    rng = np.random.default_rng(seed)
+    kinds = ["continuous", "nominal", "continuous"]
+    layout = Layout(tuple(FeatureCodes(i, k, n) for i, (k, n)
+                          in enumerate(zip(kinds, FEATURE_CODES))))
+    n_nodes, n_rows = 5, 40
+    # rows with a code per feature and their statistics, summed per node as a backend sums them
+    node = rng.integers(0, n_nodes, n_rows)
+    codes = np.stack([rng.integers(0, w, n_rows) for w in FEATURE_CODES], axis=1)
+    if criterion.name in ("gini", "entropy"):
+        label = rng.integers(0, 3, n_rows)
+        row_stats = np.stack([np.ones(n_rows)] + [(label == k) * 1.0 for k in range(3)], axis=1)
+    elif criterion.name == "newton":
+        h = rng.integers(1, 5, n_rows) * 0.25
+        row_stats = np.stack([np.ones(n_rows), h, rng.normal(size=n_rows)], axis=1)
+    else:
+        y = rng.integers(0, 8, n_rows) * 1.0
+        row_stats = np.stack([np.ones(n_rows), np.ones(n_rows), y, y * y], axis=1)
+    stats = np.zeros((n_nodes, sum(FEATURE_CODES), row_stats.shape[1]))
+    for pos, off in enumerate(layout.offsets):
+        np.add.at(stats, (node, off + codes[:, pos]), row_stats)
+    hist = Histograms.of_dense(np.arange(n_nodes), stats, layout)
+    rules = Rules(min_samples_leaf=1.0)
+    choices, _ = best_splits(hist, layout, criterion, rules)
+    for node in range(n_nodes):
+        expected = _brute_force(stats[node], kinds, criterion, rules)
+        choice = choices[node]
+        if expected is None or not np.isfinite(expected[0]):
+            assert choice is None or not np.isfinite(choice.gain)
+            continue
+        assert choice is not None
+        assert choice.gain == pytest.approx(expected[0], rel=1e-12, abs=1e-12)
+
+
+# -- whole forests -------------------------------------------------------------------------------
+def _forest_file(ensemble) -> str:
+    data = ensemble.to_dict()
+    data.pop("stats", None)
+    for f in data["features"]:
+        f.pop("sql_type")  # the engine's own name of the type
+    return json.dumps(data, sort_keys=True)
+
+
+def _train(frame, target, *, engine=None, source=None, in_memory=False, **options):
+    engine = engine or get_engine(None)
+    data = describe(frame if source is None else source, engine, target,
+                    task="regression" if target == "y" else "classification")
+    try:
+        return train_forest(data, ForestOptions(**options), in_memory=in_memory)
+    finally:
+        engine.cleanup()
+
+
+@pytest.mark.parametrize("options", [
+    {"n_estimators": 5, "max_depth": 6},
+    {"n_estimators": 3, "max_features": None, "bootstrap": False, "max_samples": 0.7},
+    {"n_estimators": 4, "criterion": "entropy", "min_samples_leaf": 5, "max_bins": 8},
+], ids=["bootstrap-sqrt", "subsample-all", "entropy"])
+def test_a_forest_is_the_same_in_sql_and_in_memory(options):
+    frame = mixed_table(3000)
+    sql = _train(frame, "label", **options)
+    memory = _train(frame, "label", in_memory=True, **options)
+    assert _forest_file(sql) == _forest_file(memory)
+    assert sql.n_trees == options["n_estimators"]
+    assert all(t.n_leaves > 1 for t in sql.trees)
+
+
+def test_a_regression_forest_is_the_same_in_sql_and_in_memory():
+    frame = _regression_table()
+    options = {"n_estimators": 4, "max_depth": 5, "max_features": 1.0}
+    sql = _train(frame, "y", **options)
+    memory = _train(frame, "y", in_memory=True, **options)
+    assert _forest_file(sql) == _forest_file(memory)
+    predicted = sql.predict_frame(frame)
+    assert np.corrcoef(predicted, frame["y"])[0, 1] > 0.8
+
+
+@on_engines(exclude=("duckdb",))
+def test_a_forest_is_the_same_on_every_engine(engine_factory):
+    frame = mixed_table(1500)
+    options = {"n_estimators": 3, "max_depth": 5}
+    engine, source = engine_factory(frame)
+    there = _train(frame, "label", engine=engine, source=source, **options)
+    assert _forest_file(there) == _forest_file(_train(frame, "label", **options))
+
+
+def test_the_same_seed_gives_the_same_forest_and_another_seed_another():
+    frame = mixed_table(2000)
+    a = _train(frame, "label", n_estimators=3, max_depth=4, random_state=5)
+    b = _train(frame.sample(frac=1.0, random_state=1), "label", n_estimators=3, max_depth=4,
+               random_state=5)
+    c = _train(frame, "label", n_estimators=3, max_depth=4, random_state=6)
+    assert _forest_file(a) == _forest_file(b)  # row order does not matter
+    assert _forest_file(a) != _forest_file(c)
+
+
+def test_trees_of_one_batch_equal_trees_grown_alone(monkeypatch):
+    frame = mixed_table(2000)
+    together = _train(frame, "label", n_estimators=4, max_depth=5)
+    import sqltree.learner.forest as forest
+
+    monkeypatch.setattr(forest, "PAIRS_PER_BATCH", 1)  # one tree per batch
+    alone = _train(frame, "label", n_estimators=4, max_depth=5)
+    assert _forest_file(together) == _forest_file(alone)
+
+
+def test_every_feature_and_row_once_is_a_greedy_tree_of_the_bins():
+    """With neither bagging nor feature sampling each tree is the same greedy Gini tree,
+    whose every split is the best of all candidates over the bins."""
+    frame = mixed_table(2000)
+    forest = _train(frame, "label", n_estimators=2, max_features=None, bootstrap=False,
+                    max_depth=3, max_bins=32)
+    a, b = forest.trees
+    for name in ("feature", "threshold", "left", "right", "value"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+    # the training accuracy of a depth-3 tree on this table (its rule reaches about 0.8)
+    accuracy = (forest.predict_frame(frame) == frame["label"].to_numpy()).mean()
+    assert accuracy > 0.7
+
+
+def test_options_are_checked_before_any_query():
+    for bad in ({"n_estimators": 0}, {"max_features": "all"}, {"max_samples": 1.5},
+                {"max_bins": 1}, {"bootstrap": False, "oob_score": True}):
+        with pytest.raises(Exception, match=r"n_estimators|max_features|max_samples|max_bins|oob"):
+            _train(mixed_table(50), "label", **bad)
