@@ -26,10 +26,12 @@ from .compiler import collector_paused
 from .dataset import Dataset, describe, describe_source, is_pandas_frame
 from .engines import get_engine
 from .engines.select_plan import AUTO, check_plan
+from .errors import OptionError
 from .grower import GrowOptions
 from .model import Model, features_info
 from .options import (
     CART_OPTIONS,
+    RANDOM_FOREST,
     check_keywords,
     check_train_options,
     resolve_task,
@@ -42,6 +44,11 @@ if TYPE_CHECKING:
     import pandas
 
 DEFAULT_MIN_CASES = {"c4.5": 2.0, "id3": 1.0}
+TREE_DEFAULTS: dict[str, Any] = {
+    "min_cases": None, "min_gain": 0.0, "pruning": "default", "subtree_raising": True,
+    "validation": None, "missing": "fractional", "cf": 0.25,
+}
+"""``train``'s single-tree options at their defaults (a forest refuses any other value)."""
 
 
 def train(
@@ -123,6 +130,23 @@ def train(
         a regression tree takes all but ``class_weight``, with ``criterion="squared_error"``.
     """
     task, algorithm = resolve_task(task, algorithm, cart_options)
+    if algorithm == RANDOM_FOREST:
+        tree_only = {name: value for name, value in (
+            ("min_cases", min_cases), ("min_gain", min_gain), ("pruning", pruning),
+            ("subtree_raising", subtree_raising), ("validation", validation),
+            ("missing", missing), ("cf", cf)) if value != TREE_DEFAULTS[name]}
+        if tree_only:
+            raise OptionError(f"{', '.join(sorted(tree_only))} apply to single trees, not to "
+                              "random forests")
+        from .ensembles import train_random_forest
+
+        forest = {"max_depth": max_depth, "max_bins": max_bins, **cart_options}
+        if min_samples_split:
+            forest["min_samples_split"] = min_samples_split
+        return train_random_forest(  # type: ignore[return-value]
+            source, target, task=task, connection=connection, features=features,
+            nominal=nominal, continuous=continuous, weight=weight, progress=progress,
+            plan=plan, options=forest)
     check_keywords("train", cart_options, [*inspect.signature(train).parameters, *CART_OPTIONS])
     check_train_plan(plan)
     check_train_options(

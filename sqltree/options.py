@@ -16,7 +16,10 @@ from typing import Any
 
 from .errors import OptionError, UnsupportedOptionError
 
-ALGORITHMS = ("c4.5", "id3", "cart")
+ALGORITHMS = ("c4.5", "id3", "cart", "random-forest")
+RANDOM_FOREST = "random-forest"
+ALIASES = {"c45": "c4.5", "j48": "c4.5", "rf": RANDOM_FOREST, "random_forest": RANDOM_FOREST,
+           "randomforest": RANDOM_FOREST, "forest": RANDOM_FOREST}
 MISSING = ("fractional", "majority", "drop")
 PRUNING = ("c4.5", "pessimistic", "reduced-error")
 CART_CRITERIA = ("gini", "entropy", "log_loss")
@@ -36,7 +39,7 @@ def normalise_algorithm(algorithm: Any) -> str:
     if not isinstance(algorithm, str):
         raise OptionError(f"algorithm must be one of {ALGORITHMS}, not {algorithm!r}")
     name = algorithm.strip().lower()
-    name = {"c45": "c4.5", "j48": "c4.5"}.get(name, name)
+    name = ALIASES.get(name, name)
     if name not in ALGORITHMS:
         raise OptionError(f"algorithm must be one of {ALGORITHMS}, not {algorithm!r}")
     return name

@@ -290,13 +290,13 @@ class Ensemble:
             "target": self.target,
             "task": self.task,
             "classes": list(self.classes),
-            "features": [vars(f) for f in self.features],
+            "features": [dict(vars(f)) for f in self.features],
             "aggregation": self.aggregation,
             "base_score": [float(b) for b in self.base_score],
             "link": self.link,
             "precision": self.precision,
-            "options": self.options,
-            "stats": self.stats,
+            "options": dict(self.options),
+            "stats": dict(self.stats),
             "trees": [t.to_dict() for t in self.trees],
         }
 

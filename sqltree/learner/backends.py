@@ -91,15 +91,14 @@ class Backend:
         pass
 
 
-def _dense(nodes: np.ndarray, codes: np.ndarray, sums: list[np.ndarray], layout: Layout,
-           scale: np.ndarray) -> Histograms:
-    """Grouped (node, code, sums...) rows as a dense (nodes x codes x statistics) array."""
+def _dense(nodes: np.ndarray, codes: np.ndarray, sums: np.ndarray, layout: Layout
+           ) -> Histograms:
+    """Grouped (node, code) rows and their sums as a dense (nodes x codes x statistics)
+    array."""
     ids = np.unique(nodes)
-    slot = np.searchsorted(ids, nodes)
-    hist = np.zeros((len(ids), layout.width, len(sums)))
-    for s, column in enumerate(sums):
-        hist[slot, codes, s] = np.nan_to_num(column, nan=0.0)
-    return Histograms.of_dense(ids, hist * scale, layout)
+    hist = np.zeros((len(ids), layout.width, sums.shape[1]))
+    hist[np.searchsorted(ids, nodes), codes] = sums
+    return Histograms.of_dense(ids, hist, layout)
 
 
 # -- SQL -------------------------------------------------------------------------------------
@@ -110,18 +109,22 @@ def _c(name: str, table: str | None = None) -> exp.Column:
 class SqlBackend(Backend):
     """Histograms and routing as SQL statements on an engine (see the module's docstring).
 
-    ``codes``: a stored table of ``rid, y, v1.. , c0..``; ``stats``: the SQL of each statistic
-    of a row (in terms of the codes table ``c`` and the pairs' count ``a.cnt``); ``scale``: the
-    factor that turns each summed column back into the statistic's units.
+    ``codes``: a stored table of ``rid, y, v1.. , c0..``; ``stats``: the SQL of each summed
+    column of a row (in terms of the codes table ``c`` and the pairs' count ``a.cnt``);
+    ``scale``: the factor that turns each statistic back into its units. With ``n_classes``
+    the class ``c.y`` is one more key of the grouping and ``stats`` are the row count and
+    (when rows are weighted) the weight: a class's weight is its group's sum, which needs
+    no expression per class.
     """
 
     def __init__(self, engine: Any, codes: exp.Table, layout: Layout,
-                 stats: list[exp.Expression], scale: np.ndarray) -> None:
+                 stats: list[exp.Expression], scale: np.ndarray, n_classes: int = 0) -> None:
         self.engine = engine
         self.codes = codes
         self.layout = layout
-        self.stats = stats
-        self.n_stats = len(stats)
+        self.summed = stats
+        self.n_classes = n_classes
+        self.n_stats = 1 + n_classes if n_classes else len(stats)
         self.scale = scale
         self.pairs: exp.Table | None = None
         self.grouping_sets = engine.dialect != "sqlite"
@@ -165,7 +168,7 @@ class SqlBackend(Backend):
             self.pairs = None
 
     def _sums(self) -> list[exp.Expression]:
-        return [alias(exp.func("SUM", s.copy()), f"s{i}") for i, s in enumerate(self.stats)]
+        return [alias(exp.func("SUM", s.copy()), f"s{i}") for i, s in enumerate(self.summed)]
 
     def _joined(self) -> exp.Select:
         assert self.pairs is not None
@@ -174,26 +177,33 @@ class SqlBackend(Backend):
             on=exp.EQ(this=_c("rid", "a"), expression=_c("rid", "c")),
         ).where(exp.EQ(this=_c("scan", "a"), expression=num(1)))
 
+    def _class_key(self) -> list[exp.Expression]:
+        return [_c("y", "c")] if self.n_classes else []
+
     def histogram_query(self) -> exp.Expression:
+        """Every feature's histogram of the scanned nodes: (node, code[, y], sums...)."""
         offsets = self.layout.offsets
         names = self._code_columns()
         node = _c("node", "a")
+        keys = [node, *self._class_key()]
         if self.grouping_sets:
             code = exp.func("COALESCE", *[
                 exp.Add(this=_c(n, "c"), expression=num(o)) for n, o in zip(names, offsets)
             ])
             select = self._joined().select(
-                alias(node.copy(), "node"), alias(code, "code"), *self._sums(), copy=False)
+                alias(node.copy(), "node"), alias(code, "code"),
+                *[alias(k.copy(), "y") for k in keys[1:]], *self._sums(), copy=False)
             sets = exp.GroupingSets(expressions=[
-                exp.Tuple(expressions=[node.copy(), _c(n, "c")]) for n in names])
+                exp.Tuple(expressions=[*[k.copy() for k in keys], _c(n, "c")]) for n in names])
             select.set("group", exp.Group(grouping_sets=[sets]))
             return select
         parts = []
         for n, o in zip(names, offsets):
             code = exp.Add(this=_c(n, "c"), expression=num(o))
             part = self._joined().select(
-                alias(node.copy(), "node"), alias(code, "code"), *self._sums(), copy=False
-            ).group_by(node.copy(), code.copy(), copy=False)
+                alias(node.copy(), "node"), alias(code, "code"),
+                *[alias(k.copy(), "y") for k in keys[1:]], *self._sums(), copy=False
+            ).group_by(*[k.copy() for k in keys], code.copy(), copy=False)
             parts.append(part)
         query = parts[0]
         for p in parts[1:]:
@@ -201,7 +211,8 @@ class SqlBackend(Backend):
         return query
 
     def allowed_query(self, allowed_table: exp.Table) -> exp.Expression:
-        """Each scanned pair once per feature its node may split on: (node, feature, code)."""
+        """Each scanned pair once per feature its node may split on: (node, feature, code[,
+        y], sums...)."""
         names = self._code_columns()
         feature = _c("feature", "m")
         code = case(*[(exp.EQ(this=feature.copy(), expression=num(i)), _c(n, "c"))
@@ -210,10 +221,11 @@ class SqlBackend(Backend):
             exp.alias_(allowed_table, "m"),
             on=exp.EQ(this=_c("node", "m"), expression=_c("node", "a")),
         ).select(alias(_c("node", "a"), "node"), alias(feature, "feature"), alias(code, "code"),
-                 *[alias(s.copy(), f"v{i}") for i, s in enumerate(self.stats)], copy=False)
-        keys = [_c("node"), _c("feature"), _c("code")]
+                 *[alias(k, "y") for k in self._class_key()],
+                 *[alias(s.copy(), f"v{i}") for i, s in enumerate(self.summed)], copy=False)
+        keys = [_c("node"), _c("feature"), _c("code"), *([_c("y")] if self.n_classes else [])]
         return exp.select(*keys, *[alias(exp.func("SUM", _c(f"v{i}")), f"s{i}")
-                                   for i in range(self.n_stats)]).from_(
+                                   for i in range(len(self.summed))]).from_(
             inner.subquery("h")).group_by(*[k.copy() for k in keys])
 
     def _fetch(self, query: exp.Expression) -> list[np.ndarray] | None:
@@ -222,6 +234,25 @@ class SqlBackend(Backend):
             return None
         return [np.concatenate([b[i] for b in batches]) for i in range(len(batches[0]))]
 
+    def _statistics(self, cols: list[np.ndarray], n_keys: int) -> tuple[list[np.ndarray],
+                                                                         np.ndarray]:
+        """The result's keys and its rows' statistics in the learner's order and units:
+        for classes, the rows of one (node, feature, code) summed over ``y`` and each class's
+        weight in its own column."""
+        keys = [c.astype(np.int64) for c in cols[:n_keys]]
+        sums = np.nan_to_num(np.stack(cols[n_keys + bool(self.n_classes):], axis=1), nan=0.0)
+        if not self.n_classes:
+            return keys, sums * self.scale
+        y = cols[n_keys].astype(np.int64)
+        key = np.stack(keys, axis=1)
+        unique, slot = np.unique(key, axis=0, return_inverse=True)
+        slot = slot.reshape(-1)
+        out = np.zeros((len(unique), self.n_stats))
+        out[:, 0] = np.bincount(slot, weights=sums[:, 0], minlength=len(unique))
+        weight = sums[:, 0] if sums.shape[1] == 1 else sums[:, 1]
+        np.add.at(out, (slot, 1 + y), weight)
+        return [unique[:, i] for i in range(n_keys)], out * self.scale
+
     def histograms(self, allowed: Allowed | None = None) -> Histograms:
         if allowed is None:
             cols = self._fetch(self.histogram_query())
@@ -229,8 +260,8 @@ class SqlBackend(Backend):
                 return Histograms.of_dense(np.zeros(0, dtype=np.int64),
                                            np.zeros((0, self.layout.width, self.n_stats)),
                                            self.layout)
-            return _dense(cols[0].astype(np.int64), cols[1].astype(np.int64), cols[2:],
-                          self.layout, self.scale)
+            (node, code), sums = self._statistics(cols, 2)
+            return _dense(node, code, sums, self.layout)
         table = self.engine.load_rows("allowed", ["node", "feature"], [INT, INT],
                                       allowed.pairs())
         try:
@@ -239,9 +270,8 @@ class SqlBackend(Backend):
             self.engine.drop(table)
         if cols is None:
             return Histograms(np.zeros(0, dtype=np.int64), [None] * len(self.layout.features))
-        sums = np.nan_to_num(np.stack(cols[3:], axis=1), nan=0.0) * self.scale
-        return Histograms.of_rows(cols[0].astype(np.int64), cols[1].astype(np.int64),
-                                  cols[2].astype(np.int64), sums, self.layout)
+        (node, feature, code), sums = self._statistics(cols, 3)
+        return Histograms.of_rows(node, feature, code, sums, self.layout)
 
     def route(self, routes: Sequence[Route]) -> None:
         assert self.pairs is not None

@@ -52,7 +52,8 @@ class Encoded:
         return tuple(domain[c - 1] for c in codes)
 
     def sql_backend(self) -> SqlBackend:
-        return SqlBackend(self.data.engine, self.table, self.layout, self.stat_sql, self.scale)
+        return SqlBackend(self.data.engine, self.table, self.layout, self.stat_sql, self.scale,
+                          n_classes=len(self.data.classes))
 
     def numpy_backend(self) -> NumpyBackend:
         """The rows read out of the engine into arrays: the same codes and statistics."""
@@ -107,9 +108,11 @@ def encode(
         stats = [("v_w", w.copy(), weight_bound)]
     columns: list[exp.Expression] = [alias(y.copy(), "y")]
     scale = [1.0]
+    unit_weight = not data.weight and class_weight is None
     for name, value, bound in stats:
         bits = scale_bits(bound, n)
-        if bits == 0 and not data.weight and class_weight is None and name == "v_w":
+        if unit_weight and name == "v_w":
+            bits = 0
             columns.append(alias(as_double(num(1)), name))
         else:
             columns.append(alias(exp.func("FLOOR", exp.paren(value * num(float(2**bits)))
@@ -132,12 +135,9 @@ def encode(
                                    for s in stats]
         full_scale = np.array(scale)
     else:
-        stat_sql = [cnt.copy()] + [
-            exp.Case(ifs=[exp.If(
-                this=exp.EQ(this=exp.column("y", table=c, quoted=True), expression=num(k)),
-                true=cnt.copy() * exp.column("v_w", table=c, quoted=True))])
-            for k in range(len(data.classes))
-        ]
+        stat_sql = [cnt.copy()]
+        if not unit_weight:  # else a class's weight is its row count
+            stat_sql.append(cnt.copy() * exp.column("v_w", table=c, quoted=True))
         full_scale = np.array([1.0] + [scale[1]] * len(data.classes))
     feats = tuple(
         FeatureCodes(i, f.kind, 1 + (len(edges.get(f.index, [])) if f.kind == CONTINUOUS
