@@ -36,7 +36,10 @@ from .model import Model, load
 from .tree import Node, Split
 from .version import __version__
 
-_ESTIMATORS = ("C45Classifier", "DecisionTreeClassifier", "DecisionTreeRegressor")
+_ESTIMATORS = (
+    "C45Classifier", "DecisionTreeClassifier", "DecisionTreeRegressor",
+    "RandomForestClassifier", "RandomForestRegressor",
+)
 
 
 def __getattr__(name: str) -> Any:
@@ -60,6 +63,8 @@ __all__ = [
     "ModelFileError",
     "Node",
     "OptionError",
+    "RandomForestClassifier",
+    "RandomForestRegressor",
     "SourceError",
     "Split",
     "SqlTreeError",

@@ -32,12 +32,15 @@ class Encoded:
     data: Dataset
     layout: Layout
     edges: dict[int, list[float]]
-    table: exp.Table
+    table: exp.Table | None
+    """The codes table in the engine (None when the rows were encoded in numpy)."""
     stat_sql: list[exp.Expression]
     scale: np.ndarray
     stored: list[str]
     """The codes table's statistic columns (after ``rid`` and ``y``)."""
     centre: float | None = None
+    arrays: tuple[np.ndarray, np.ndarray, np.ndarray, list[np.ndarray]] | None = None
+    """In numpy: (rid, y, codes, stored statistic columns)."""
 
     @property
     def features(self) -> list[Any]:
@@ -52,20 +55,24 @@ class Encoded:
         return tuple(domain[c - 1] for c in codes)
 
     def sql_backend(self) -> SqlBackend:
+        assert self.table is not None, "encoded in numpy"
         return SqlBackend(self.data.engine, self.table, self.layout, self.stat_sql, self.scale,
                           n_classes=len(self.data.classes))
 
     def numpy_backend(self) -> NumpyBackend:
-        """The rows read out of the engine into arrays: the same codes and statistics."""
-        names = ["rid", "y", *self.stored, *[f"c{i}" for i in range(len(self.features))]]
-        query = exp.select(*[exp.column(n, quoted=True) for n in names]).from_(self.table.copy())
-        parts = list(self.data.engine.float_batches(query))
-        cols = [np.concatenate([p[i] for p in parts]) if parts else np.zeros(0)
-                for i in range(len(names))]
-        rid, y = cols[0].astype(np.int64), cols[1]
-        stored = cols[2 : 2 + len(self.stored)]
-        codes = np.stack(cols[2 + len(self.stored):], axis=1).astype(np.int32) if self.features \
-            else np.zeros((len(rid), 0), dtype=np.int32)
+        """The same codes and statistics as arrays (read out of the codes table, or as
+        encoded in numpy)."""
+        if self.arrays is not None:
+            rid, y, codes, stored = self.arrays
+        else:
+            assert self.table is not None
+            names = ["rid", "y", *self.stored, *[f"c{i}" for i in range(len(self.features))]]
+            query = exp.select(*[exp.column(n, quoted=True) for n in names]).from_(
+                self.table.copy())
+            cols = _read(self.data.engine, query, len(names))
+            rid, y = cols[0].astype(np.int64), cols[1]
+            stored = cols[2 : 2 + len(self.stored)]
+            codes = _stack(cols[2 + len(self.stored):], len(rid))
         values = [np.ones(len(rid))]
         if self.data.classes:
             (wq,) = stored
@@ -82,8 +89,11 @@ def encode(
     *,
     class_weight: list[float] | None = None,
     numbered: bool = True,
+    in_memory: bool = False,
 ) -> Encoded:
-    """Store the codes table (one statement) and describe its layout and statistics.
+    """Store the codes table (one statement) and describe its layout and statistics; or,
+    ``in_memory``, read the rows once and encode them in numpy, to the same codes, numbers and
+    statistics (small data: the SQL of 255 bins per column costs more than the rows).
 
     ``numbered``: number rows in the order of their codes (a sort; forests hash the numbers),
     else in any order.
@@ -92,7 +102,8 @@ def encode(
     edges = bin_edges(data, max_bins) or {}
     regression = not data.classes
     centre = data.target_mean if regression else None
-    level0 = q.build_level0(data, edges, class_weight=class_weight, centre=centre)
+    level0 = q.build_level0(data, None if in_memory else edges, class_weight=class_weight,
+                            centre=centre)
     w = exp.column("w", quoted=True)
     y = exp.column("y", quoted=True)
     n = data.n_rows
@@ -122,12 +133,21 @@ def encode(
     for f, name in zip(data.features, codes):
         columns.append(alias(exp.func("COALESCE", exp.column(f.column, quoted=True) + num(1),
                                       num(0)), name))
-    inner = exp.select(*columns).from_(level0.subquery("l0"))
-    order = [exp.column(c, quoted=True) for c in [*codes, "y", *[s[0] for s in stats]]]
-    over = exp.Window(this=exp.RowNumber(), order=exp.Order(
-        expressions=[exp.Ordered(this=o) for o in order]) if numbered else None)
-    table = engine.materialize("codes", exp.select(
-        alias(over, "rid"), exp.Star()).from_(inner.subquery("e")))
+    feats = tuple(
+        FeatureCodes(i, f.kind, 1 + (len(edges.get(f.index, [])) if f.kind == CONTINUOUS
+                                    else len(f.values)))
+        for i, f in enumerate(data.features)
+    )
+    table = arrays = None
+    if in_memory:
+        arrays = _encode_arrays(data, level0, edges, stats, scale, unit_weight)
+    else:
+        inner = exp.select(*columns).from_(level0.subquery("l0", copy=False), copy=False)
+        order = [exp.column(c, quoted=True) for c in [*codes, "y", *[s[0] for s in stats]]]
+        over = exp.Window(this=exp.RowNumber(), order=exp.Order(
+            expressions=[exp.Ordered(this=o) for o in order]) if numbered else None)
+        table = engine.materialize("codes", exp.select(
+            alias(over, "rid"), exp.Star()).from_(inner.subquery("e", copy=False), copy=False))
     a, c = "a", "c"
     cnt = exp.column("cnt", table=a, quoted=True)
     if regression:
@@ -139,14 +159,54 @@ def encode(
         if not unit_weight:  # else a class's weight is its row count
             stat_sql.append(cnt.copy() * exp.column("v_w", table=c, quoted=True))
         full_scale = np.array([1.0] + [scale[1]] * len(data.classes))
-    feats = tuple(
-        FeatureCodes(i, f.kind, 1 + (len(edges.get(f.index, [])) if f.kind == CONTINUOUS
-                                    else len(f.values)))
-        for i, f in enumerate(data.features)
-    )
     return Encoded(data=data, layout=Layout(feats), edges=edges, table=table,
                    stat_sql=stat_sql, scale=full_scale, stored=[s[0] for s in stats],
-                   centre=centre)
+                   centre=centre, arrays=arrays)
+
+
+def _read(engine: Any, query: exp.Expression, n_columns: int) -> list[np.ndarray]:
+    parts = list(engine.float_batches(query))
+    return [np.concatenate([p[i] for p in parts]) if parts else np.zeros(0)
+            for i in range(n_columns)]
+
+
+def _stack(columns: list[np.ndarray], n_rows: int) -> np.ndarray:
+    if not columns:
+        return np.zeros((n_rows, 0), dtype=np.int32)
+    return np.stack(columns, axis=1).astype(np.int32)
+
+
+def _encode_arrays(
+    data: Dataset, level0: exp.Expression, edges: dict[int, list[float]],
+    stats: list[tuple[str, exp.Expression, float]], scale: list[float], unit_weight: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[np.ndarray]]:
+    """The SQL encoding's codes, statistics and row numbers, computed in numpy from level 0's
+    rows: a bin is the first edge at or above the value (``bin_value``), a statistic
+    ``floor(x * 2**bits + 0.5)`` of the same doubles, the numbers the order of the codes."""
+    cols = _read(data.engine, level0, 3 + len(data.features))
+    w, y = cols[1], cols[2]
+    codes = []
+    for f, values in zip(data.features, cols[3:]):
+        known = ~np.isnan(values)
+        code = np.zeros(len(values), dtype=np.int64)
+        if f.kind == CONTINUOUS and f.index in edges:
+            at = np.searchsorted(np.asarray(edges[f.index]), values[known], side="left")
+            code[known] = np.minimum(at, len(edges[f.index]) - 1) + 1
+        else:
+            code[known] = values[known].astype(np.int64) + 1
+        codes.append(code)
+    stored = []
+    for (name, _, _), factor in zip(stats, scale[1:]):
+        if name == "v_w" and unit_weight:
+            stored.append(np.ones(len(w)))
+            continue
+        value = {"v_w": w, "v_wy": w * y, "v_wyy": w * y * y}[name]
+        stored.append(np.floor(value * (1.0 / factor) + 0.5))
+    keys = [*codes, y, *stored]
+    order = np.lexsort(keys[::-1]) if keys else np.arange(len(w))
+    rid = np.empty(len(w), dtype=np.int64)
+    rid[order] = np.arange(1, len(w) + 1)
+    return rid, y, _stack(codes, len(w)), stored
 
 
 def _weight_bound(data: Dataset, class_weight: list[float] | None) -> float:

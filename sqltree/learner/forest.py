@@ -134,7 +134,7 @@ def train_forest(
             "need finite values: filter or cap them first")
     crit = _criterion(options.criterion, task)
     started = time.perf_counter()
-    encoded = encode(data, options.max_bins, class_weight=class_weight)
+    encoded = encode(data, options.max_bins, class_weight=class_weight, in_memory=in_memory)
     backend = encoded.numpy_backend() if in_memory else encoded.sql_backend()
     sampling = options.sampling(data.n_rows)
     n_features = options.n_features(len(data.features))
@@ -168,9 +168,11 @@ def train_forest(
             grown, _ = grow_level_wise(backend, encoded.layout, crit, growth, roots,  # type: ignore[arg-type]
                                        sampling, report, first_tree=first)
             trees.extend(to_arrays(g, encoded, crit) for g in grown)
+        _fill_empty_roots(trees)
     finally:
         backend.close()
-        data.engine.drop(encoded.table)
+        if encoded.table is not None:
+            data.engine.drop(encoded.table)
     stats = {
         "engine": data.engine.dialect,
         "rows": data.n_rows,
@@ -192,6 +194,18 @@ def train_forest(
                  "weight": data.weight, "class_weight": class_weight},
         stats=stats,
     )
+
+
+def _fill_empty_roots(trees: list[TreeArrays]) -> None:
+    """A tree whose bootstrap drew no row (possible on a few rows only) predicts the mean of
+    the other trees' roots (the class shares or the mean of the rows they drew)."""
+    drawn = [t for t in trees if t.weight[0] > 0]
+    if not drawn or len(drawn) == len(trees):
+        return
+    mean = np.mean([t.value[0] for t in drawn], axis=0)
+    for t in trees:
+        if t.weight[0] <= 0:
+            t.value[0] = mean
 
 
 def _criterion(name: str, task: str) -> Criterion:

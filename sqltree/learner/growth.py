@@ -91,7 +91,8 @@ def grow_level_wise(
 
     starts = []
     for t, constants in enumerate(roots):
-        starts.append(Start(new(t, np.zeros(0), 0), constants))
+        # a root that draws no row (a few rows' bootstrap) keeps empty statistics
+        starts.append(Start(new(t, np.zeros(backend.n_stats), 0), constants))
     backend.start(starts, sampling)
     open_nodes = [s.node for s in starts]
     # with a sample of features per node, a child's features are not its parent's: every

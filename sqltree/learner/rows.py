@@ -37,6 +37,8 @@ def scale_bits(bound: float, n_rows: int) -> int:
     if bound <= 0:
         return 0
     room = EXACT / (max(n_rows, 1) * MAX_COUNT * bound)
+    if not math.isfinite(room):
+        return 40
     return max(0, min(40, math.floor(math.log2(room)) - 1))
 
 

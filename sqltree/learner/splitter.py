@@ -206,17 +206,18 @@ def _scan(
     position on the left, and whether unknown values go left."""
     m, width, _ = prefix.shape
     gains = np.full((m, width, 2), -np.inf)
+    has_missing = missing[:, ROWS] > 0
     for side in (0, 1):  # unknown values right, then left
+        if side and not has_missing.any():
+            break
         left = prefix + (missing[:, None, :] if side else 0.0)
         right = total[:, None, :] - left
         g = criterion.score(left) + criterion.score(right) - parent[:, None]
+        least_rows = np.minimum(left[..., ROWS], right[..., ROWS])
+        least_weight = np.minimum(criterion.weight(left), criterion.weight(right))
         ok = (
-            (left[..., ROWS] >= rules.min_samples_leaf)
-            & (right[..., ROWS] >= rules.min_samples_leaf)
-            & (left[..., ROWS] > 0) & (right[..., ROWS] > 0)
-            & (criterion.weight(left) >= rules.min_weight_leaf)
-            & (criterion.weight(right) >= rules.min_weight_leaf)
-            & (criterion.weight(left) > 0) & (criterion.weight(right) > 0)
+            (least_rows >= rules.min_samples_leaf) & (least_rows > 0)
+            & (least_weight >= rules.min_weight_leaf) & (least_weight > 0)
         )
         if side:
             # with no unknown rows the two sides are the same split: score it once
