@@ -265,3 +265,40 @@ def test_options_are_checked_before_any_query():
                 {"max_bins": 1}, {"bootstrap": False, "oob_score": True}):
         with pytest.raises(Exception, match=r"n_estimators|max_features|max_samples|max_bins|oob"):
             _train(mixed_table(50), "label", **bad)
+
+
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_out_of_bag_score_is_the_same_in_sql_and_in_memory_and_checks_by_hand(task):
+    frame = mixed_table(1500) if task == "classification" else _regression_table(1500)
+    target = "label" if task == "classification" else "y"
+    options = {"n_estimators": 6, "max_depth": 4, "oob_score": True, "max_features": None}
+    sql = _train(frame, target, **options)
+    memory = _train(frame, target, in_memory=True, **options)
+    assert sql.stats["oob"] == pytest.approx(memory.stats["oob"])
+    # by hand: each row's trees that did not draw it, by the same hash of its number
+    engine = get_engine(None)
+    data = describe(frame, engine, target, task=task)
+    backend = encode(data, 255, in_memory=True).numpy_backend()
+    engine.cleanup()
+    constants = tree_constants(0, 6)
+    sums = np.zeros((len(frame), len(sql.classes) or 1))
+    votes = np.zeros(len(frame))
+    columns = sql._columns(pd.DataFrame(frame))
+    for t, tree in enumerate(sql.trees):
+        counts = Sampling(True, 1.0).counts(row_hash(backend.rid, constants[t]))
+        # the backend's rows are the frame's, in order; their numbers are the codes' order
+        out = counts == 0
+        leaf = tree.apply(*columns)
+        sums[out] += tree.value[leaf[out]]
+        votes[out] += 1
+    voted = votes > 0
+    if task == "classification":
+        truth = frame[target].to_numpy()[voted]
+        predicted = np.asarray(sql.classes)[np.argmax(sums[voted], axis=1)]
+        assert sql.stats["oob"]["score"] == pytest.approx((truth == predicted).mean())
+    else:
+        truth = frame[target].to_numpy()[voted]
+        predicted = sums[voted, 0] / votes[voted]
+        sse = ((truth - predicted) ** 2).sum()
+        sst = ((truth - truth.mean()) ** 2).sum()
+        assert sql.stats["oob"]["score"] == pytest.approx(1 - sse / sst, rel=1e-9)

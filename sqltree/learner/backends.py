@@ -76,7 +76,10 @@ class Backend:
     layout: Layout
     n_stats: int
 
-    def start(self, roots: Sequence[Start], sampling: Sampling) -> None:
+    def start(self, roots: Sequence[Start], sampling: Sampling,
+              out_of_bag: bool = False) -> None:
+        """Put each tree's drawn rows at its root (``out_of_bag``: the rows it did not draw,
+        each once, to be routed to their leaves by ``route(..., keep=True)``)."""
         raise NotImplementedError
 
     def histograms(self, allowed: Allowed | None = None) -> Histograms:
@@ -84,7 +87,20 @@ class Backend:
         subtraction) or, with ``allowed``, of each node's own features only."""
         raise NotImplementedError
 
-    def route(self, routes: Sequence[Route]) -> None:
+    def route(self, routes: Sequence[Route], keep: bool = False) -> None:
+        """Move the rows of each routed node to its children (a child -1 drops them); rows
+        of nodes not routed are dropped, or with ``keep`` stay where they are."""
+        raise NotImplementedError
+
+    def add_votes(self, leaves: dict[int, np.ndarray]) -> None:
+        """Add each row's leaf values (``leaves``: node -> value vector) to its out-of-bag
+        sums."""
+        raise NotImplementedError
+
+    def votes_summary(self, n_classes: int) -> np.ndarray:
+        """What the out-of-bag sums say: for classes, the (true class x predicted class)
+        count matrix (the prediction the largest sum, ties to the first); for a target, the
+        row count and the sums of ``y``, ``y*y`` and ``(y - mean of the votes)**2``."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -127,17 +143,19 @@ class SqlBackend(Backend):
         self.n_stats = 1 + n_classes if n_classes else len(stats)
         self.scale = scale
         self.pairs: exp.Table | None = None
+        self.votes: list[exp.Table] = []
         self.grouping_sets = engine.dialect != "sqlite"
 
     def _code_columns(self) -> list[str]:
         return [f"c{i}" for i in range(len(self.layout.features))]
 
-    def start(self, roots: Sequence[Start], sampling: Sampling) -> None:
+    def start(self, roots: Sequence[Start], sampling: Sampling,
+              out_of_bag: bool = False) -> None:
         if sampling.everything or all(r.constants is None for r in roots):
             trees = [(r.node, 0, 0, 0, 0) for r in roots]
         else:
             trees = [(r.node, *r.constants) for r in roots]  # type: ignore[misc]
-        self.close()
+        self._drop_pairs()
         table = self.engine.load_rows("trees", ["root", "a", "b", "k", "d"], [INT] * 5, trees)
         rid = _c("rid", "c")
         if sampling.everything:
@@ -156,13 +174,16 @@ class SqlBackend(Backend):
         ).from_(exp.alias_(self.codes.copy(), "c")).join(
             exp.alias_(table, "t"), join_type="CROSS")
         query = exp.select(
-            _c("rid"), _c("node"), alias(exp.cast(_c("cnt"), "DOUBLE"), "cnt"),
+            _c("rid"), _c("node"),
+            alias(exp.cast(num(1) if out_of_bag else _c("cnt"), "DOUBLE"), "cnt"),
             alias(num(1), "scan"),
-        ).from_(drawn.subquery("d")).where(exp.GT(this=_c("cnt"), expression=num(0)))
+        ).from_(drawn.subquery("d")).where(
+            exp.EQ(this=_c("cnt"), expression=num(0)) if out_of_bag
+            else exp.GT(this=_c("cnt"), expression=num(0)))
         self.pairs = self.engine.materialize("pairs", query)
         self.engine.drop(table)
 
-    def close(self) -> None:
+    def _drop_pairs(self) -> None:
         if self.pairs is not None:
             self.engine.drop(self.pairs)
             self.pairs = None
@@ -273,7 +294,7 @@ class SqlBackend(Backend):
         (node, feature, code), sums = self._statistics(cols, 3)
         return Histograms.of_rows(node, feature, code, sums, self.layout)
 
-    def route(self, routes: Sequence[Route]) -> None:
+    def route(self, routes: Sequence[Route], keep: bool = False) -> None:
         assert self.pairs is not None
         names = self._code_columns()
         rows = [(r.node, r.feature, int(r.missing_left), r.upto, int(r.nominal), r.left,
@@ -294,13 +315,17 @@ class SqlBackend(Backend):
             (exp.EQ(this=_c("nominal", "s"), expression=one.copy()), is_left_nominal),
             default=exp.LTE(this=code.copy(), expression=_c("upto", "s")),
         )
+        child: exp.Expression = exp.If(this=left, true=_c("lt", "s"), false=_c("rt", "s"))
+        if keep:  # a row at a leaf (no split joined) stays there
+            child = exp.func("COALESCE", child, _c("node", "a"))
         moved = exp.select(
             alias(_c("rid", "a"), "rid"),
-            alias(exp.If(this=left, true=_c("lt", "s"), false=_c("rt", "s")), "node"),
+            alias(child, "node"),
             alias(_c("cnt", "a"), "cnt"),
             alias(exp.If(this=left.copy(), true=_c("sl", "s"), false=_c("sr", "s")), "scan"),
         ).from_(exp.alias_(self.pairs.copy(), "a")).join(
-            exp.alias_(splits, "s"), on=exp.EQ(this=_c("node", "a"), expression=_c("node", "s"))
+            exp.alias_(splits, "s"), on=exp.EQ(this=_c("node", "a"), expression=_c("node", "s")),
+            join_type="LEFT" if keep else None,
         ).join(
             exp.alias_(self.codes.copy(), "c"),
             on=exp.EQ(this=_c("rid", "a"), expression=_c("rid", "c")),
@@ -319,6 +344,66 @@ class SqlBackend(Backend):
         if members:
             self.engine.drop(table)
 
+    def add_votes(self, leaves: dict[int, np.ndarray]) -> None:
+        assert self.pairs is not None
+        width = len(next(iter(leaves.values()))) if leaves else 1
+        names = [f"v{k}" for k in range(width)]
+        table = self.engine.load_rows("leaves", ["node", *names], [INT] + ["DOUBLE"] * width,
+                                      [(n, *map(float, v)) for n, v in leaves.items()])
+        query = exp.select(
+            alias(_c("rid", "a"), "rid"),
+            *[alias(exp.func("SUM", _c(n, "l")), n) for n in names],
+            alias(exp.func("COUNT", exp.Star()), "n"),
+        ).from_(exp.alias_(self.pairs.copy(), "a")).join(
+            exp.alias_(table, "l"), on=exp.EQ(this=_c("node", "a"), expression=_c("node", "l"))
+        ).group_by(_c("rid", "a"))
+        self.votes.append(self.engine.materialize("votes", query))
+        self.engine.drop(table)
+
+    def votes_summary(self, n_classes: int) -> np.ndarray:
+        width = n_classes or 1
+        names = [f"v{k}" for k in range(width)]
+        parts = [exp.select(_c("rid"), *[_c(n) for n in names], _c("n")).from_(t.copy())
+                 for t in self.votes]
+        union = parts[0]
+        for p in parts[1:]:
+            union = exp.union(union, p, distinct=False)
+        per_row = exp.select(
+            _c("rid"), *[alias(exp.func("SUM", _c(n)), n) for n in names],
+            alias(exp.func("SUM", _c("n")), "n"),
+        ).from_(union.subquery("u")).group_by(_c("rid"))
+        joined = exp.select().from_(per_row.subquery("v")).join(
+            exp.alias_(self.codes.copy(), "c"),
+            on=exp.EQ(this=_c("rid", "v"), expression=_c("rid", "c")))
+        y = _c("y", "c")
+        if n_classes:
+            sums = [_c(n, "v") for n in names]
+            predicted = case(*[
+                (exp.and_(*[exp.GTE(this=sums[k].copy(), expression=sums[j].copy())
+                            for j in range(k + 1, width)]) if k + 1 < width else exp.true(),
+                 num(k)) for k in range(width - 1)], default=num(width - 1))
+            query = joined.select(alias(y.copy(), "y"), alias(predicted, "p"),
+                                  alias(exp.func("COUNT", exp.Star()), "k"), copy=False
+                                  ).group_by(y.copy(), predicted.copy(), copy=False)
+            out = np.zeros((n_classes, n_classes))
+            for row in self.engine.execute(query):
+                out[int(row[0]), int(row[1])] = float(row[2])
+            return out
+        mean = exp.Div(this=_c("v0", "v"), expression=_c("n", "v"))
+        residual = exp.paren(y.copy() - mean)
+        query = joined.select(
+            exp.func("COUNT", exp.Star()), exp.func("SUM", y.copy()),
+            exp.func("SUM", y.copy() * y.copy()), exp.func("SUM", residual * residual.copy()),
+            copy=False)
+        (row,) = self.engine.execute(query)
+        return np.array([float(v or 0.0) for v in row])
+
+    def close(self) -> None:
+        for t in self.votes:
+            self.engine.drop(t)
+        self.votes = []
+        self._drop_pairs()
+
 
 # -- numpy -----------------------------------------------------------------------------------
 class NumpyBackend(Backend):
@@ -327,8 +412,11 @@ class NumpyBackend(Backend):
     count first), ``rid`` (the rows' numbers, for the bootstrap hash)."""
 
     def __init__(self, codes: np.ndarray, values: np.ndarray, rid: np.ndarray, layout: Layout,
-                 scale: np.ndarray) -> None:
+                 scale: np.ndarray, y: np.ndarray | None = None) -> None:
         self.codes = codes
+        self.y = y if y is not None else np.zeros(len(rid))
+        self.vote_sums: np.ndarray | None = None
+        self.vote_counts = np.zeros(len(rid))
         self.values = values
         self.rid = rid
         self.layout = layout
@@ -336,7 +424,8 @@ class NumpyBackend(Backend):
         self.scale = scale
         self.offsets = np.asarray(layout.offsets, dtype=np.int64)
 
-    def start(self, roots: Sequence[Start], sampling: Sampling) -> None:
+    def start(self, roots: Sequence[Start], sampling: Sampling,
+              out_of_bag: bool = False) -> None:
         rows, nodes, counts = [], [], []
         every = np.arange(len(self.rid))
         for r in roots:
@@ -344,6 +433,8 @@ class NumpyBackend(Backend):
                 cnt = np.ones(len(self.rid))
             else:
                 cnt = sampling.counts(row_hash(self.rid, np.asarray(r.constants)))
+            if out_of_bag:
+                cnt = (cnt == 0).astype(np.float64)
             kept = cnt > 0
             rows.append(every[kept])
             nodes.append(np.full(int(kept.sum()), r.node, dtype=np.int64))
@@ -387,7 +478,7 @@ class NumpyBackend(Backend):
             blocks.append((takes, arr.reshape(takes.size, f.n_codes, self.n_stats) * self.scale))
         return Histograms(ids, blocks)
 
-    def route(self, routes: Sequence[Route]) -> None:
+    def route(self, routes: Sequence[Route], keep: bool = False) -> None:
         by_node = {r.node: r for r in routes}
         ids = np.fromiter(by_node, dtype=np.int64)
         order = np.argsort(ids)
@@ -413,8 +504,36 @@ class NumpyBackend(Backend):
         rt = np.array([r.right for r in table], dtype=np.int64)[at]
         sl = np.array([r.scan_left for r in table], dtype=bool)[at]
         sr = np.array([r.scan_right for r in table], dtype=bool)[at]
-        new_node = np.where(left, lt, rt)
-        keep = has & (new_node >= 0)
-        self.row, self.cnt = self.row[keep], self.cnt[keep]
-        self.node = new_node[keep]
-        self.scan = np.where(left, sl, sr)[keep]
+        new_node = np.where(has, np.where(left, lt, rt), self.node if keep else -1)
+        kept = new_node >= 0
+        self.row, self.cnt = self.row[kept], self.cnt[kept]
+        self.node = new_node[kept]
+        self.scan = np.where(left, sl, sr)[kept]
+
+    def add_votes(self, leaves: dict[int, np.ndarray]) -> None:
+        ids = np.fromiter(leaves, dtype=np.int64)
+        order = np.argsort(ids)
+        ids = ids[order]
+        values = np.stack([leaves[int(i)] for i in ids])
+        slot = np.searchsorted(ids, self.node)
+        width = values.shape[1]
+        if self.vote_sums is None:
+            self.vote_sums = np.zeros((len(self.rid), width))
+            self.vote_counts = np.zeros(len(self.rid))
+        for k in range(width):
+            self.vote_sums[:, k] += np.bincount(self.row, weights=values[slot, k],
+                                                minlength=len(self.rid))
+        self.vote_counts += np.bincount(self.row, minlength=len(self.rid))
+
+    def votes_summary(self, n_classes: int) -> np.ndarray:
+        assert self.vote_sums is not None
+        voted = self.vote_counts > 0
+        y = self.y[voted]
+        sums = self.vote_sums[voted]
+        if n_classes:
+            out = np.zeros((n_classes, n_classes))
+            np.add.at(out, (y.astype(np.int64), np.argmax(sums, axis=1)), 1.0)
+            return out
+        residual = y - sums[:, 0] / self.vote_counts[voted]
+        return np.array([float(voted.sum()), y.sum(), (y * y).sum(),
+                         (residual * residual).sum()])

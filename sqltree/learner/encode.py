@@ -80,7 +80,7 @@ class Encoded:
                 values.append(np.where(y == k, wq, 0.0))
         else:
             values.extend(stored)
-        return NumpyBackend(codes, np.stack(values, axis=1), rid, self.layout, self.scale)
+        return NumpyBackend(codes, np.stack(values, axis=1), rid, self.layout, self.scale, y=y)
 
 
 def encode(

@@ -23,6 +23,7 @@ from ..ensemble import Ensemble, TreeArrays
 from ..errors import OptionError, UnsupportedOptionError
 from ..model import features_info
 from ..tree import CONTINUOUS
+from .backends import Backend, Route, Start
 from .encode import Encoded, encode
 from .gains import ROWS, Criterion, criterion
 from .growth import Grown, GrowthOptions, LevelStats, grow_level_wise
@@ -168,7 +169,10 @@ def train_forest(
             grown, _ = grow_level_wise(backend, encoded.layout, crit, growth, roots,  # type: ignore[arg-type]
                                        sampling, report, first_tree=first)
             trees.extend(to_arrays(g, encoded, crit) for g in grown)
+            if options.oob_score:
+                _vote_out_of_bag(backend, grown, roots, sampling, crit, encoded)
         _fill_empty_roots(trees)
+        oob = _oob_summary(backend, len(data.classes)) if options.oob_score else None
     finally:
         backend.close()
         if encoded.table is not None:
@@ -182,6 +186,8 @@ def train_forest(
         "levels": levels,
         "seconds": round(time.perf_counter() - started, 6),
     }
+    if oob is not None:
+        stats["oob"] = oob
     return Ensemble(
         trees=trees,
         features=features_info(data.features),
@@ -194,6 +200,51 @@ def train_forest(
                  "weight": data.weight, "class_weight": class_weight},
         stats=stats,
     )
+
+
+def _vote_out_of_bag(backend: Backend, grown: list[Grown], roots: list[Any],
+                     sampling: Sampling, crit: Criterion, encoded: Encoded) -> None:
+    """Route every tree's out-of-bag rows to its leaves, one statement per level for all the
+    batch's trees, and add the leaves' values to each row's sums."""
+    base = [0]
+    for g in grown[:-1]:
+        base.append(base[-1] + len(g.feature))
+    backend.start([Start(base[t], roots[t]) for t in range(len(grown))], sampling,
+                  out_of_bag=True)
+    depth = max((max(g.depth) for g in grown if g.depth), default=0)
+    layout = encoded.layout
+    for level in range(depth):
+        routes = [
+            Route(node=base[t] + i, feature=g.feature[i], missing_left=g.missing_left[i],
+                  upto=g.upto[i], left_codes=g.left_codes[i],
+                  nominal=layout.features[g.feature[i]].kind == "nominal",
+                  left=base[t] + g.left[i], right=base[t] + g.right[i],
+                  scan_left=False, scan_right=False)
+            for t, g in enumerate(grown) for i in range(len(g.feature))
+            if g.depth[i] == level and g.feature[i] >= 0
+        ]
+        if routes:
+            backend.route(routes, keep=True)
+    leaves = {}
+    for t, g in enumerate(grown):
+        for i in range(len(g.feature)):
+            if g.feature[i] < 0 and g.stats[i][ROWS] > 0:
+                leaves[base[t] + i] = np.atleast_1d(crit.value(g.stats[i]))
+    if leaves:
+        backend.add_votes(leaves)
+
+
+def _oob_summary(backend: Backend, n_classes: int) -> dict[str, Any]:
+    """scikit-learn's ``oob_score_`` (accuracy, or R^2) over the rows some tree left out, and
+    the confusion matrix (rows: true class, columns: predicted) or the regression sums."""
+    summary = backend.votes_summary(n_classes)
+    if n_classes:
+        total = float(summary.sum())
+        return {"score": float(np.trace(summary)) / total if total else 0.0,
+                "rows": int(total), "confusion": summary.astype(int).tolist()}
+    n, sy, syy, sse = (float(v) for v in summary)
+    sst = syy - sy * sy / n if n else 0.0
+    return {"score": 1.0 - sse / sst if sst > 0 else 0.0, "rows": int(n)}
 
 
 def _fill_empty_roots(trees: list[TreeArrays]) -> None:
