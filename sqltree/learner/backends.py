@@ -249,6 +249,19 @@ class SqlBackend(Backend):
                                    for i in range(len(self.summed))]).from_(
             inner.subquery("h")).group_by(*[k.copy() for k in keys])
 
+    def _pivot(self, grouped: exp.Expression, keys: list[str]) -> exp.Expression:
+        """Classes' rows of a key side by side: the grouping by ``y`` is cheap where a CASE
+        per class and row is not, and its result is small enough to pivot."""
+        if not self.n_classes:
+            return grouped
+        weight = _c("s1") if len(self.summed) > 1 else _c("s0")
+        columns = [alias(exp.func("SUM", _c("s0")), "s0")] + [
+            alias(exp.func("SUM", case((exp.EQ(this=_c("y"), expression=num(k)), weight.copy()),
+                                       default=num(0))), f"w{k}")
+            for k in range(self.n_classes)]
+        return exp.select(*[_c(k) for k in keys], *columns).from_(
+            grouped.subquery("g")).group_by(*[_c(k) for k in keys])
+
     def _fetch(self, query: exp.Expression) -> list[np.ndarray] | None:
         batches = list(self.engine.float_batches(query))
         if not batches:
@@ -257,26 +270,14 @@ class SqlBackend(Backend):
 
     def _statistics(self, cols: list[np.ndarray], n_keys: int) -> tuple[list[np.ndarray],
                                                                          np.ndarray]:
-        """The result's keys and its rows' statistics in the learner's order and units:
-        for classes, the rows of one (node, feature, code) summed over ``y`` and each class's
-        weight in its own column."""
+        """The result's keys and its rows' statistics in the learner's units."""
         keys = [c.astype(np.int64) for c in cols[:n_keys]]
-        sums = np.nan_to_num(np.stack(cols[n_keys + bool(self.n_classes):], axis=1), nan=0.0)
-        if not self.n_classes:
-            return keys, sums * self.scale
-        y = cols[n_keys].astype(np.int64)
-        key = np.stack(keys, axis=1)
-        unique, slot = np.unique(key, axis=0, return_inverse=True)
-        slot = slot.reshape(-1)
-        out = np.zeros((len(unique), self.n_stats))
-        out[:, 0] = np.bincount(slot, weights=sums[:, 0], minlength=len(unique))
-        weight = sums[:, 0] if sums.shape[1] == 1 else sums[:, 1]
-        np.add.at(out, (slot, 1 + y), weight)
-        return [unique[:, i] for i in range(n_keys)], out * self.scale
+        sums = np.nan_to_num(np.stack(cols[n_keys:], axis=1), nan=0.0)
+        return keys, sums * self.scale
 
     def histograms(self, allowed: Allowed | None = None) -> Histograms:
         if allowed is None:
-            cols = self._fetch(self.histogram_query())
+            cols = self._fetch(self._pivot(self.histogram_query(), ["node", "code"]))
             if cols is None:
                 return Histograms.of_dense(np.zeros(0, dtype=np.int64),
                                            np.zeros((0, self.layout.width, self.n_stats)),
@@ -286,7 +287,8 @@ class SqlBackend(Backend):
         table = self.engine.load_rows("allowed", ["node", "feature"], [INT, INT],
                                       allowed.pairs())
         try:
-            cols = self._fetch(self.allowed_query(table))
+            cols = self._fetch(self._pivot(self.allowed_query(table),
+                                           ["node", "feature", "code"]))
         finally:
             self.engine.drop(table)
         if cols is None:

@@ -1,0 +1,148 @@
+"""Random forests: sqltree in DuckDB (the SQL level scan, or the memory plan) against
+scikit-learn's ``RandomForestClassifier`` on the benchmark table (``generate.py``).
+
+Each side runs in its own process on the same Parquet file and reports its wall time (read,
+encode and fit for scikit-learn; the whole ``train`` call for sqltree), its peak RSS and the
+accuracy on the held-out file; sqltree also reports its levels (seconds, nodes, statements).
+The trees are alike on both sides: ``max_depth``, ``max_features="sqrt"``, bootstrap;
+scikit-learn sorts exact values where sqltree cuts ``--max-bins`` quantile bins.
+
+Usage::
+
+    python benchmarks/forest.py --rows 1000000 --trees 100
+    python benchmarks/forest.py --rows 1000000 --trees 10 --sides sqltree --plan memory
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(1, os.path.dirname(HERE))
+
+from run import DEFAULT_DATA, NOMINAL, TARGET, ensure_data, human_rows, peak_rss_mb  # noqa: E402
+
+
+def sklearn_worker(args: argparse.Namespace) -> dict[str, Any]:
+    import numpy as np
+    import pandas as pd
+    from sklearn.ensemble import RandomForestClassifier
+
+    def encode(frame: Any, categories: dict[str, Any]) -> Any:
+        columns = []
+        for name in frame.columns:
+            if name == TARGET:
+                continue
+            if name in categories:
+                codes = pd.Categorical(frame[name], categories=categories[name]).codes
+                columns.append(np.where(codes < 0, np.nan, codes).astype(np.float32))
+            else:
+                columns.append(frame[name].to_numpy(dtype=np.float32, na_value=np.nan))
+        return np.column_stack(columns)
+
+    start = time.perf_counter()
+    frame = pd.read_parquet(args.train)
+    categories = {c: sorted(frame[c].dropna().unique()) for c in NOMINAL}
+    x, y = encode(frame, categories), frame[TARGET].to_numpy()
+    del frame
+    forest = RandomForestClassifier(n_estimators=args.trees, max_depth=args.max_depth,
+                                    max_features="sqrt", n_jobs=args.threads, random_state=0)
+    forest.fit(x, y)
+    seconds = time.perf_counter() - start
+    rss = peak_rss_mb()
+    test = pd.read_parquet(args.test)
+    accuracy = float((forest.predict(encode(test, categories)) == test[TARGET]).mean())
+    return {"side": "scikit-learn", "seconds": seconds, "peak_rss_mb": rss,
+            "accuracy": accuracy,
+            "leaves": int(sum(t.get_n_leaves() for t in forest.estimators_))}
+
+
+def sqltree_worker(args: argparse.Namespace) -> dict[str, Any]:
+    import duckdb
+    import pandas as pd
+
+    import sqltree
+    from sqltree.engines.duckdb import DuckDBEngine
+
+    connection = duckdb.connect()
+    engine = DuckDBEngine(connection, threads=args.threads)
+    start = time.perf_counter()
+    forest = sqltree.train(args.train, TARGET, algorithm="random-forest",
+                           n_estimators=args.trees, max_depth=args.max_depth,
+                           max_bins=args.max_bins, connection=engine, plan=args.plan,
+                           random_state=0)
+    seconds = time.perf_counter() - start
+    rss = peak_rss_mb()
+    test = pd.read_parquet(args.test)
+    accuracy = float((forest.predict_frame(test) == test[TARGET].to_numpy()).mean())
+    levels = forest.stats["levels"]
+    return {"side": f"sqltree ({forest.stats['plan']})", "seconds": seconds,
+            "peak_rss_mb": rss, "accuracy": accuracy, "leaves": forest.n_leaves,
+            "batches": forest.stats["batches"],
+            "levels": [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in lv.items()}
+                       for lv in levels]}
+
+
+def run_side(side: str, args: argparse.Namespace, train: str, test: str) -> dict[str, Any]:
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", side, "--train", train,
+           "--test", test, "--trees", str(args.trees), "--max-depth", str(args.max_depth),
+           "--max-bins", str(args.max_bins), "--threads", str(args.threads),
+           "--plan", args.plan]
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", str(args.threads))
+    out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True, env=env)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def markdown(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
+    base = next((r for r in results if r["side"] == "scikit-learn"), None)
+    lines = [f"{human_rows(args.rows)} rows, {args.trees} trees, depth {args.max_depth}, "
+             f"max_features=sqrt, {args.threads} threads",
+             "", "| side | seconds | peak MB | held-out accuracy | leaves | time ratio |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for r in results:
+        ratio = f"{r['seconds'] / base['seconds']:.2f}x" if base else ""
+        lines.append(f"| {r['side']} | {r['seconds']:.1f} | {r['peak_rss_mb']:,.0f} | "
+                     f"{r['accuracy']:.4f} | {r['leaves']:,} | {ratio} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rows", type=int, default=1_000_000)
+    p.add_argument("--trees", type=int, default=100)
+    p.add_argument("--max-depth", type=int, default=10)
+    p.add_argument("--max-bins", type=int, default=255)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--plan", default="tables", choices=["tables", "memory"])
+    p.add_argument("--sides", default="sqltree,sklearn")
+    p.add_argument("--data-dir", default=DEFAULT_DATA)
+    p.add_argument("--json", help="also write the results here")
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    p.add_argument("--train", help=argparse.SUPPRESS)
+    p.add_argument("--test", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        worker = sqltree_worker if args.worker == "sqltree" else sklearn_worker
+        print(json.dumps(worker(args)))
+        return
+    train, test = ensure_data(args.rows, args.data_dir)
+    results = [run_side(side, args, train, test) for side in args.sides.split(",")]
+    print(markdown(results, args))
+    for r in results:
+        for level in r.get("levels", []):
+            print(json.dumps(level), file=sys.stderr)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
