@@ -31,7 +31,7 @@ from .grower import GrowOptions
 from .model import Model, features_info
 from .options import (
     CART_OPTIONS,
-    RANDOM_FOREST,
+    ENSEMBLES,
     check_keywords,
     check_train_options,
     resolve_task,
@@ -130,23 +130,23 @@ def train(
         a regression tree takes all but ``class_weight``, with ``criterion="squared_error"``.
     """
     task, algorithm = resolve_task(task, algorithm, cart_options)
-    if algorithm == RANDOM_FOREST:
+    if algorithm in ENSEMBLES:
         tree_only = {name: value for name, value in (
             ("min_cases", min_cases), ("min_gain", min_gain), ("pruning", pruning),
             ("subtree_raising", subtree_raising), ("validation", validation),
             ("missing", missing), ("cf", cf)) if value != TREE_DEFAULTS[name]}
         if tree_only:
             raise OptionError(f"{', '.join(sorted(tree_only))} apply to single trees, not to "
-                              "random forests")
-        from .ensembles import train_random_forest
+                              f"{algorithm}")
+        from .ensembles import train_ensemble
 
-        forest = {"max_depth": max_depth, "max_bins": max_bins, **cart_options}
+        options = {"max_depth": max_depth, "max_bins": max_bins, **cart_options}
         if min_samples_split:
-            forest["min_samples_split"] = min_samples_split
-        return train_random_forest(  # type: ignore[return-value]
-            source, target, task=task, connection=connection, features=features,
+            options["min_samples_split"] = min_samples_split
+        return train_ensemble(  # type: ignore[return-value]
+            algorithm, source, target, task=task, connection=connection, features=features,
             nominal=nominal, continuous=continuous, weight=weight, progress=progress,
-            plan=plan, options=forest)
+            plan=plan, options=options)
     check_keywords("train", cart_options, [*inspect.signature(train).parameters, *CART_OPTIONS])
     check_train_plan(plan)
     check_train_options(

@@ -1,7 +1,9 @@
 """Training an ensemble from a source: the options checked first, the source read, the plan
-chosen, the trees grown by the learner (``sqltree.learner``), progress reported per level.
+chosen, the trees grown by the learner (``sqltree.learner``), progress reported per level or
+round.
 
-``train(..., algorithm="random-forest")`` comes here (``api.train``).
+``train(..., algorithm="random-forest")`` and ``algorithm="gradient-boosting"`` come here
+(``api.train``).
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from .engines import get_engine
 from .engines.select_plan import AUTO, check_plan
 from .ensemble import Ensemble
 from .errors import OptionError
+from .learner.boosting import BoostingOptions, train_boosting
 from .learner.forest import ForestOptions, ForestProgress, train_forest
-from .options import check_keywords
+from .options import RANDOM_FOREST, check_keywords
 from .progress import Callback
 from .version import __version__
 
@@ -28,6 +31,14 @@ FOREST_OPTIONS = (
     "max_samples", "random_state", "max_bins", "oob_score", "class_weight",
 )
 """``train``'s options for ``algorithm="random-forest"``, with scikit-learn's names."""
+
+BOOSTING_OPTIONS = (
+    "loss", "learning_rate", "max_iter", "max_leaf_nodes", "max_depth", "min_samples_leaf",
+    "l2_regularization", "min_hessian_to_split", "max_bins", "early_stopping",
+    "validation_fraction", "n_iter_no_change", "tol", "random_state",
+)
+"""``train``'s options for ``algorithm="gradient-boosting"``, with the names of
+scikit-learn's ``HistGradientBoostingClassifier``."""
 
 MEMORY_PLAN = "memory"
 PLANS = ("auto", "tables", "select", MEMORY_PLAN)
@@ -62,7 +73,19 @@ def forest_options(task: str, options: Mapping[str, Any]) -> tuple[ForestOptions
     return forest, class_weight
 
 
-def train_random_forest(
+def boosting_options(options: Mapping[str, Any]) -> BoostingOptions:
+    """Boosting's options from ``train``'s keywords (checked, before any query)."""
+    check_keywords("train", options, [*BOOSTING_OPTIONS, "task"])
+    chosen = dict(options)
+    if chosen.get("max_bins") is None:
+        chosen.pop("max_bins", None)
+    boosting = BoostingOptions(**chosen)
+    boosting.check()
+    return boosting
+
+
+def train_ensemble(
+    algorithm: str,
     source: Any,
     target: str,
     *,
@@ -76,8 +99,14 @@ def train_random_forest(
     plan: str = "auto",
     options: Mapping[str, Any],
 ) -> Ensemble:
-    """A random forest of ``source`` (see ``api.train``)."""
-    forest, class_weight = forest_options(task, options)
+    """A random forest or boosted trees of ``source`` (see ``api.train``)."""
+    forest: ForestOptions | None = None
+    boosting: BoostingOptions | None = None
+    class_weight = None
+    if algorithm == RANDOM_FOREST:
+        forest, class_weight = forest_options(task, options)
+    else:
+        boosting = boosting_options(options)
     if plan not in PLANS:
         raise OptionError(f"plan must be one of {PLANS}, not {plan!r}")
     with reporting.reporting_to(progress):
@@ -92,30 +121,11 @@ def train_random_forest(
                 phase.done(f"read {reporting.rows(data.n_rows)} rows, "
                            f"{len(data.features)} features", rows=data.n_rows)
             in_memory, reason = _plan(plan, source, reason)
-            cw = class_weights(data, class_weight) if data.classes else None
-            batch_size = [0]
-
-            def on_level(event: ForestProgress) -> None:
-                level = event.level
-                batch_size[0] = event.trees
-                reporting.step(
-                    "grow",
-                    f"trees {event.first_tree + 1}-{event.first_tree + event.trees}, level "
-                    f"{level.level}: {reporting.count(level.nodes, 'node')}, "
-                    f"{level.seconds:.2f} s",
-                    trees=[event.first_tree, event.first_tree + event.trees],
-                    level=level.level, nodes=level.nodes, seconds=level.seconds,
-                )
-
-            with reporting.phase(
-                "grow", f"growing {reporting.count(forest.n_estimators, 'tree')} on "
-                f"{reporting.rows(data.n_rows)} rows ({'memory' if in_memory else engine.plan})",
-            ) as phase:
-                ensemble = train_forest(data, forest, class_weight=cw, in_memory=in_memory,
-                                        on_level=on_level)
-                phase.done(f"grown: {reporting.count(ensemble.n_trees, 'tree')}, "
-                           f"{reporting.count(ensemble.n_leaves, 'leaf', 'leaves')}, "
-                           f"{phase.seconds:.2f} s")
+            if boosting is not None:
+                ensemble = _boost(data, boosting, in_memory, engine.plan)
+            else:
+                assert forest is not None
+                ensemble = _forest(data, forest, class_weight, in_memory, engine.plan)
         finally:
             engine.cleanup()
     ensemble.options.update({"class_weight": class_weight, "target": target})
@@ -125,6 +135,58 @@ def train_random_forest(
         "seconds": round(time.perf_counter() - started, 6),
         "sqltree_version": __version__,
     })
+    return ensemble
+
+
+def _boost(data: Any, options: BoostingOptions, in_memory: bool, plan: str) -> Ensemble:
+    def on_round(record: dict[str, Any]) -> None:
+        valid = record["validation_loss"]
+        reporting.step(
+            "grow",
+            f"round {record['iteration']}: training loss {record['train_loss']:.6f}"
+            + (f", validation loss {valid:.6f}" if valid is not None else "")
+            + f", {reporting.count(record['leaves'], 'leaf', 'leaves')}, "
+            f"{record['seconds']:.2f} s",
+            **record,
+        )
+
+    with reporting.phase(
+        "grow", f"boosting up to {reporting.count(options.max_iter, 'round')} on "
+        f"{reporting.rows(data.n_rows)} rows ({'memory' if in_memory else plan})",
+        total=options.max_iter,
+    ) as phase:
+        ensemble = train_boosting(data, options, in_memory=in_memory, on_round=on_round)
+        phase.done(f"grown: {reporting.count(ensemble.stats['n_iter'], 'round')}, "
+                   f"{reporting.count(ensemble.n_trees, 'tree')}, "
+                   f"{reporting.count(ensemble.n_leaves, 'leaf', 'leaves')}, "
+                   f"{phase.seconds:.2f} s")
+    return ensemble
+
+
+def _forest(data: Any, forest: ForestOptions, class_weight: Any, in_memory: bool,
+            plan: str) -> Ensemble:
+    cw = class_weights(data, class_weight) if data.classes else None
+
+
+    def on_level(event: ForestProgress) -> None:
+        level = event.level
+        reporting.step(
+            "grow",
+            f"trees {event.first_tree + 1}-{event.first_tree + event.trees}, level "
+            f"{level.level}: {reporting.count(level.nodes, 'node')}, {level.seconds:.2f} s",
+            trees=[event.first_tree, event.first_tree + event.trees],
+            level=level.level, nodes=level.nodes, seconds=level.seconds,
+        )
+
+    with reporting.phase(
+        "grow", f"growing {reporting.count(forest.n_estimators, 'tree')} on "
+        f"{reporting.rows(data.n_rows)} rows ({'memory' if in_memory else plan})",
+    ) as phase:
+        ensemble = train_forest(data, forest, class_weight=cw, in_memory=in_memory,
+                                on_level=on_level)
+        phase.done(f"grown: {reporting.count(ensemble.n_trees, 'tree')}, "
+                   f"{reporting.count(ensemble.n_leaves, 'leaf', 'leaves')}, "
+                   f"{phase.seconds:.2f} s")
     return ensemble
 
 

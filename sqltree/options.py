@@ -16,10 +16,14 @@ from typing import Any
 
 from .errors import OptionError, UnsupportedOptionError
 
-ALGORITHMS = ("c4.5", "id3", "cart", "random-forest")
+ALGORITHMS = ("c4.5", "id3", "cart", "random-forest", "gradient-boosting")
 RANDOM_FOREST = "random-forest"
+GRADIENT_BOOSTING = "gradient-boosting"
+ENSEMBLES = (RANDOM_FOREST, GRADIENT_BOOSTING)
 ALIASES = {"c45": "c4.5", "j48": "c4.5", "rf": RANDOM_FOREST, "random_forest": RANDOM_FOREST,
-           "randomforest": RANDOM_FOREST, "forest": RANDOM_FOREST}
+           "randomforest": RANDOM_FOREST, "forest": RANDOM_FOREST,
+           "gbt": GRADIENT_BOOSTING, "gbm": GRADIENT_BOOSTING, "boosting": GRADIENT_BOOSTING,
+           "gradient_boosting": GRADIENT_BOOSTING}
 MISSING = ("fractional", "majority", "drop")
 PRUNING = ("c4.5", "pessimistic", "reduced-error")
 CART_CRITERIA = ("gini", "entropy", "log_loss")
@@ -196,7 +200,8 @@ def resolve_task(task: str | None, algorithm: Any, cart_options: Mapping[str, An
     """``train``'s defaults: regression when ``criterion`` is a regression criterion, else
     classification; CART for regression and C4.5 for classification."""
     if task is None:
-        regression = is_regression_criterion(cart_options.get("criterion"))
+        regression = (is_regression_criterion(cart_options.get("criterion"))
+                      or cart_options.get("loss") in ("squared_error", "poisson"))
         task = "regression" if regression else "classification"
     if algorithm is None:
         algorithm = "cart" if task == "regression" else "c4.5"

@@ -90,18 +90,20 @@ def encode(
     class_weight: list[float] | None = None,
     numbered: bool = True,
     in_memory: bool = False,
+    centred: bool = True,
 ) -> Encoded:
     """Store the codes table (one statement) and describe its layout and statistics; or,
     ``in_memory``, read the rows once and encode them in numpy, to the same codes, numbers and
     statistics (small data: the SQL of 255 bins per column costs more than the rows).
 
     ``numbered``: number rows in the order of their codes (a sort; forests hash the numbers),
-    else in any order.
+    else in any order. ``centred``: a target's ``y`` less its mean (the sums of squares of
+    the criteria keep their precision), else the target itself (boosting's losses).
     """
     engine = data.engine
     edges = bin_edges(data, max_bins) or {}
     regression = not data.classes
-    centre = data.target_mean if regression else None
+    centre = data.target_mean if regression and centred else (0.0 if regression else None)
     level0 = q.build_level0(data, None if in_memory else edges, class_weight=class_weight,
                             centre=centre)
     w = exp.column("w", quoted=True)

@@ -1,0 +1,160 @@
+"""Gradient boosting: the same model in SQL and in numpy and on every engine, Newton leaf
+values checked by hand, early stopping, and the quality of scikit-learn's histogram boosting
+on the same data."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import sqltree
+from sqltree.dataset import describe
+from sqltree.engines import get_engine
+from sqltree.errors import OptionError
+from sqltree.learner.boosting import BoostingOptions, train_boosting
+
+from .helpers import mixed_table, on_engines
+
+
+def _regression_table(rows: int = 3000, seed: int = 3, counts: bool = False) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    a = rng.normal(size=rows)
+    b = rng.integers(0, 30, size=rows).astype(float)
+    c = rng.choice(["u", "v", "w", "x"], size=rows)
+    mean = 3 * (a > 0.2) + 0.1 * b + (c == "w") * 2
+    y = rng.poisson(np.exp(mean / 3)).astype(float) if counts else mean + rng.normal(
+        scale=0.5, size=rows)
+    frame = pd.DataFrame({"a": a, "b": b, "c": c, "y": y})
+    frame.loc[rng.random(rows) < 0.05, "a"] = np.nan
+    frame.loc[rng.random(rows) < 0.05, "c"] = None
+    return frame
+
+
+def _file(ensemble) -> str:
+    data = ensemble.to_dict()
+    data.pop("stats")
+    for f in data["features"]:
+        f.pop("sql_type")
+    return json.dumps(data, sort_keys=True)
+
+
+def _boost(frame, target, *, engine=None, source=None, in_memory=False, **options):
+    engine = engine or get_engine(None)
+    data = describe(frame if source is None else source, engine, target,
+                    task="regression" if target == "y" else "classification")
+    try:
+        return train_boosting(data, BoostingOptions(**options), in_memory=in_memory)
+    finally:
+        engine.cleanup()
+
+
+CASES = [
+    ("binary", {"max_iter": 4, "max_leaf_nodes": 6, "min_samples_leaf": 5}),
+    ("multiclass", {"max_iter": 3, "max_leaf_nodes": 5, "l2_regularization": 1.0}),
+    ("squared_error", {"max_iter": 4, "loss": "squared_error", "max_depth": 3,
+                       "max_leaf_nodes": None}),
+    ("poisson", {"max_iter": 4, "loss": "poisson", "learning_rate": 0.3}),
+    ("early", {"max_iter": 6, "early_stopping": True, "max_leaf_nodes": 4}),
+]
+
+
+def _table(case: str) -> tuple[pd.DataFrame, str]:
+    if case == "binary":
+        frame = mixed_table(2000)
+        return frame.assign(label=np.where(frame["label"] == "p", "p", "other")), "label"
+    if case in ("multiclass", "early"):
+        return mixed_table(2000), "label"
+    return _regression_table(2000, counts=case == "poisson"), "y"
+
+
+@pytest.mark.parametrize(("case", "options"), CASES, ids=[c for c, _ in CASES])
+def test_boosting_is_the_same_in_sql_and_in_memory(case, options):
+    frame, target = _table(case)
+    sql = _boost(frame, target, **options)
+    memory = _boost(frame, target, in_memory=True, **options)
+    assert _file(sql) == _file(memory)
+    assert [r["train_loss"] for r in sql.stats["rounds"]] == pytest.approx(
+        [r["train_loss"] for r in memory.stats["rounds"]], rel=1e-12)
+    losses = [r["train_loss"] for r in sql.stats["rounds"]]
+    assert losses == sorted(losses, reverse=True)  # every round lowers the training loss
+
+
+@on_engines(exclude=("duckdb",))
+def test_boosting_is_the_same_on_every_engine(engine_factory):
+    frame = mixed_table(1000)
+    options = {"max_iter": 2, "max_leaf_nodes": 4}
+    engine, source = engine_factory(frame)
+    there = _boost(frame, "label", engine=engine, source=source, **options)
+    assert _file(there) == _file(_boost(frame, "label", **options))
+
+
+def test_one_round_of_squared_error_is_a_tree_of_mean_residuals():
+    """With learning rate 1 and no regularisation a leaf's Newton step -G/H is the mean of
+    its rows' residuals y - base (the hessian of squared error is 1 per row)."""
+    frame = _regression_table(1500)
+    model = _boost(frame, "y", max_iter=1, learning_rate=1.0, loss="squared_error",
+                   max_leaf_nodes=4, min_samples_leaf=10, early_stopping=False)
+    (tree,) = model.trees
+    base = model.base_score[0]
+    assert base == pytest.approx(frame["y"].mean(), rel=1e-12)
+    columns, missing = model._columns(frame)
+    leaf = tree.apply(columns, missing)
+    for node in np.unique(leaf):
+        rows = frame["y"].to_numpy()[leaf == node]
+        assert tree.value[node, 0] == pytest.approx((rows - base).mean(), rel=1e-6)
+        assert tree.weight[node] == len(rows)  # the hessian's sum
+    assert tree.n_leaves == 4
+    np.testing.assert_allclose(model.predict_frame(frame), base + tree.value[leaf, 0])
+
+
+def test_early_stopping_stops_on_the_validation_rows():
+    frame = mixed_table(12_000)  # over 10,000 rows: "auto" stops early
+    model = _boost(frame, "label", max_iter=200, max_leaf_nodes=31, learning_rate=0.5,
+                   in_memory=True)
+    rounds = model.stats["rounds"]
+    assert len(rounds) < 200
+    valid = [r["validation_loss"] for r in rounds]
+    # scikit-learn's rule: none of the last 10 losses beats the one before them by 1e-7
+    assert all(valid[-11] - v <= 1e-7 for v in valid[-10:])
+    assert all(r["validation_loss"] is not None for r in rounds)
+
+
+def test_quality_near_scikit_learns_histogram_boosting():
+    from sklearn.ensemble import HistGradientBoostingClassifier
+    from sklearn.metrics import log_loss
+
+    frame = mixed_table(6000, seed=2)
+    test = mixed_table(4000, seed=9)
+    model = _boost(frame, "label", max_iter=60, max_leaf_nodes=15, early_stopping=False,
+                   in_memory=True)
+    proba = model.predict_proba_frame(test)
+    ours = log_loss(test["label"], proba, labels=model.classes)
+    encode = {c: pd.Categorical(frame[c]).categories for c in ("d", "e")}
+
+    def matrix(f):
+        x = f.drop(columns="label").copy()
+        for c, cats in encode.items():
+            x[c] = pd.Categorical(x[c], categories=cats)
+        return x
+
+    theirs_model = HistGradientBoostingClassifier(
+        max_iter=60, max_leaf_nodes=15, early_stopping=False, categorical_features="from_dtype",
+        random_state=0).fit(matrix(frame), frame["label"])
+    theirs = log_loss(test["label"], theirs_model.predict_proba(matrix(test)))
+    assert ours == pytest.approx(theirs, rel=0.05)
+
+
+def test_train_names_boosting_and_refuses_tree_options():
+    frame = mixed_table(500)
+    model = sqltree.train(frame, "label", algorithm="gradient-boosting", max_iter=2)
+    assert model.options["algorithm"] == "gradient-boosting"
+    assert model.stats["n_iter"] == 2
+    with pytest.raises(OptionError, match="cf"):
+        sqltree.train(frame, "label", algorithm="gradient-boosting", cf=0.1)
+    with pytest.raises(OptionError, match="max_iter"):
+        sqltree.train(frame, "label", algorithm="gradient-boosting", max_iter=0)
+    with pytest.raises(OptionError, match="n_estimators"):
+        sqltree.train(frame, "label", algorithm="gradient-boosting", n_estimators=3)
