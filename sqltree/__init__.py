@@ -39,6 +39,7 @@ from .version import __version__
 _ESTIMATORS = (
     "C45Classifier", "DecisionTreeClassifier", "DecisionTreeRegressor",
     "RandomForestClassifier", "RandomForestRegressor",
+    "HistGradientBoostingClassifier", "HistGradientBoostingRegressor",
 )
 
 
@@ -59,6 +60,8 @@ __all__ = [
     "DecisionTreeClassifier",
     "DecisionTreeRegressor",
     "EngineConnectionError",
+    "HistGradientBoostingClassifier",
+    "HistGradientBoostingRegressor",
     "Model",
     "ModelFileError",
     "Node",

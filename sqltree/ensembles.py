@@ -35,7 +35,7 @@ FOREST_OPTIONS = (
 BOOSTING_OPTIONS = (
     "loss", "learning_rate", "max_iter", "max_leaf_nodes", "max_depth", "min_samples_leaf",
     "l2_regularization", "min_hessian_to_split", "max_bins", "early_stopping",
-    "validation_fraction", "n_iter_no_change", "tol", "random_state",
+    "validation_fraction", "n_iter_no_change", "tol", "random_state", "class_weight",
 )
 """``train``'s options for ``algorithm="gradient-boosting"``, with the names of
 scikit-learn's ``HistGradientBoostingClassifier``."""
@@ -73,15 +73,28 @@ def forest_options(task: str, options: Mapping[str, Any]) -> tuple[ForestOptions
     return forest, class_weight
 
 
-def boosting_options(options: Mapping[str, Any]) -> BoostingOptions:
-    """Boosting's options from ``train``'s keywords (checked, before any query)."""
+def boosting_options(task: str, options: Mapping[str, Any]) -> tuple[BoostingOptions, Any]:
+    """Boosting's options from ``train``'s keywords (checked, before any query), and its
+    ``class_weight``."""
     check_keywords("train", options, [*BOOSTING_OPTIONS, "task"])
     chosen = dict(options)
     if chosen.get("max_bins") is None:
         chosen.pop("max_bins", None)
+    class_weight = chosen.pop("class_weight", None)
+    _check_class_weight(task, class_weight)
     boosting = BoostingOptions(**chosen)
     boosting.check()
-    return boosting
+    return boosting, class_weight
+
+
+def _check_class_weight(task: str, class_weight: Any) -> None:
+    if class_weight is None:
+        return
+    if task == "regression":
+        raise OptionError("class_weight applies to classifiers; a regressor weighs rows with "
+                          "weight=")
+    if class_weight != "balanced" and not isinstance(class_weight, Mapping):
+        raise OptionError(f"class_weight must be None, 'balanced' or a dict, not {class_weight!r}")
 
 
 def train_ensemble(
@@ -106,7 +119,7 @@ def train_ensemble(
     if algorithm == RANDOM_FOREST:
         forest, class_weight = forest_options(task, options)
     else:
-        boosting = boosting_options(options)
+        boosting, class_weight = boosting_options(task, options)
     if plan not in PLANS:
         raise OptionError(f"plan must be one of {PLANS}, not {plan!r}")
     with reporting.reporting_to(progress):
@@ -122,7 +135,7 @@ def train_ensemble(
                            f"{len(data.features)} features", rows=data.n_rows)
             in_memory, reason = _plan(plan, source, reason)
             if boosting is not None:
-                ensemble = _boost(data, boosting, in_memory, engine.plan)
+                ensemble = _boost(data, boosting, class_weight, in_memory, engine.plan)
             else:
                 assert forest is not None
                 ensemble = _forest(data, forest, class_weight, in_memory, engine.plan)
@@ -138,7 +151,8 @@ def train_ensemble(
     return ensemble
 
 
-def _boost(data: Any, options: BoostingOptions, in_memory: bool, plan: str) -> Ensemble:
+def _boost(data: Any, options: BoostingOptions, class_weight: Any, in_memory: bool,
+           plan: str) -> Ensemble:
     def on_round(record: dict[str, Any]) -> None:
         valid = record["validation_loss"]
         reporting.step(
@@ -155,7 +169,9 @@ def _boost(data: Any, options: BoostingOptions, in_memory: bool, plan: str) -> E
         f"{reporting.rows(data.n_rows)} rows ({'memory' if in_memory else plan})",
         total=options.max_iter,
     ) as phase:
-        ensemble = train_boosting(data, options, in_memory=in_memory, on_round=on_round)
+        cw = class_weights(data, class_weight) if data.classes else None
+        ensemble = train_boosting(data, options, in_memory=in_memory, class_weight=cw,
+                                  on_round=on_round)
         phase.done(f"grown: {reporting.count(ensemble.stats['n_iter'], 'round')}, "
                    f"{reporting.count(ensemble.n_trees, 'tree')}, "
                    f"{reporting.count(ensemble.n_leaves, 'leaf', 'leaves')}, "

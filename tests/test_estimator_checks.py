@@ -20,6 +20,8 @@ from sqltree import (
     C45Classifier,
     DecisionTreeClassifier,
     DecisionTreeRegressor,
+    HistGradientBoostingClassifier,
+    HistGradientBoostingRegressor,
     RandomForestClassifier,
     RandomForestRegressor,
 )
@@ -67,8 +69,10 @@ def test_object_columns_are_nominal(Estimator):
 
 @pytest.mark.slow
 @parametrize_with_checks(
-    [RandomForestClassifier(n_estimators=5), RandomForestRegressor(n_estimators=5)],
+    [RandomForestClassifier(n_estimators=5), RandomForestRegressor(n_estimators=5),
+     HistGradientBoostingClassifier(max_iter=5),
+     HistGradientBoostingRegressor(max_iter=30, learning_rate=0.3)],
     expected_failed_checks=expected_failures,
 )
-def test_sklearn_estimator_checks_on_forests(estimator, check):
+def test_sklearn_estimator_checks_on_ensembles(estimator, check):
     check(estimator)

@@ -28,8 +28,13 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
 
 from ._base import SQLTreeClassifier, SQLTreeEstimator, SQLTreeRegressor
 from ._classes import C45Classifier, DecisionTreeClassifier, DecisionTreeRegressor
+from ._ensembles import (
+    HistGradientBoostingClassifier,
+    HistGradientBoostingRegressor,
+    RandomForestClassifier,
+    RandomForestRegressor,
+)
 from ._export import export_graphviz, export_text
-from ._forest import RandomForestClassifier, RandomForestRegressor
 from ._tree import TREE_LEAF, TREE_UNDEFINED, TreeArrays
 
 _sklearn_tree.DecisionTreeClassifier.register(SQLTreeClassifier)
@@ -41,6 +46,8 @@ __all__ = [
     "C45Classifier",
     "DecisionTreeClassifier",
     "DecisionTreeRegressor",
+    "HistGradientBoostingClassifier",
+    "HistGradientBoostingRegressor",
     "RandomForestClassifier",
     "RandomForestRegressor",
     "SQLTreeClassifier",

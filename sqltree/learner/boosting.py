@@ -199,7 +199,7 @@ class SqlNewtonBackend(NewtonBackend):
         self.codes = encoded.table
         self.layout = encoded.layout
         self.loss = loss
-        self.weighted = bool(encoded.data.weight)
+        self.weighted = encoded.weighted
         self.weight_scale = float(encoded.scale[1])
         self.k = loss.n_outputs
         names = [f"s{k}" for k in range(self.k)]
@@ -336,7 +336,7 @@ class NumpyNewtonBackend(NewtonBackend):
         self.codes = backend.codes
         self.y = backend.y
         self.w = None
-        if encoded.data.weight:
+        if encoded.weighted:
             assert encoded.arrays is not None
             self.w = encoded.arrays[3][0] * float(encoded.scale[1])
         self.loss = loss
@@ -519,9 +519,11 @@ def train_boosting(
     options: BoostingOptions,
     *,
     in_memory: bool = False,
+    class_weight: list[float] | None = None,
     on_round: Callable[[dict[str, Any]], None] | None = None,
 ) -> Ensemble:
-    """Newton boosting on ``data`` in its engine (or in numpy, ``in_memory``)."""
+    """Newton boosting on ``data`` in its engine (or in numpy, ``in_memory``); a row's
+    gradient and hessian are multiplied by its weight and its class's ``class_weight``."""
     options.check()
     task = "regression" if not data.classes else "classification"
     loss = loss_for(options.loss, task=task, n_classes=len(data.classes))
@@ -529,14 +531,17 @@ def train_boosting(
         raise OptionError(f"columns holding +infinity: {data.infinite}; boosting's bins need "
                           "finite values: filter or cap them first")
     started = time.perf_counter()
-    encoded = encode(data, options.max_bins, in_memory=in_memory, centred=False)
+    encoded = encode(data, options.max_bins, in_memory=in_memory, centred=False,
+                     class_weight=class_weight)
     stop_early = options.stops_early(data.n_rows)
     validation = None
     if stop_early:
         validation = tuple(int(v) for v in tree_constants(options.random_state + 1, 1)[0])
     # the base score of every row (the validation rows' too: no query, and a constant)
     if data.classes:
-        summary = np.asarray(data.class_weights) / max(sum(data.class_weights), 1e-300)
+        summary = np.asarray(data.class_weights) * np.asarray(
+            class_weight or [1.0] * len(data.classes))
+        summary = summary / max(float(summary.sum()), 1e-300)
     else:
         summary = np.asarray([data.target_mean or 0.0])
     base = loss.base_score(summary)

@@ -41,6 +41,8 @@ class Encoded:
     centre: float | None = None
     arrays: tuple[np.ndarray, np.ndarray, np.ndarray, list[np.ndarray]] | None = None
     """In numpy: (rid, y, codes, stored statistic columns)."""
+    weighted: bool = False
+    """Whether rows carry weights (a weight column or class weights): ``v_w`` is not 1."""
 
     @property
     def features(self) -> list[Any]:
@@ -163,7 +165,7 @@ def encode(
         full_scale = np.array([1.0] + [scale[1]] * len(data.classes))
     return Encoded(data=data, layout=Layout(feats), edges=edges, table=table,
                    stat_sql=stat_sql, scale=full_scale, stored=[s[0] for s in stats],
-                   centre=centre, arrays=arrays)
+                   centre=centre, arrays=arrays, weighted=not unit_weight)
 
 
 def _read(engine: Any, query: exp.Expression, n_columns: int) -> list[np.ndarray]:
