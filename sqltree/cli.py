@@ -142,6 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="post-pruning (default: c4.5 for C4.5, none otherwise)")
     t.add_argument("--cf", type=float, default=0.25, help="C4.5 pruning confidence (J48 -C)")
     _add_cart_and_engine_flags(t)
+    _add_ensemble_flags(t)
     t.add_argument("--quiet", "-q", action="store_true",
                    help="print neither progress, tree nor the training-set evaluation "
                         "(needs --output unless --folds, --test or --test-fraction)")
@@ -180,6 +181,92 @@ def build_parser() -> argparse.ArgumentParser:
     add_connection(sc)
     _add_debug(parser, sub)
     return parser
+
+
+def _add_ensemble_flags(t: argparse.ArgumentParser) -> None:
+    group = t.add_argument_group(
+        "forests and boosting (scikit-learn's names; --criterion, --min-samples-leaf, "
+        "--max-depth, --max-bins and --max-leaf-nodes apply too)")
+    chosen = group.add_mutually_exclusive_group()
+    chosen.add_argument("--forest", type=int, metavar="N",
+                        help="train a random forest of N trees")
+    chosen.add_argument("--boost", type=int, metavar="N",
+                        help="train gradient-boosted trees: up to N rounds")
+    group.add_argument("--max-features", metavar="K",
+                       help="features a forest's node may choose from: sqrt (the default for "
+                            "classes), log2, a count, a fraction, or all")
+    group.add_argument("--no-bootstrap", action="store_true",
+                       help="forest: every row once in every tree (with --max-samples: a "
+                            "sample without replacement)")
+    group.add_argument("--max-samples", type=float, metavar="F",
+                       help="forest: the share of rows each tree draws")
+    group.add_argument("--oob", action="store_true",
+                       help="forest: score every row with the trees that did not draw it")
+    group.add_argument("--random-state", type=int, metavar="N",
+                       help="the seed of bagging, feature sampling and validation rows "
+                            "(default 0)")
+    group.add_argument("--learning-rate", type=float, metavar="R", help="boosting (default 0.1)")
+    group.add_argument("--loss", choices=["log_loss", "squared_error", "poisson"],
+                       help="boosting: log_loss for classes, squared_error or poisson for "
+                            "numbers")
+    group.add_argument("--l2-regularization", type=float, metavar="L")
+    group.add_argument("--no-early-stopping", action="store_true",
+                       help="boosting: train every round (default: stop early on a held-out "
+                            "10%% of the rows above 10,000 rows)")
+
+
+def _ensemble_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``train``'s options for --forest or --boost (empty for a tree)."""
+    if args.forest is None and args.boost is None:
+        forest_only = [flag for flag, given in (
+            ("--max-features", args.max_features), ("--no-bootstrap", args.no_bootstrap),
+            ("--max-samples", args.max_samples), ("--oob", args.oob),
+            ("--random-state", args.random_state), ("--learning-rate", args.learning_rate),
+            ("--loss", args.loss), ("--l2-regularization", args.l2_regularization),
+            ("--no-early-stopping", args.no_early_stopping)) if given not in (None, False)]
+        if forest_only:
+            raise OptionError(f"{', '.join(forest_only)} apply to --forest or --boost")
+        return {}
+    if args.algorithm is not None:
+        raise OptionError("--algorithm names a tree's algorithm; --forest and --boost train "
+                          "their own")
+    out: dict[str, Any] = {}
+    if args.random_state is not None:
+        out["random_state"] = args.random_state
+    if args.forest is not None:
+        out |= {"algorithm": "random-forest", "n_estimators": args.forest}
+        if args.max_features is not None:
+            out["max_features"] = _max_features(args.max_features)
+        if args.no_bootstrap:
+            out["bootstrap"] = False
+        if args.max_samples is not None:
+            out["max_samples"] = args.max_samples
+        if args.oob:
+            out["oob_score"] = True
+        return out
+    out |= {"algorithm": "gradient-boosting", "max_iter": args.boost}
+    for name in ("learning_rate", "loss", "l2_regularization"):
+        if getattr(args, name) is not None:
+            out[name] = getattr(args, name)
+    if args.no_early_stopping:
+        out["early_stopping"] = False
+    return out
+
+
+def _max_features(text: str) -> Any:
+    if text in ("sqrt", "log2"):
+        return text
+    if text == "all":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        raise OptionError(f"--max-features takes sqrt, log2, all, a count or a fraction, "
+                          f"not {text!r}") from None
 
 
 def _add_cart_and_engine_flags(t: argparse.ArgumentParser) -> None:
@@ -478,6 +565,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             cart_options["min_samples_leaf"] = int(cart_options["min_samples_leaf"])
         pruning = {None: "default", "none": None}.get(args.pruning, args.pruning)
         _check_train_args(args)
+        ensemble = _ensemble_options(args)
         connection = _connection(args.connect, args.create_db)
         if args.threads is not None or args.memory_limit is not None:
             if isinstance(connection, str):
@@ -499,10 +587,15 @@ def _dispatch(args: argparse.Namespace) -> int:
             plan=args.plan,
             **cart_options,
         )
+        options.update(ensemble)
         model, held_out = _train_or_hold_out(args, connection, options)
-        if not args.quiet:
-            print(model.text())
-        _print_evaluations(args, model, held_out, connection, options)
+        if ensemble:
+            if not args.quiet:
+                print(_ensemble_text(model))
+        else:
+            if not args.quiet:
+                print(model.text())
+            _print_evaluations(args, model, held_out, connection, options)
         if args.output:
             with _written(args.output) as path:
                 model.save(path)
@@ -624,6 +717,26 @@ def _check_train_args(args: argparse.Namespace) -> None:
         )
     _check_output(args.output, MODEL_SUFFIXES, "models")
     _check_evaluation_flags(args)
+    if (args.forest is not None or args.boost is not None) and any(
+            v is not None for v in (args.folds, args.test, args.test_fraction)):
+        raise OptionError("--folds, --test and --test-fraction evaluate trees; evaluate a "
+                          "forest or boosting with `sqltree evaluate MODEL.json SOURCE`")
+
+
+def _ensemble_text(model: Any) -> str:
+    """A forest's or boosting's summary, with its out-of-bag score or its last round."""
+    lines = [model.summary()]
+    oob = model.stats.get("oob")
+    if oob is not None:
+        lines.append(f"out-of-bag score: {oob['score']:.6f} on {oob['rows']:,} rows")
+    rounds = model.stats.get("rounds")
+    if rounds:
+        last = rounds[-1]
+        line = f"{len(rounds)} rounds; training loss {last['train_loss']:.6f}"
+        if last["validation_loss"] is not None:
+            line += f", validation loss {last['validation_loss']:.6f}"
+        lines.append(line)
+    return "\n".join(lines)
 
 
 def _check_evaluation_flags(args: argparse.Namespace) -> None:
