@@ -297,12 +297,15 @@ def build_ensemble_query(
     proba: bool = False,
     raw: bool = False,
     form: str = "auto",
+    dialect: str | None = None,
 ) -> Compiled:
     """``SELECT <columns>, <prediction> [, proba_<class>...] [, raw_<i>...] FROM relation``.
 
     ``columns`` are the relation's columns to keep (default: the model's features). ``raw``
-    adds the raw scores before the link (``raw_0``, ...).
+    adds the raw scores before the link (``raw_0``, ...). ``dialect`` matters only for a
+    float32 model: in ``NO_FLOAT32`` dialects it rounds by arithmetic.
     """
+    arith = dialect in NO_FLOAT32
     chosen, reason = choose_form(ensemble, form)
     keep = list(columns) if columns is not None else ensemble.feature_names
     outputs = [column_name]
@@ -324,8 +327,8 @@ def build_ensemble_query(
         if chosen == "table":
             steps, sums, n_steps, n_thr = _table_steps(ensemble, relation, nm)
         else:
-            steps, sums, n_steps, n_thr = _expression_steps(ensemble, relation, nm)
-        query = _finish(ensemble, steps, sums, nm, keep, column_name, proba, raw)
+            steps, sums, n_steps, n_thr = _expression_steps(ensemble, relation, nm, arith)
+        query = _finish(ensemble, steps, sums, nm, keep, column_name, proba, raw, arith)
     return Compiled(query, chosen, reason, n_steps, n_thr)
 
 
@@ -339,99 +342,148 @@ def _bins_step(ensemble: Ensemble, relation: exp.Expression, nm: Names
     return _step(select, nm.ident("bins")), bins
 
 
-def _expression_steps(ensemble: Ensemble, relation: exp.Expression, nm: Names
+def _expression_steps(ensemble: Ensemble, relation: exp.Expression, nm: Names,
+                      arith: bool = False
                       ) -> tuple[list[exp.CTE], list[exp.Expression], int, int]:
     """The bins, then the running sums; returns the steps and the raw scores' expressions."""
     bins_cte, bins = _bins_step(ensemble, relation, nm)
     steps = [bins_cte]
     tests = _Tests(ensemble, bins, nm)
     f32 = ensemble.precision == "float32"
+    arith = arith and f32
+    r = _rounder(f32, arith)
     n_out = ensemble.n_outputs
-
-    def add(a: exp.Expression, b: exp.Expression) -> exp.Expression:
-        s = exp.Add(this=a, expression=b)
-        return _float32(s) if f32 else s
 
     # the running sums: None until a tree adds to an output (a mean starts at its first tree)
     current: list[exp.Expression | None] = [None] * n_out
     if ensemble.aggregation == "sum":
         current = [dnum(float(np.float32(b)) if f32 else float(b)) for b in ensemble.base_score]
     leaves = [t.n_leaves for t in ensemble.trees]
+    batches = _single_additions(ensemble) if arith else _batches(ensemble, leaves)
     previous = nm.ident("bins")
-    for k, batch in enumerate(_batches(ensemble, leaves)):
+    for k, batch in enumerate(batches):
         terms: list[exp.Expression | None] = list(current)
+        touched: set[int] = set()
         for i in batch:
             t = ensemble.trees[i]
             for c, values in _outputs(ensemble, t):
                 e = build_tree(t, values, tests)
-                terms[c] = e if terms[c] is None else add(terms[c], e)  # type: ignore[arg-type]
+                before = terms[c]
+                if before is None:
+                    terms[c] = e
+                elif arith:  # a column holds an unrounded sum; the base is a float32
+                    terms[c] = exp.Add(this=r(before) if isinstance(before, exp.Column)
+                                       else before, expression=e)
+                else:
+                    terms[c] = r(exp.Add(this=before, expression=e))
+                touched.add(c)
         names = [nm.ident(f"s{k}_{c}") for c in range(n_out)]
         select = exp.Select(expressions=[exp.Star()] + [
             _as(term if term is not None else dnum(0.0), name)
-            for term, name in zip(terms, names)
+            for c, (term, name) in enumerate(zip(terms, names)) if not arith or c in touched
         ]).from_(exp.Table(this=previous.copy()), copy=False)
         steps.append(_step(select, nm.ident(f"sum{k}")))
-        current = [nm.ref(f"s{k}_{c}") for c in range(n_out)]
+        for c in (touched if arith else range(n_out)):
+            current[c] = nm.ref(f"s{k}_{c}")
         previous = nm.ident(f"sum{k}")
     sums = [c if c is not None else dnum(0.0) for c in current]
+    if arith:  # the last additions, rounded
+        sums = [r(c) if isinstance(c, exp.Column) else c for c in sums]
     return steps, sums, len(steps), bins.n_thresholds
 
 
+def _single_additions(ensemble: Ensemble) -> list[list[int]]:
+    """Trees in runs that add to distinct outputs: each output gets one addition a step."""
+    out: list[list[int]] = [[]]
+    seen: set[int] = set()
+    for i, t in enumerate(ensemble.trees):
+        outputs = {t.output} if t.output is not None else set(range(t.value.shape[1]))
+        if seen & outputs:
+            out.append([])
+            seen = set()
+        out[-1].append(i)
+        seen |= outputs
+    return out
+
+
+SPLITTER = 2.0 ** 29 + 1
+"""Veltkamp's splitter: ``c = x * SPLITTER; c - (c - x)`` is ``x`` rounded to float32's 24
+bits (to nearest, ties to even, in double arithmetic), for engines without a 32-bit float."""
+NO_FLOAT32 = ("sqlite",)
+"""Dialects whose engines have no 32-bit float type (SQLite's REAL is a double): float32
+models round by arithmetic (``SPLITTER``), a step per addition."""
+
+
+def _rounder(f32: bool, arith: bool) -> Any:
+    """``r(e)``: ``e`` rounded as the model rounds (``e`` is a column or a small expression:
+    arithmetic rounding writes it three times)."""
+    def r(e: exp.Expression) -> exp.Expression:
+        if not f32:
+            return e
+        if not arith:
+            return _float32(e)
+        c = exp.Mul(this=exp.Paren(this=e.copy()), expression=dnum(SPLITTER))
+        return exp.Paren(this=exp.Sub(this=c, expression=exp.Paren(this=exp.Sub(
+            this=c.copy(), expression=exp.Paren(this=e.copy())))))
+    return r
+
+
 def _finish(ensemble: Ensemble, steps: list[exp.CTE], sums: list[exp.Expression], nm: Names,
-            keep: Sequence[str], column_name: str, proba: bool, raw: bool) -> exp.Select:
-    """The link step and the final SELECT over the last step."""
+            keep: Sequence[str], column_name: str, proba: bool, raw: bool,
+            arith: bool = False) -> exp.Select:
+    """The link's steps and the final SELECT over the last step."""
     f32 = ensemble.precision == "float32"
     n_out = len(sums)
-    last = steps[-1].alias_or_name
+    r = _rounder(f32, arith)
+    last = [steps[-1].alias_or_name]
 
-    def r(e: exp.Expression) -> exp.Expression:
-        return _float32(e) if f32 else e
+    def step(columns: dict[str, exp.Expression]) -> None:
+        select = exp.Select(expressions=[exp.Star()] + [
+            _as(e, nm.ident(name)) for name, e in columns.items()])
+        select = select.from_(exp.Table(this=exp.to_identifier(last[0], quoted=True)),
+                              copy=False)
+        name = f"link{len(steps)}"
+        steps.append(_step(select, nm.ident(name)))
+        last[0] = nm.prefix + name
 
     def one() -> exp.Expression:
         return dnum(1.0)
 
-    raw_cols = [nm.ref(f"raw{c}") for c in range(n_out)]
-    link_cols: list[exp.Expression] = []
-    link_steps: list[exp.Select] = []
     raw_exprs = [s.copy() for s in sums]
     if ensemble.aggregation == "mean":
-        raw_exprs = [r(exp.Div(this=exp.Paren(this=s), expression=dnum(float(ensemble.n_trees))))
+        raw_exprs = [exp.Div(this=exp.Paren(this=s), expression=dnum(float(ensemble.n_trees)))
                      for s in raw_exprs]
-    # step: raw scores
-    link_steps.append(exp.Select(expressions=[exp.Star()] + [
-        _as(e, nm.ident(f"raw{c}")) for c, e in enumerate(raw_exprs)]))
+    step({f"raw{c}": e for c, e in enumerate(raw_exprs)})
+    raw_cols = [nm.ref(f"raw{c}") for c in range(n_out)]
     link = ensemble.link
     if link == "identity":
         link_cols = [c.copy() for c in raw_cols]
     elif link == "exp":
         link_cols = [r(exp.Exp(this=raw_cols[0].copy()))]
     elif link == "sigmoid":
-        e = r(exp.Exp(this=exp.Neg(this=exp.Paren(this=raw_cols[0].copy()))))
-        p = r(exp.Div(this=one(), expression=exp.Paren(this=r(exp.Add(this=one(), expression=e)))))
-        link_steps.append(exp.Select(expressions=[exp.Star(), _as(p, nm.ident("p1"))]))
+        step({"e": r(exp.Exp(this=exp.Neg(this=exp.Paren(this=raw_cols[0].copy()))))})
+        step({"d": r(exp.Add(this=one(), expression=nm.ref("e")))})
+        step({"p1": r(exp.Div(this=one(), expression=nm.ref("d")))})
         p1 = nm.ref("p1")
         link_cols = [r(exp.Sub(this=one(), expression=p1.copy())), p1.copy()]
     elif link == "softmax":
         top = exp.Greatest(this=raw_cols[0].copy(), expressions=[c.copy() for c in raw_cols[1:]])
-        link_steps.append(exp.Select(expressions=[exp.Star()] + [
-            _as(r(exp.Exp(this=r(exp.Sub(this=c.copy(), expression=top.copy())))),
-                nm.ident(f"e{i}")) for i, c in enumerate(raw_cols)]))
-        total: exp.Expression = nm.ref("e0")
+        step({f"x{i}": r(exp.Sub(this=c.copy(), expression=top.copy()))
+              for i, c in enumerate(raw_cols)})
+        step({f"e{i}": r(exp.Exp(this=nm.ref(f"x{i}"))) for i in range(n_out)})
+        total = "e0"
         for i in range(1, n_out):
-            total = r(exp.Add(this=total, expression=nm.ref(f"e{i}")))
-        link_steps.append(exp.Select(expressions=[exp.Star(), _as(total, nm.ident("total"))]))
-        link_cols = [r(exp.Div(this=nm.ref(f"e{i}"), expression=nm.ref("total")))
+            step({f"total{i}": r(exp.Add(this=nm.ref(total), expression=nm.ref(f"e{i}")))})
+            total = f"total{i}"
+        link_cols = [r(exp.Div(this=nm.ref(f"e{i}"), expression=nm.ref(total)))
                      for i in range(n_out)]
     else:
         raise OptionError(f"unknown link {link!r}")
-    link_steps.append(exp.Select(expressions=[exp.Star()] + [
-        _as(e, nm.ident(f"out{i}")) for i, e in enumerate(link_cols)]))
-    for i, select in enumerate(link_steps):
-        select = select.from_(exp.Table(this=exp.to_identifier(last, quoted=True)), copy=False)
-        steps.append(_step(select, nm.ident(f"link{i}")))
-        last = f"{nm.prefix}link{i}"
+    step({f"out{i}": e for i, e in enumerate(link_cols)})
 
-    outs = [nm.ref(f"out{i}") for i in range(len(link_cols))]
+    outs: list[exp.Expression] = [nm.ref(f"out{i}") for i in range(len(link_cols))]
+    if f32 and not arith:  # as doubles: drivers print a REAL shortest, which a double misreads
+        outs = [exp.Cast(this=o, to=exp.DataType.build("DOUBLE")) for o in outs]
     select = exp.Select(expressions=[column(c) for c in keep])
     if ensemble.is_regression:
         select.append("expressions", _as(outs[0], column_name))
@@ -444,7 +496,7 @@ def _finish(ensemble: Ensemble, steps: list[exp.CTE], sums: list[exp.Expression]
     if raw:
         for c in range(n_out):
             select.append("expressions", _as(nm.ref(f"raw{c}"), f"raw_{c}"))
-    select = select.from_(exp.Table(this=exp.to_identifier(last, quoted=True)), copy=False)
+    select = select.from_(exp.Table(this=exp.to_identifier(last[0], quoted=True)), copy=False)
     select.set("with_", exp.With(expressions=steps))
     return select
 
@@ -493,6 +545,9 @@ def _leaf_boxes(tree: TreeArrays, bins: Bins, n_features: int
 def _table_steps(ensemble: Ensemble, relation: exp.Expression, nm: Names
                  ) -> tuple[list[exp.CTE], list[exp.Expression], int, int]:
     """Bins, a row number, the leaves as interval rows, and their sum by row."""
+    if ensemble.precision == "float32":
+        raise OptionError("the table form adds in double: a float32 model needs "
+                          "form='expression'")
     if any(t.categories for t in ensemble.trees):
         raise OptionError("the table form holds numeric tests only; use form='expression'")
     bins_cte, bins = _bins_step(ensemble, relation, nm)

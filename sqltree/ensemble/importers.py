@@ -295,7 +295,7 @@ def _lgb_tree(root: dict[str, Any], nominal: set[int], output: int | None) -> Tr
             if kind == "NaN":
                 miss = bool(node["default_left"])
             elif kind == "None":
-                miss = 0.0 <= t
+                miss = t >= 0.0
             else:
                 raise UnsupportedError("LightGBM's zero_as_missing is not supported")
         left = add(node["left_child"])

@@ -252,6 +252,7 @@ class Ensemble:
         proba: bool = False,
         raw: bool = False,
         form: str = "auto",
+        dialect: str | None = None,
     ) -> exp.Select:
         """``SELECT <columns>, <prediction> [, proba_<class>...] FROM relation`` as a sqlglot
         query (see ``sqltree.ensemble.compile``); ``columns`` default to the model's
@@ -259,7 +260,7 @@ class Ensemble:
         from .compile import build_ensemble_query
 
         return build_ensemble_query(self, relation, columns, column_name=column, proba=proba,
-                                    raw=raw, form=form).query
+                                    raw=raw, form=form, dialect=dialect).query
 
     def to_sql(
         self,
@@ -292,7 +293,7 @@ class Ensemble:
         check_dialect(dialect)
         relation = exp.to_table(table, dialect=dialect)
         compiled = build_ensemble_query(self, relation, columns, column_name=column,
-                                        proba=proba, raw=raw, form=form)
+                                        proba=proba, raw=raw, form=form, dialect=dialect)
         query: exp.Expression = compiled.query
         if view is not None:
             query = exp.Create(this=exp.to_table(view, dialect=dialect), kind="VIEW",
@@ -327,7 +328,7 @@ class Ensemble:
             if absent:
                 raise DataError(f"columns the trees test are not in the source: {absent}")
             query = self.scoring_query(relation, names, column=column, proba=proba, raw=raw,
-                                       form=form)
+                                       form=form, dialect=engine.dialect)
             from ..compiler import collector_paused
 
             with collector_paused():
