@@ -104,6 +104,14 @@ def _sk_gain(tree: Any) -> np.ndarray:
     return gain
 
 
+def _renamed(names: list[str], given: list[str] | None) -> list[str]:
+    if given is None:
+        return names
+    if len(given) != len(names):
+        raise UnsupportedError(f"{len(given)} feature names for a model of {len(names)}")
+    return [str(g) for g in given]
+
+
 def _names(estimator: Any, feature_names: list[str] | None) -> list[str]:
     n = int(estimator.n_features_in_)
     if feature_names is not None:
@@ -201,6 +209,7 @@ def _from_hist(est: Any, names: list[str], options: dict[str, Any]) -> Ensemble:
         raise UnsupportedError(f"HistGradientBoosting loss {loss!r} is not supported")
     is_cat = getattr(est, "is_categorical_", None)
     nominal = set(np.flatnonzero(is_cat).tolist()) if is_cat is not None else set()
+    column_of, seen = _hist_columns(est)
     base = np.asarray(est._baseline_prediction, dtype=np.float64).ravel()
     multi = classifier and len(est.classes_) > 2
     trees = []
@@ -210,16 +219,26 @@ def _from_hist(est: Any, names: list[str], options: dict[str, Any]) -> Ensemble:
             leaf = nodes["is_leaf"].astype(bool)
             left = np.where(leaf, -1, nodes["left"].astype(np.int64))
             right = np.where(leaf, -1, nodes["right"].astype(np.int64))
+            feature = np.where(leaf, -1, column_of[nodes["feature_idx"]])
+            missing_left = nodes["missing_go_to_left"].astype(bool) & ~leaf
             cats = {}
             for i in np.flatnonzero(nodes["is_categorical"].astype(bool) & ~leaf):
+                # the bitset holds the encoder's codes; a category it never saw is read as
+                # missing: where those go left, list the known ones going right and swap
                 words = pred.raw_left_cat_bitsets[nodes["bitset_idx"][i]]
-                cats[int(i)] = tuple(
-                    int(b) for b in range(32 * len(words)) if (int(words[b // 32]) >> (b % 32)) & 1)
+                known = seen[int(feature[i])]
+                going_left = [known[b] for b in range(min(32 * len(words), len(known)))
+                              if (int(words[b // 32]) >> (b % 32)) & 1]
+                if missing_left[i]:
+                    left[i], right[i] = right[i], left[i]
+                    going_left = [v for v in known if v not in going_left]
+                    missing_left[i] = False
+                cats[int(i)] = tuple(_plain(v) for v in going_left)
             trees.append(TreeArrays(
-                feature=np.where(leaf, -1, nodes["feature_idx"]),
+                feature=feature,
                 threshold=np.where(leaf, 0.0, nodes["num_threshold"]),
                 left=left, right=right,
-                missing_left=nodes["missing_go_to_left"].astype(bool) & ~leaf,
+                missing_left=missing_left,
                 value=nodes["value"].reshape(-1, 1), weight=nodes["count"].astype(float),
                 gain=np.where(leaf, 0.0, nodes["gain"]), categories=cats,
                 output=c if multi else None))
@@ -229,10 +248,43 @@ def _from_hist(est: Any, names: list[str], options: dict[str, Any]) -> Ensemble:
                     base_score=[float(b) for b in base], link=link, options=options)
 
 
+def _hist_columns(est: Any) -> tuple[np.ndarray, dict[int, list[Any]]]:
+    """The input column of each column the trees see (categorical ones come first once
+    encoded), and each categorical column's categories in code order."""
+    n = int(est.n_features_in_)
+    pre = getattr(est, "_preprocessor", None)
+    if pre is None:
+        return np.arange(n), {}
+    order: list[int] = []
+    seen: dict[int, list[Any]] = {}
+    for name, transformer, cols in pre.transformers_:
+        if name == "remainder" and transformer == "drop":
+            continue
+        idx = np.arange(n)[cols] if np.asarray(cols).dtype == bool else np.asarray(cols)
+        if name == "encoder":
+            for j, cats in zip(idx, transformer.categories_):
+                seen[int(j)] = [v for v in cats.tolist() if not _is_nan(v)]
+        order += [int(j) for j in idx]
+    return np.asarray(order), seen
+
+
+def _is_nan(v: Any) -> bool:
+    return isinstance(v, float) and math.isnan(v)
+
+
+def _plain(v: Any) -> Any:
+    v = v.item() if hasattr(v, "item") else v
+    return int(v) if isinstance(v, float) and v.is_integer() else v
+
+
 # -- LightGBM ----------------------------------------------------------------------------------
-def from_lightgbm(booster_or_model: Any) -> Ensemble:
+def from_lightgbm(booster_or_model: Any, feature_names: list[str] | None = None) -> Ensemble:
     """An ``Ensemble`` equal to a LightGBM model: a ``Booster``, an ``LGBMModel``, or a model
-    file's text (``Booster.model_to_string``)."""
+    file's text (``Booster.model_to_string``).
+
+    LightGBM stores column names with spaces and some punctuation replaced (``b b`` becomes
+    ``b_b``); ``feature_names`` gives the table's names, in the model's order.
+    """
     lgb = _require("lightgbm", "lightgbm")
     model = booster_or_model
     classes: list[Any] | None = None
@@ -260,7 +312,7 @@ def from_lightgbm(booster_or_model: Any) -> Ensemble:
         raise UnsupportedError(f"LightGBM objective {name!r} is not supported")
     if classes is None:
         classes = list(range(n_classes)) if task == "classification" else []
-    names = list(dump["feature_names"])
+    names = _renamed(list(dump["feature_names"]), feature_names)
     nominal: set[int] = set()
     trees = []
     for i, info in enumerate(dump["tree_info"]):
@@ -314,9 +366,10 @@ def _lgb_tree(root: dict[str, Any], nominal: set[int], output: int | None) -> Tr
 
 
 # -- XGBoost -----------------------------------------------------------------------------------
-def from_xgboost(booster_or_model: Any) -> Ensemble:
+def from_xgboost(booster_or_model: Any, feature_names: list[str] | None = None) -> Ensemble:
     """An ``Ensemble`` equal to an XGBoost model (gbtree): a ``Booster``, an ``XGBModel``, or
-    the text of a JSON model file (``Booster.save_model("model.json")``)."""
+    the text of a JSON model file (``Booster.save_model("model.json")``); ``feature_names``
+    replaces the model's own (``f0``, ``f1``, ... when it was trained without names)."""
     classes: list[Any] | None = None
     model = booster_or_model
     if isinstance(model, (str, bytes, bytearray)):
@@ -364,6 +417,7 @@ def from_xgboost(booster_or_model: Any) -> Ensemble:
         classes = list(range(n_classes)) if task == "classification" else []
     names = learner.get("feature_names") or [
         f"f{i}" for i in range(int(learner["learner_model_param"]["num_feature"]))]
+    names = _renamed(list(names), feature_names)
     types = learner.get("feature_types") or []
     nominal = {i for i, t in enumerate(types) if t == "c"}
     info = gbm["tree_info"]
