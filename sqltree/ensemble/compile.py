@@ -66,6 +66,11 @@ MAX_TREES_PER_STEP = 64
 (DuckDB allows 1,000 levels, SQLite 1,000 for an expression tree)."""
 MAX_LEAVES_PER_STEP = 6_000
 """Leaves (after merging) a step's trees may hold, so that no single step is huge to plan."""
+BIN_SHARING = 2.0
+"""A numeric feature gets a bin column when its tests outnumber its distinct thresholds by
+this factor (histogram learners: LightGBM, XGBoost, HistGradientBoosting); otherwise (a
+random forest's thresholds are nearly all distinct) each test compares the column itself,
+which costs only the rows that reach the test, where a bin costs every row."""
 BIN_FANOUT = 8
 """Thresholds a bin CASE compares at one level; the CASE nests log8(thresholds) deep."""
 TABLE_FORM_LEAVES = 2_000_000
@@ -91,7 +96,7 @@ class Bins:
     thresholds: dict[int, np.ndarray]
 
     @classmethod
-    def of(cls, ensemble: Ensemble) -> Bins:
+    def of(cls, ensemble: Ensemble, sharing: float = BIN_SHARING) -> Bins:
         per: dict[int, list[np.ndarray]] = {}
         for t in ensemble.trees:
             numeric = ~t.is_leaf
@@ -99,7 +104,13 @@ class Bins:
                 numeric[node] = False
             for f in np.unique(t.feature[numeric]):
                 per.setdefault(int(f), []).append(t.threshold[numeric & (t.feature == f)])
-        return cls({f: np.unique(np.concatenate(v)) for f, v in sorted(per.items())})
+        kept = {}
+        for f, v in sorted(per.items()):
+            tested = np.concatenate(v)
+            distinct = np.unique(tested)
+            if tested.size >= sharing * distinct.size:
+                kept[f] = distinct
+        return cls(kept)
 
     def index(self, feature: int, threshold: float) -> int:
         return int(np.searchsorted(self.thresholds[feature], threshold))
@@ -194,10 +205,14 @@ class _Tests:
                 listed = in_values(x, list(cats))
                 cond = (exp.Not(this=is_null(x)) if listed is None
                         else exp.Not(this=exp.Paren(this=listed)))
-        else:
+        elif f in self.bins.thresholds:
             x = self.names.ref(f"b{f}", self.table)
             j = inum(self.bins.index(f, float(tree.threshold[node])))
             cond = exp.LTE(this=x, expression=j) if go_left else exp.GT(this=x, expression=j)
+        else:
+            x = column(self.ensemble.features[f].name, self.table)
+            t = dnum(float(tree.threshold[node]), double=False)
+            cond = exp.LTE(this=x, expression=t) if go_left else exp.GT(this=x, expression=t)
         if missing_here:
             null = is_null(x.copy())
             return null if cond is None else or_(cond, null)
@@ -332,9 +347,9 @@ def build_ensemble_query(
     return Compiled(query, chosen, reason, n_steps, n_thr)
 
 
-def _bins_step(ensemble: Ensemble, relation: exp.Expression, nm: Names
-               ) -> tuple[exp.CTE, Bins]:
-    bins = Bins.of(ensemble)
+def _bins_step(ensemble: Ensemble, relation: exp.Expression, nm: Names,
+               sharing: float = BIN_SHARING) -> tuple[exp.CTE, Bins]:
+    bins = Bins.of(ensemble, sharing)
     select = exp.Select(expressions=[exp.Star()] + [
         _as(build_bin(column(ensemble.features[f].name), ts), nm.ident(f"b{f}"))
         for f, ts in bins.thresholds.items()
@@ -550,7 +565,7 @@ def _table_steps(ensemble: Ensemble, relation: exp.Expression, nm: Names
                           "form='expression'")
     if any(t.categories for t in ensemble.trees):
         raise OptionError("the table form holds numeric tests only; use form='expression'")
-    bins_cte, bins = _bins_step(ensemble, relation, nm)
+    bins_cte, bins = _bins_step(ensemble, relation, nm, sharing=0.0)
     feats = list(bins.thresholds)
     n_out = ensemble.n_outputs
     numbered = exp.Select(expressions=[exp.Star(), _as(
