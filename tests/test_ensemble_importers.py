@@ -217,3 +217,16 @@ def test_a_missing_library_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "lightgbm", None)
     with pytest.raises(sqltree.UnsupportedError, match=r"pip install -e '\.\[lightgbm\]'"):
         sqltree.from_lightgbm("tree\n")
+
+
+def test_dbt_model_and_evaluate():
+    frame = data()
+    y = targets(frame)["multiclass"]
+    est = lightgbm_model("multiclass", frame, y)
+    model = sqltree.from_lightgbm(est, feature_names=list(frame.columns))
+    text = model.to_dbt("customers", "snowflake", proba=True)
+    assert "{{ ref('customers') }}" in text and text.startswith("-- target predicted by 75 trees")
+    scored = frame.assign(target=y)
+    result = model.evaluate(scored)
+    assert result["rows"] == len(frame)
+    assert result["accuracy"] == pytest.approx(float(np.mean(est.predict(frame) == y)))

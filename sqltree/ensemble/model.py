@@ -303,6 +303,33 @@ class Ensemble:
             report.update(sql_report(self, compiled, sql, dialect))
         return sql
 
+    def to_dbt(
+        self,
+        ref: str,
+        dialect: str = "duckdb",
+        *,
+        columns: Sequence[str] | None = None,
+        column: str = "prediction",
+        proba: bool = False,
+        form: str = "auto",
+        pretty: bool = True,
+    ) -> str:
+        """A dbt model file scoring the dbt model ``ref`` (``{{ ref('...') }}`` kept for
+        Jinja); the options are ``to_sql``'s."""
+        from ..deploy import dbt_model, dbt_ref
+        from ..model import render
+        from ..options import check_dialect
+        from .compile import build_ensemble_query
+
+        check_dialect(dialect)
+        relation = dbt_ref(ref)
+        compiled = build_ensemble_query(self, relation, columns, column_name=column,
+                                        proba=proba, form=form, dialect=dialect)
+        header = (f"{self.target} predicted by {self.n_trees:,} trees "
+                  f"({self.options.get('source', 'sqltree')}, {self.n_leaves:,} leaves), "
+                  f"compiled for {dialect}")
+        return dbt_model(render(compiled.query, dialect, pretty), relation, header)
+
     def predict(
         self,
         source: Any,
