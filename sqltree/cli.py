@@ -514,7 +514,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         return 0
     if args.command == "predict":
         _check_output(args.output, SCORED_SUFFIXES, "scored rows")
-        model = sqltree.load(args.model)
+        model = _load_tree(args.model, "predict")
         scored = model.predict(
             args.source, connection=_connection(args.connect, args.create_db), proba=args.proba,
             into=args.into, unknown=args.unknown,
@@ -592,6 +592,19 @@ def _sql_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _load_tree(path: str, command: str) -> Any:
+    """The single tree in a model file; an ensemble file is refused, naming what it takes."""
+    import sqltree
+
+    model = sqltree.load(path)
+    if isinstance(model, sqltree.Ensemble):
+        raise OptionError(f"{path} holds an ensemble of {model.n_trees:,} trees: `sqltree "
+                          f"{command}` takes a single tree; `sqltree sql` and "
+                          "`sqltree show --summary` take ensembles (in Python: "
+                          "Ensemble.predict and Ensemble.evaluate)")
+    return model
+
+
 def _ensemble_sql(args: argparse.Namespace, model: Any) -> int:
     """``sqltree sql`` for an ensemble: the query over ``--table`` (default ``data``)."""
     for flag, given in (("--dbt", args.dbt), ("--leaf", args.leaf), ("--no-quote", args.no_quote)):
@@ -625,7 +638,7 @@ def _reading_command(args: argparse.Namespace) -> int:
     summary = args.command == "show" and args.summary
     if summary and args.max_depth is not None:
         raise OptionError("--summary prints no tree: it does not go with --max-depth")
-    model = sqltree.load(args.model)
+    model = sqltree.load(args.model) if summary else _load_tree(args.model, args.command)
     if summary:
         print(model.summary())
     elif args.command == "show":
@@ -717,9 +730,8 @@ def _print_evaluations(args: argparse.Namespace, model: Any, held_out: Any, conn
 
 
 def _evaluate_command(args: argparse.Namespace) -> int:
-    import sqltree
 
-    model = sqltree.load(args.model)
+    model = _load_tree(args.model, "evaluate")
     weight: str | bool = False if args.unweighted else (args.weight or True)
     shown = " ".join(args.source.split())
     title = f"Evaluation on {shown if len(shown) <= 60 else shown[:57] + '...'}"

@@ -230,3 +230,15 @@ def test_dbt_model_and_evaluate():
     result = model.evaluate(scored)
     assert result["rows"] == len(frame)
     assert result["accuracy"] == pytest.approx(float(np.mean(est.predict(frame) == y)))
+
+
+def test_cli_refuses_an_ensemble_where_it_takes_a_tree(tmp_path):
+    from sqltree.cli import main
+
+    frame = data()
+    est = lightgbm_model("binary", frame, targets(frame)["binary"])
+    path = tmp_path / "ensemble.json"
+    sqltree.from_lightgbm(est, feature_names=list(frame.columns)).save(path)
+    assert main(["show", str(path), "--summary"]) == 0
+    assert main(["show", str(path)]) != 0
+    assert main(["sql", str(path), "--table", "t", "-q"]) == 0
