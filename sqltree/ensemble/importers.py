@@ -171,6 +171,9 @@ def from_sklearn(estimator: Any, feature_names: list[str] | None = None) -> Ense
 
 def _from_gb(est: Any, names: list[str], options: dict[str, Any]) -> Ensemble:
     classifier = hasattr(est, "classes_")
+    if est.init not in (None, "zero"):
+        raise UnsupportedError("a GradientBoosting model with an init estimator: its start "
+                               "differs by row; only the default (a constant) is supported")
     one = np.zeros((1, est.n_features_in_), dtype=np.float32)
     base = np.asarray(est._raw_predict_init(one), dtype=np.float64)[0]
     k = est.estimators_.shape[1]
