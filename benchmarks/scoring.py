@@ -373,6 +373,8 @@ def run_ensembles(args: argparse.Namespace) -> list[dict[str, Any]]:
                 for name, fn in runs.items():
                     loads.append(load_uptime())
                     times[name].append(timed(con, fn))
+                    print(f"  {kind} {n_trees} trees, {name}: {times[name][-1]:.2f} s "
+                          f"(load {loads[-1]})", file=sys.stderr, flush=True)
                     if name == "sqltree SQL" and len(times[name]) == 1:
                         got = con.execute("SELECT prediction FROM scored ORDER BY rid").df()
                         times[name + " disagreements"] = [int(np.sum(
