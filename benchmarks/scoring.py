@@ -14,6 +14,16 @@ prediction): ``copy`` (``CREATE TABLE AS SELECT`` the columns), sqltree's ``to_s
 ``predict(into=...)``. Wall time, median of ``--repeat`` runs, the sides interleaved in one
 process; every side's predictions are checked against scikit-learn's on every row.
 
+``--ensembles`` times many-tree models instead (``--trees 100 --trees 500 --trees 2000``):
+scikit-learn's ``RandomForestClassifier`` (depth 8) and LightGBM's ``LGBMClassifier`` (31
+leaves), trained on ``--train-rows`` rows of the benchmark table and imported with
+``sqltree.from_sklearn`` / ``sqltree.from_lightgbm``, score ``--rows`` rows: sqltree's SQL
+and orbital's SQL (for the forest, and for scikit-learn's ``HistGradientBoostingClassifier``
+of the same size as the LightGBM-equivalent model) writing a DuckDB table, the library's own
+``predict_proba`` on the same rows in memory (2 threads), and a plain copy; SQLite scores
+``--sqlite-rows`` rows with models of at most ``--sqlite-max-trees`` trees. Every sqltree
+label is checked against the library's.
+
 ``--c45`` instead times the exact C4.5 scoring of unknown values (the default ``to_sql`` of a
 C4.5 tree, one SELECT) against ``predict`` on the benchmark file as it is, NULLs included.
 
@@ -21,6 +31,7 @@ Usage::
 
     python benchmarks/scoring.py --rows 1000000 --rows 10000000
     python benchmarks/scoring.py --c45 --rows 1000000 --repeat 1
+    python benchmarks/scoring.py --ensembles --trees 100 --trees 500 --repeat 1
 """
 
 from __future__ import annotations
@@ -267,10 +278,127 @@ def run_c45(args: argparse.Namespace) -> list[dict[str, Any]]:
     return results
 
 
+def fit_ensemble(kind: str, n_trees: int, x: Any, y: Any) -> Any:
+    if kind == "forest":
+        from sklearn.ensemble import RandomForestClassifier
+
+        return RandomForestClassifier(n_trees, max_depth=8, random_state=0, n_jobs=2).fit(x, y)
+    if kind == "lightgbm":
+        import lightgbm
+
+        return lightgbm.LGBMClassifier(n_estimators=n_trees, num_leaves=31, verbose=-1,
+                                       num_threads=2, random_state=0).fit(x, y)
+    if kind == "hist":  # the scikit-learn model of LightGBM's size, for orbital
+        from sklearn.ensemble import HistGradientBoostingClassifier
+
+        return HistGradientBoostingClassifier(max_iter=n_trees, max_leaf_nodes=31,
+                                              early_stopping=False, random_state=0).fit(x, y)
+    raise AssertionError(kind)
+
+
+def orbital_ensemble_sql(est: Any, table: str) -> str:
+    import orbital
+    import orbital.types
+    from sklearn.pipeline import Pipeline
+
+    types = {f: orbital.types.DoubleColumnType() for f in FEATURES}
+    pipeline = orbital.parse_pipeline(Pipeline([("model", est)]), features=types)
+    sql = orbital.export_sql(table, pipeline, dialect="duckdb")
+    return f"SELECT output_label AS prediction FROM ({sql}) AS orbital"
+
+
+def run_ensembles(args: argparse.Namespace) -> list[dict[str, Any]]:
+    import sqlite3
+
+    import duckdb
+    import numpy as np
+
+    import sqltree
+
+    con = duckdb.connect()
+    con.execute(f"SET threads = {int(args.threads)}")
+    numeric_table(con, data_file(TRAIN_ROWS, args.data_dir), "train")
+    train = con.execute(f"SELECT {', '.join(FEATURES)}, {TARGET} FROM train ORDER BY rid "
+                        f"LIMIT {int(args.train_rows)}").df()
+    x_train = train[FEATURES].astype(np.float32)
+    rows = args.rows[0]
+    numeric_table(con, data_file(rows, args.data_dir), "bench")
+    frame = con.execute(f"SELECT rid, {', '.join(FEATURES)} FROM bench ORDER BY rid").df()
+    x = frame[FEATURES].astype(np.float32)
+    lite = sqlite3.connect(":memory:")
+    lite_rows = min(args.sqlite_rows, rows)
+    frame.iloc[:lite_rows].to_sql("bench", lite, index=False)
+    results = []
+    for n_trees in args.trees:
+        for kind in ("forest", "lightgbm"):
+            est = fit_ensemble(kind, n_trees, x_train, train[TARGET])
+            model = (sqltree.from_sklearn(est) if kind == "forest"
+                     else sqltree.from_lightgbm(est))
+            start = time.perf_counter()
+            report: dict[str, Any] = {}
+            sql = model.to_sql("duckdb", table="bench", columns=["rid"], report=report)
+            compile_s = time.perf_counter() - start
+            expected = est.predict(x)
+            runs: dict[str, Callable[[], None]] = {
+                "copy": lambda: con.execute(
+                    f"CREATE TABLE scored AS SELECT rid, {', '.join(FEATURES)} FROM bench"),
+                "sqltree SQL": lambda sql=sql: con.execute(f"CREATE TABLE scored AS {sql}"),
+                "library predict_proba (in memory)": lambda est=est: est.predict_proba(x),
+            }
+            if n_trees <= args.orbital_max_trees:
+                other = est if kind == "forest" else fit_ensemble(
+                    "hist", n_trees, x_train, train[TARGET])
+                start = time.perf_counter()
+                try:
+                    orb = orbital_ensemble_sql(other, "bench")
+                except Exception as e:  # reported in the results, not hidden
+                    print(f"orbital failed on {kind}: {e}", file=sys.stderr)
+                else:
+                    orbital_compile = time.perf_counter() - start
+                    report["orbital_compile_s"] = round(orbital_compile, 2)
+                    report["orbital_characters"] = len(orb)
+                    runs["orbital SQL" + ("" if kind == "forest" else " (HistGradientBoosting)")
+                         ] = lambda orb=orb: con.execute(f"CREATE TABLE scored AS {orb}")
+            if n_trees <= args.sqlite_max_trees:
+                lite_sql = model.to_sql("sqlite", table="bench", columns=["rid"])
+
+                def on_sqlite(lite_sql: str = lite_sql) -> None:
+                    lite.execute("DROP TABLE IF EXISTS scored")
+                    lite.execute(f"CREATE TABLE scored AS {lite_sql}")
+
+                runs[f"sqltree SQL on SQLite ({lite_rows:,} rows)"] = on_sqlite
+            times: dict[str, list[float]] = {name: [] for name in runs}
+            loads = []
+            for _ in range(args.repeat):
+                for name, fn in runs.items():
+                    loads.append(load_uptime())
+                    times[name].append(timed(con, fn))
+                    print(f"  {kind} {n_trees} trees, {name}: {times[name][-1]:.2f} s "
+                          f"(load {loads[-1]})", file=sys.stderr, flush=True)
+                    if name == "sqltree SQL" and len(times[name]) == 1:
+                        got = con.execute("SELECT prediction FROM scored ORDER BY rid").df()
+                        times[name + " disagreements"] = [int(np.sum(
+                            got["prediction"].astype(str).to_numpy() != expected.astype(str)))]
+                    if name.startswith("sqltree SQL on SQLite") and len(times[name]) == 1:
+                        got = [r[0] for r in lite.execute(
+                            "SELECT prediction FROM scored ORDER BY rid")]
+                        times[name + " disagreements"] = [int(np.sum(
+                            np.asarray(got, dtype=str) != expected[:lite_rows].astype(str)))]
+            result = {"rows": rows, "leaves": model.n_leaves, "trees": n_trees, "kind": kind,
+                      "times": times, "loads": loads, "compile_s": round(compile_s, 2),
+                      "sql": report}
+            results.append(result)
+            print(f"\n{kind}, {n_trees} trees: {report['characters']:,} characters "
+                  f"({report['bytes_per_leaf']} bytes per leaf), compiled in {compile_s:.1f} s")
+            print(table_of(result))
+    return results
+
+
 def table_of(result: dict[str, Any]) -> str:
     times = result["times"]
     copy = statistics.median(times["copy"])
-    orb = statistics.median(times["orbital"]) if "orbital" in times else None
+    orbital_side = next((n for n in times if n.startswith("orbital")), None)
+    orb = statistics.median(times[orbital_side]) if orbital_side else None
     lines = [
         f"{result['rows']:,} rows, {result['leaves']} leaves; load average during the run: "
         f"{result['loads'][0]} .. {result['loads'][-1]}",
@@ -304,10 +432,23 @@ def main(argv: list[str] | None = None) -> None:
                         help="time C4.5's exact scoring of unknown values instead")
     parser.add_argument("--model", help="with --c45: the model file to use (trained and "
                         "written there if it does not exist)")
+    parser.add_argument("--ensembles", action="store_true",
+                        help="time forests and LightGBM models instead")
+    parser.add_argument("--trees", type=int, action="append",
+                        help="with --ensembles: trees per model (repeatable; default 100)")
+    parser.add_argument("--train-rows", type=int, default=100_000,
+                        help="with --ensembles: rows the models are trained on")
+    parser.add_argument("--sqlite-rows", type=int, default=1_000_000)
+    parser.add_argument("--sqlite-max-trees", type=int, default=100)
+    parser.add_argument("--orbital-max-trees", type=int, default=500)
     parser.add_argument("--json", help="write the raw results here")
     args = parser.parse_args(argv)
     args.rows = args.rows or [TRAIN_ROWS]
-    results = run_c45(args) if args.c45 else run_cart(args)
+    args.trees = args.trees or [100]
+    if args.ensembles:
+        results = run_ensembles(args)
+    else:
+        results = run_c45(args) if args.c45 else run_cart(args)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

@@ -22,6 +22,9 @@ from . import progress
 from .api import split_scores, train
 from .crossval import CrossValidation, assign_folds, cross_validate, holdout
 from .dataset import source
+from .ensemble import Ensemble
+from .ensemble.files import load
+from .ensemble.importers import from_lightgbm, from_sklearn, from_xgboost
 from .errors import (
     DataError,
     EngineConnectionError,
@@ -32,7 +35,7 @@ from .errors import (
     UnsupportedError,
     UnsupportedOptionError,
 )
-from .model import Model, load
+from .model import Model
 from .tree import Node, Split
 from .version import __version__
 
@@ -60,6 +63,7 @@ __all__ = [
     "DecisionTreeClassifier",
     "DecisionTreeRegressor",
     "EngineConnectionError",
+    "Ensemble",
     "HistGradientBoostingClassifier",
     "HistGradientBoostingRegressor",
     "Model",
@@ -76,6 +80,9 @@ __all__ = [
     "__version__",
     "assign_folds",
     "cross_validate",
+    "from_lightgbm",
+    "from_sklearn",
+    "from_xgboost",
     "holdout",
     "load",
     "progress",

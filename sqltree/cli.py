@@ -161,7 +161,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_connection(p)
 
     s = _command(sub, "sql", help="print the scoring SQL for a dialect")
-    s.add_argument("model")
+    s.add_argument("model", nargs="?", help="a sqltree model or ensemble file")
+    s.add_argument("--from", dest="from_file", metavar="FILE",
+                   help="a model file of another library: LightGBM's text model, XGBoost's "
+                        "JSON model (or a sqltree file)")
     s.add_argument("--dialect", "-d", default="duckdb",
                    help="any sqlglot dialect (duckdb, postgres, spark, snowflake, bigquery, ...)")
     s.add_argument("--table", help="emit SELECT *, <prediction> FROM TABLE")
@@ -604,7 +607,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         return 0
     if args.command == "predict":
         _check_output(args.output, SCORED_SUFFIXES, "scored rows")
-        model = sqltree.load(args.model)
+        model = _load_tree(args.model, "predict")
         scored = model.predict(
             args.source, connection=_connection(args.connect, args.create_db), proba=args.proba,
             into=args.into, unknown=args.unknown,
@@ -654,7 +657,16 @@ def _sql_command(args: argparse.Namespace) -> int:
             raise OptionError(f"{flag} needs --table (the table the query reads)")
     check_dialect(args.dialect)
     _check_output(args.output, (".sql",), "SQL and dbt model files")
-    model = sqltree.load(args.model)
+    if (args.model is None) == (args.from_file is None):
+        raise OptionError("give one model: a sqltree file, or --from FILE")
+    if args.from_file is not None:
+        from .ensemble.files import read_any
+
+        model = read_any(args.from_file)
+    else:
+        model = sqltree.load(args.model)
+    if isinstance(model, sqltree.Ensemble):
+        return _ensemble_sql(args, model)
     options = dict(output="leaf" if args.leaf else "label", proba=args.proba,
                    unknown=args.unknown, quote_identifiers=not args.no_quote)
     if args.leaf:
@@ -664,6 +676,39 @@ def _sql_command(args: argparse.Namespace) -> int:
     else:
         text = model.to_sql(args.dialect, table=args.table, view=args.view,
                             pretty=args.pretty, **options) + "\n"
+    if args.output is None:
+        sys.stdout.write(text)
+        return 0
+    with open(args.output, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    print(f"wrote {args.output}", file=sys.stderr)
+    return 0
+
+
+def _load_tree(path: str, command: str) -> Any:
+    """The single tree in a model file; an ensemble file is refused, naming what it takes."""
+    import sqltree
+
+    model = sqltree.load(path)
+    if isinstance(model, sqltree.Ensemble):
+        raise OptionError(f"{path} holds an ensemble of {model.n_trees:,} trees: `sqltree "
+                          f"{command}` takes a single tree; `sqltree sql` and "
+                          "`sqltree show --summary` take ensembles (in Python: "
+                          "Ensemble.predict and Ensemble.evaluate)")
+    return model
+
+
+def _ensemble_sql(args: argparse.Namespace, model: Any) -> int:
+    """``sqltree sql`` for an ensemble: the query over ``--table`` (default ``data``)."""
+    for flag, given in (("--dbt", args.dbt), ("--leaf", args.leaf), ("--no-quote", args.no_quote)):
+        if given:
+            raise OptionError(f"{flag} is for a single tree, not an ensemble")
+    report: dict[str, Any] = {}
+    text = model.to_sql(args.dialect, table=args.table or "data", view=args.view,
+                        proba=args.proba, pretty=args.pretty, report=report) + "\n"
+    if not args.quiet:
+        print(f"{report['form']} form: {report['reason']}; {report['characters']:,} characters "
+              f"({report['bytes_per_leaf']} bytes per leaf)", file=sys.stderr)
     if args.output is None:
         sys.stdout.write(text)
         return 0
@@ -686,7 +731,7 @@ def _reading_command(args: argparse.Namespace) -> int:
     summary = args.command == "show" and args.summary
     if summary and args.max_depth is not None:
         raise OptionError("--summary prints no tree: it does not go with --max-depth")
-    model = sqltree.load(args.model)
+    model = sqltree.load(args.model) if summary else _load_tree(args.model, args.command)
     if summary:
         print(model.summary())
     elif args.command == "show":
@@ -798,9 +843,8 @@ def _print_evaluations(args: argparse.Namespace, model: Any, held_out: Any, conn
 
 
 def _evaluate_command(args: argparse.Namespace) -> int:
-    import sqltree
 
-    model = sqltree.load(args.model)
+    model = _load_tree(args.model, "evaluate")
     weight: str | bool = False if args.unweighted else (args.weight or True)
     shown = " ".join(args.source.split())
     title = f"Evaluation on {shown if len(shown) <= 60 else shown[:57] + '...'}"

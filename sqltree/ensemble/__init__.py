@@ -2,7 +2,8 @@
 scikit-learn, LightGBM and XGBoost, compiled to one scoring query per dialect.
 
 ``Ensemble`` (``model``) holds the trees as flat arrays (``trees.TreeArrays``) and the rule
-that combines them.
+that combines them; ``compile`` writes its SQL (see there for the API), ``importers`` reads
+scikit-learn, LightGBM and XGBoost models, ``files`` opens model files.
 """
 
 from __future__ import annotations

@@ -13,12 +13,14 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from sqlglot import exp
 
-from ..errors import ModelFileError, OptionError, UnsupportedError
+from ..errors import DataError, ModelFileError, OptionError, UnsupportedError
 from ..model import FeatureInfo
 from ..tree import CONTINUOUS, NOMINAL, Value
 from .trees import TreeArrays
@@ -239,6 +241,156 @@ class Ensemble:
             return link_numpy(self.raw_frame(frame), self.link, self.precision)[:, 0]
         proba = self.predict_proba_frame(frame)
         return np.asarray(self.classes, dtype=object)[np.argmax(proba, axis=1)]
+
+    # -- SQL ---------------------------------------------------------------------------------------
+    def scoring_query(
+        self,
+        relation: exp.Expression,
+        columns: Sequence[str] | None = None,
+        *,
+        column: str = "prediction",
+        proba: bool = False,
+        raw: bool = False,
+        form: str = "auto",
+        dialect: str | None = None,
+    ) -> exp.Select:
+        """``SELECT <columns>, <prediction> [, proba_<class>...] FROM relation`` as a sqlglot
+        query (see ``sqltree.ensemble.compile``); ``columns`` default to the model's
+        features."""
+        from .compile import build_ensemble_query
+
+        return build_ensemble_query(self, relation, columns, column_name=column, proba=proba,
+                                    raw=raw, form=form, dialect=dialect).query
+
+    def to_sql(
+        self,
+        dialect: str = "duckdb",
+        *,
+        table: str = "data",
+        columns: Sequence[str] | None = None,
+        column: str = "prediction",
+        proba: bool = False,
+        raw: bool = False,
+        view: str | None = None,
+        form: str = "auto",
+        pretty: bool = False,
+        report: dict[str, Any] | None = None,
+    ) -> str:
+        """Scoring SQL for any sqlglot dialect: one query over ``table``.
+
+        The query keeps ``columns`` of the table (default: the model's features) and adds the
+        prediction (the first most probable class, or the regression value), with ``proba``
+        one ``proba_<class>`` column per class and with ``raw`` the raw scores before the
+        link. ``view`` wraps it in ``CREATE VIEW``. ``form`` is "expression" (the trees as
+        CASE expressions summed in steps), "table" (the leaves as a table of intervals joined
+        to the rows) or "auto" (by size). A dict passed as ``report`` receives the form, the
+        reason for it and the SQL's length (``bytes_per_leaf`` too).
+        """
+        from ..model import render
+        from ..options import check_dialect
+        from .compile import build_ensemble_query, sql_report
+
+        check_dialect(dialect)
+        relation = exp.to_table(table, dialect=dialect)
+        compiled = build_ensemble_query(self, relation, columns, column_name=column,
+                                        proba=proba, raw=raw, form=form, dialect=dialect)
+        query: exp.Expression = compiled.query
+        if view is not None:
+            query = exp.Create(this=exp.to_table(view, dialect=dialect), kind="VIEW",
+                               expression=query)
+        sql = render(query, dialect, pretty)
+        if report is not None:
+            report.update(sql_report(self, compiled, sql, dialect))
+        return sql
+
+    def to_dbt(
+        self,
+        ref: str,
+        dialect: str = "duckdb",
+        *,
+        columns: Sequence[str] | None = None,
+        column: str = "prediction",
+        proba: bool = False,
+        form: str = "auto",
+        pretty: bool = True,
+    ) -> str:
+        """A dbt model file scoring the dbt model ``ref`` (``{{ ref('...') }}`` kept for
+        Jinja); the options are ``to_sql``'s."""
+        from ..deploy import dbt_model, dbt_ref
+        from ..model import render
+        from ..options import check_dialect
+        from .compile import build_ensemble_query
+
+        check_dialect(dialect)
+        relation = dbt_ref(ref)
+        compiled = build_ensemble_query(self, relation, columns, column_name=column,
+                                        proba=proba, form=form, dialect=dialect)
+        header = (f"{self.target} predicted by {self.n_trees:,} trees "
+                  f"({self.options.get('source', 'sqltree')}, {self.n_leaves:,} leaves), "
+                  f"compiled for {dialect}")
+        return dbt_model(render(compiled.query, dialect, pretty), relation, header)
+
+    def predict(
+        self,
+        source: Any,
+        *,
+        connection: Any = None,
+        proba: bool = False,
+        raw: bool = False,
+        column: str = "prediction",
+        into: str | None = None,
+        form: str = "auto",
+    ) -> pandas.DataFrame | None:
+        """Score ``source`` (a table, query, file or DataFrame, as ``Model.predict`` takes) in
+        the engine with the compiled SQL: the source's columns plus the prediction (and
+        ``proba_<class>`` columns), or with ``into`` a table written and None."""
+        from ..dataset import resolve_relation
+        from ..engines import get_engine
+
+        engine = get_engine(connection)
+        try:
+            relation = resolve_relation(source, engine)
+            names = [n for n, _ in engine.columns(relation)]
+            absent = [f for f in self.used_features() if f not in names]
+            if absent:
+                raise DataError(f"columns the trees test are not in the source: {absent}")
+            query = self.scoring_query(relation, names, column=column, proba=proba, raw=raw,
+                                       form=form, dialect=engine.dialect)
+            from ..compiler import collector_paused
+
+            with collector_paused():
+                if into is not None:
+                    engine.create_table(into, query)
+                    return None
+                return engine.frame(query)
+        finally:
+            engine.cleanup()
+
+    def evaluate(self, source: Any, *, connection: Any = None) -> dict[str, float]:
+        """Score ``source`` (which holds the target) in the engine and compare: accuracy and
+        log loss for a classifier, RMSE, MAE and R² for regression, and the row count."""
+        frame = self.predict(source, connection=connection, proba=not self.is_regression)
+        assert frame is not None
+        if self.target not in frame.columns:
+            raise DataError(f"the source has no target column {self.target!r}")
+        frame = frame[frame[self.target].notna()]
+        y = frame[self.target].to_numpy()
+        if self.is_regression:
+            err = frame["prediction"].to_numpy(dtype=float) - y.astype(float)
+            total = float(((y - y.mean()) ** 2).sum())
+            return {"rows": float(len(y)), "rmse": float(np.sqrt(np.mean(err ** 2))),
+                    "mae": float(np.mean(np.abs(err))),
+                    "r2": 1.0 - float((err ** 2).sum()) / total if total > 0 else 0.0}
+        from .compile import proba_names
+
+        probs = frame[proba_names(self)].to_numpy(dtype=float)
+        index = {c: i for i, c in enumerate(self.classes)}
+        known = np.array([v in index for v in y])
+        rows = np.arange(len(y))[known]
+        picked = probs[rows, [index[v] for v in y[known]]]
+        return {"rows": float(len(y)),
+                "accuracy": float(np.mean(frame["prediction"].to_numpy() == y)),
+                "log_loss": float(-np.mean(np.log(np.clip(picked, 1e-15, 1.0))))}
 
     # -- importances ---------------------------------------------------------------------------
     def feature_importances(self, kind: str = "gain") -> dict[str, float]:

@@ -1,0 +1,641 @@
+"""Compile an ``Ensemble`` (a forest or boosting, trained or imported) into one scoring query.
+
+The API, for the trainers and importers that produce ensembles::
+
+    sql = ensemble.to_sql("duckdb", table="events", proba=True)   # text, any sqlglot dialect
+    query = build_ensemble_query(ensemble, relation, columns)    # the same as a sqlglot Select
+    frame = ensemble.predict("events.parquet", proba=True)       # scored in the engine
+    report = describe_sql(ensemble, "duckdb")                    # form, reason, length
+
+The query is a chain of steps (common table expressions), each ``SELECT *, <new columns>``
+over the step before:
+
+1. **bins**: each numeric feature's distinct thresholds, sorted, are compared once per row: the
+   feature's bin is the number of thresholds below the value (``x <= t_j`` exactly when
+   ``bin <= j``), found by a CASE that nests 8 ways at a level (about log8(thresholds) deep).
+   The trees then compare small integers, and a threshold shared by many trees (LightGBM's
+   and XGBoost's histogram bins) is compared once per row, not once per node.
+2. **sums**: each tree is the walk of ``sqltree.compiler``: at every test the smaller child is a
+   WHEN and the larger child's tests fold into the same CASE, so a CASE nests about
+   log2(leaves) deep; subtrees whose leaves all hold one value are one leaf. A step adds a
+   batch of trees to the running sum of the step before (``MAX_TREES_PER_STEP``,
+   ``MAX_LEAVES_PER_STEP``), left to right, so every engine's expression depth and parser
+   limit is met for any number of trees, and the additions happen in the order
+   ``Ensemble.raw_frame`` makes them (bit for bit; each addition rounded to float32 with
+   ``precision="float32"``).
+3. **link**: the mean (a forest), the sigmoid, softmax or exp (boosting); then the label (the
+   first most probable class) and the probability columns.
+
+A NULL goes where the tree sends missing values: each test is written so that its NULL side is
+the CASE's fall-through (``b > j`` where NULL goes left, ``b <= j`` where it goes right), and
+``OR b IS NULL`` is added only where the NULL side is the smaller child.
+
+Steps end in ``OFFSET 0`` (as in ``compiler.scoring``): PostgreSQL would otherwise pull each
+step into the next and compute each bin once per use.
+
+Very large models get the **table** form instead (``form="auto"`` picks it above
+``TABLE_FORM_LEAVES`` leaves; ``describe_sql`` gives the reason): the leaves are rows of a
+``VALUES`` table, one per (tree, leaf), holding each feature's interval of bins and the leaf's
+values; every row is joined to the leaves whose intervals hold it and the values are added by
+``GROUP BY``. The SQL grows with the leaves only as a table of numbers, which every parser
+takes at any size, but the sum's order is the engine's (equal to 1e-12, not bit for bit).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from sqlglot import exp
+
+from ..compiler import collector_paused
+from ..compiler.blocks import cases, column, dnum, in_values, inum, is_null, literal, or_
+from ..compiler.scoring import Names
+from ..errors import DataError, OptionError
+from ..tree import format_value
+
+if TYPE_CHECKING:
+    from .model import Ensemble
+    from .trees import TreeArrays
+
+MAX_TREES_PER_STEP = 64
+"""Trees a step adds to the running sum: the step's expression is this many additions deep
+(DuckDB allows 1,000 levels, SQLite 1,000 for an expression tree)."""
+MAX_LEAVES_PER_STEP = 6_000
+"""Leaves (after merging) a step's trees may hold, so that no single step is huge to plan."""
+BIN_SHARING = 2.0
+"""A numeric feature gets a bin column when its tests outnumber its distinct thresholds by
+this factor (histogram learners: LightGBM, XGBoost, HistGradientBoosting); otherwise (a
+random forest's thresholds are nearly all distinct) each test compares the column itself,
+which costs only the rows that reach the test, where a bin costs every row."""
+BIN_FANOUT = 8
+"""Thresholds a bin CASE compares at one level; the CASE nests log8(thresholds) deep."""
+TABLE_FORM_LEAVES = 2_000_000
+"""``form="auto"`` writes the table form above this many leaves (the expression form's SQL
+would pass 100 MB)."""
+FORMS = ("auto", "expression", "table")
+
+
+# -- the rules ---------------------------------------------------------------------------------
+def proba_names(ensemble: Ensemble) -> list[str]:
+    """``proba_<label>`` per class, refusing labels that differ only in case."""
+    names = [f"proba_{format_value(c)}" for c in ensemble.classes]
+    if len({n.lower() for n in names}) != len(names):
+        raise DataError(f"class labels {ensemble.classes} would name the same probability "
+                        "column twice (names are compared without regard to case)")
+    return names
+
+
+@dataclass
+class Bins:
+    """Each numeric feature's sorted distinct thresholds (only the features tests compare)."""
+
+    thresholds: dict[int, np.ndarray]
+
+    @classmethod
+    def of(cls, ensemble: Ensemble, sharing: float = BIN_SHARING) -> Bins:
+        per: dict[int, list[np.ndarray]] = {}
+        for t in ensemble.trees:
+            numeric = ~t.is_leaf
+            for node in t.categories:
+                numeric[node] = False
+            for f in np.unique(t.feature[numeric]):
+                per.setdefault(int(f), []).append(t.threshold[numeric & (t.feature == f)])
+        kept = {}
+        for f, v in sorted(per.items()):
+            tested = np.concatenate(v)
+            distinct = np.unique(tested)
+            if tested.size >= sharing * distinct.size:
+                kept[f] = distinct
+        return cls(kept)
+
+    def index(self, feature: int, threshold: float) -> int:
+        return int(np.searchsorted(self.thresholds[feature], threshold))
+
+    @property
+    def n_thresholds(self) -> int:
+        return sum(len(v) for v in self.thresholds.values())
+
+
+def build_bin(x: exp.Expression, thresholds: np.ndarray) -> exp.Expression:
+    """The number of ``thresholds`` (sorted) below ``x``; NULL where ``x`` is NULL."""
+    ts = [float(t) for t in thresholds]
+
+    def level(lo: int, hi: int, top: bool) -> exp.Expression:
+        # thresholds ts[lo:hi]; the answer is in lo..hi
+        n = hi - lo
+        if n == 0:
+            return inum(lo)
+        if n < BIN_FANOUT:
+            pivots = list(range(lo, hi))
+        else:
+            step = n / BIN_FANOUT
+            pivots = sorted({lo + int(step * (i + 1)) - 1 for i in range(BIN_FANOUT - 1)})
+        ifs, start = [], lo
+        for p in pivots:
+            ifs.append((exp.LTE(this=x.copy(), expression=dnum(ts[p], double=False)),
+                        level(start, p, False)))
+            start = p + 1
+        last = level(start, hi, False)
+        if top:  # no ELSE at the top: a NULL fails every test and stays NULL
+            ifs.append((exp.GT(this=x.copy(), expression=dnum(ts[pivots[-1]], double=False)),
+                        last))
+            return cases(ifs, None)
+        return cases(ifs, last)
+
+    if not ts:
+        return exp.Null()
+    return level(0, len(ts), True)
+
+
+# -- one tree ----------------------------------------------------------------------------------
+def _uniform(tree: TreeArrays, values: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per node: whether its leaves all hold one value, its leaves after merging those, and
+    the value of a node whose leaves hold one."""
+    n = tree.n_nodes
+    same = np.zeros(n, dtype=bool)
+    size = np.ones(n, dtype=np.int64)
+    val = values.astype(np.float64).copy()
+    order = _postorder(tree)
+    for node in order:
+        left, right = tree.left[node], tree.right[node]
+        if left < 0:
+            same[node] = True
+            continue
+        if same[left] and same[right] and val[left] == val[right]:
+            same[node], val[node] = True, val[left]
+        else:
+            size[node] = size[left] + size[right]
+    return same, size, val
+
+
+def _postorder(tree: TreeArrays) -> list[int]:
+    out, stack = [], [0]
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        if tree.left[node] >= 0:
+            stack += [int(tree.left[node]), int(tree.right[node])]
+    return out[::-1]
+
+
+@dataclass
+class _Tests:
+    """Writes a node's test for one side, given the model's features and bins."""
+
+    ensemble: Ensemble
+    bins: Bins
+    names: Names
+    table: str | None = None
+
+    def side(self, tree: TreeArrays, node: int, go_left: bool) -> exp.Expression | None:
+        """True for every row that goes to the ``go_left`` side (None: no row does)."""
+        f = int(tree.feature[node])
+        missing_here = bool(tree.missing_left[node]) == go_left
+        if node in tree.categories:
+            x = column(self.ensemble.features[f].name, self.table)
+            cats = tree.categories[node]
+            if go_left:
+                cond = in_values(x, list(cats))
+            else:
+                listed = in_values(x, list(cats))
+                cond = (exp.Not(this=is_null(x)) if listed is None
+                        else exp.Not(this=exp.Paren(this=listed)))
+        elif f in self.bins.thresholds:
+            x = self.names.ref(f"b{f}", self.table)
+            j = inum(self.bins.index(f, float(tree.threshold[node])))
+            cond = exp.LTE(this=x, expression=j) if go_left else exp.GT(this=x, expression=j)
+        else:
+            x = column(self.ensemble.features[f].name, self.table)
+            t = dnum(float(tree.threshold[node]), double=False)
+            cond = exp.LTE(this=x, expression=t) if go_left else exp.GT(this=x, expression=t)
+        if missing_here:
+            null = is_null(x.copy())
+            return null if cond is None else or_(cond, null)
+        return cond
+
+
+def build_tree(tree: TreeArrays, values: np.ndarray, tests: _Tests) -> exp.Expression:
+    """The tree's value (``values[node]`` at each leaf) as the merged, folded CASE."""
+    if tests.ensemble.precision == "float32":
+        values = values.astype(np.float32).astype(np.float64)
+    same, size, val = _uniform(tree, values)
+
+    def chain(node: int) -> exp.Expression:
+        ifs: list[tuple[exp.Expression, exp.Expression]] = []
+        while not same[node]:
+            left, right = int(tree.left[node]), int(tree.right[node])
+            # Fold the larger child; on a tie, the one missing values go to (no IS NULL test).
+            heavy_left = (size[left], bool(tree.missing_left[node])) >= (
+                size[right], not tree.missing_left[node])
+            light = right if heavy_left else left
+            cond = tests.side(tree, node, go_left=not heavy_left)
+            if cond is not None:
+                ifs.append((cond, chain(light)))
+            node = left if heavy_left else right
+        value = dnum(float(val[node]))
+        return cases(ifs, value) if ifs else value
+
+    return chain(0)
+
+
+# -- the query ---------------------------------------------------------------------------------
+def _step(select: exp.Select, name: exp.Identifier) -> exp.CTE:
+    return exp.CTE(this=select.offset(0, copy=False), alias=exp.TableAlias(this=name))
+
+
+def _as(e: exp.Expression, name: exp.Identifier | str) -> exp.Alias:
+    ident = name if isinstance(name, exp.Identifier) else exp.to_identifier(name, quoted=True)
+    return exp.Alias(this=e, alias=ident)
+
+
+def _float32(e: exp.Expression) -> exp.Expression:
+    return exp.Cast(this=e, to=exp.DataType.build("FLOAT"))
+
+
+def _batches(ensemble: Ensemble, leaves: list[int]) -> list[list[int]]:
+    out: list[list[int]] = [[]]
+    held = 0
+    for i, n in enumerate(leaves):
+        if out[-1] and (len(out[-1]) >= MAX_TREES_PER_STEP or held + n > MAX_LEAVES_PER_STEP):
+            out.append([])
+            held = 0
+        out[-1].append(i)
+        held += n
+    del ensemble
+    return out
+
+
+def _outputs(ensemble: Ensemble, tree: TreeArrays) -> list[tuple[int, np.ndarray]]:
+    """(output column, node values) pairs a tree adds to."""
+    if tree.output is not None:
+        return [(tree.output, tree.value[:, 0])]
+    return [(c, tree.value[:, c]) for c in range(tree.value.shape[1])]
+
+
+@dataclass
+class Compiled:
+    """A compiled ensemble: the query, and how it was written."""
+
+    query: exp.Select
+    form: str
+    reason: str
+    n_steps: int
+    n_thresholds: int
+
+
+def choose_form(ensemble: Ensemble, form: str = "auto") -> tuple[str, str]:
+    """The form to write and why."""
+    if form not in FORMS:
+        raise OptionError(f"form is one of {FORMS}, not {form!r}")
+    leaves = ensemble.n_leaves
+    if form != "auto":
+        return form, f"form={form!r} was asked for"
+    if leaves > TABLE_FORM_LEAVES:
+        return "table", (f"{leaves:,} leaves is more than {TABLE_FORM_LEAVES:,}: the "
+                         "expression would be too large to parse and plan; the leaves are "
+                         "a table of intervals joined to the rows")
+    return "expression", (f"{leaves:,} leaves: the trees as CASE expressions, "
+                          f"{MAX_TREES_PER_STEP} trees or {MAX_LEAVES_PER_STEP:,} leaves a step")
+
+
+def build_ensemble_query(
+    ensemble: Ensemble,
+    relation: exp.Expression,
+    columns: Sequence[str] | None = None,
+    *,
+    column_name: str = "prediction",
+    proba: bool = False,
+    raw: bool = False,
+    form: str = "auto",
+    dialect: str | None = None,
+) -> Compiled:
+    """``SELECT <columns>, <prediction> [, proba_<class>...] [, raw_<i>...] FROM relation``.
+
+    ``columns`` are the relation's columns to keep (default: the model's features). ``raw``
+    adds the raw scores before the link (``raw_0``, ...). ``dialect`` matters only for a
+    float32 model: in ``NO_FLOAT32`` dialects it rounds by arithmetic.
+    """
+    arith = dialect in NO_FLOAT32
+    chosen, reason = choose_form(ensemble, form)
+    keep = list(columns) if columns is not None else ensemble.feature_names
+    outputs = [column_name]
+    if proba:
+        if ensemble.is_regression:
+            raise OptionError("a regression model predicts a number, not probabilities")
+        outputs += proba_names(ensemble)
+    n_out = ensemble.n_outputs
+    if raw:
+        outputs += [f"raw_{i}" for i in range(n_out)]
+    lowered = [o.lower() for o in outputs]
+    if len(set(lowered)) != len(lowered):
+        raise DataError(f"output columns repeat: {outputs}")
+    clash = sorted({c for c in keep if c.lower() in lowered})
+    if clash:
+        raise DataError(f"the source already has columns {clash}; choose another column=")
+    nm = Names.for_query(relation, [*keep, *outputs, *ensemble.feature_names])
+    with collector_paused():
+        if chosen == "table":
+            steps, sums, n_steps, n_thr = _table_steps(ensemble, relation, nm)
+        else:
+            steps, sums, n_steps, n_thr = _expression_steps(ensemble, relation, nm, arith)
+        query = _finish(ensemble, steps, sums, nm, keep, column_name, proba, raw, arith)
+    return Compiled(query, chosen, reason, n_steps, n_thr)
+
+
+def _bins_step(ensemble: Ensemble, relation: exp.Expression, nm: Names,
+               sharing: float = BIN_SHARING) -> tuple[exp.CTE, Bins]:
+    bins = Bins.of(ensemble, sharing)
+    select = exp.Select(expressions=[exp.Star()] + [
+        _as(build_bin(column(ensemble.features[f].name), ts), nm.ident(f"b{f}"))
+        for f, ts in bins.thresholds.items()
+    ]).from_(relation.copy(), copy=False)
+    return _step(select, nm.ident("bins")), bins
+
+
+def _expression_steps(ensemble: Ensemble, relation: exp.Expression, nm: Names,
+                      arith: bool = False
+                      ) -> tuple[list[exp.CTE], list[exp.Expression], int, int]:
+    """The bins, then the running sums; returns the steps and the raw scores' expressions."""
+    bins_cte, bins = _bins_step(ensemble, relation, nm)
+    steps = [bins_cte]
+    tests = _Tests(ensemble, bins, nm)
+    f32 = ensemble.precision == "float32"
+    arith = arith and f32
+    r = _rounder(f32, arith)
+    n_out = ensemble.n_outputs
+
+    # the running sums: None until a tree adds to an output (a mean starts at its first tree)
+    current: list[exp.Expression | None] = [None] * n_out
+    if ensemble.aggregation == "sum":
+        current = [dnum(float(np.float32(b)) if f32 else float(b)) for b in ensemble.base_score]
+    leaves = [t.n_leaves for t in ensemble.trees]
+    batches = _single_additions(ensemble) if arith else _batches(ensemble, leaves)
+    previous = nm.ident("bins")
+    for k, batch in enumerate(batches):
+        terms: list[exp.Expression | None] = list(current)
+        touched: set[int] = set()
+        for i in batch:
+            t = ensemble.trees[i]
+            for c, values in _outputs(ensemble, t):
+                e = build_tree(t, values, tests)
+                before = terms[c]
+                if before is None:
+                    terms[c] = e
+                elif arith:  # a column holds an unrounded sum; the base is a float32
+                    terms[c] = exp.Add(this=r(before) if isinstance(before, exp.Column)
+                                       else before, expression=e)
+                else:
+                    terms[c] = r(exp.Add(this=before, expression=e))
+                touched.add(c)
+        names = [nm.ident(f"s{k}_{c}") for c in range(n_out)]
+        select = exp.Select(expressions=[exp.Star()] + [
+            _as(term if term is not None else dnum(0.0), name)
+            for c, (term, name) in enumerate(zip(terms, names)) if not arith or c in touched
+        ]).from_(exp.Table(this=previous.copy()), copy=False)
+        steps.append(_step(select, nm.ident(f"sum{k}")))
+        for c in (touched if arith else range(n_out)):
+            current[c] = nm.ref(f"s{k}_{c}")
+        previous = nm.ident(f"sum{k}")
+    sums = [c if c is not None else dnum(0.0) for c in current]
+    if arith:  # the last additions, rounded
+        sums = [r(c) if isinstance(c, exp.Column) else c for c in sums]
+    return steps, sums, len(steps), bins.n_thresholds
+
+
+def _single_additions(ensemble: Ensemble) -> list[list[int]]:
+    """Trees in runs that add to distinct outputs: each output gets one addition a step."""
+    out: list[list[int]] = [[]]
+    seen: set[int] = set()
+    for i, t in enumerate(ensemble.trees):
+        outputs = {t.output} if t.output is not None else set(range(t.value.shape[1]))
+        if seen & outputs:
+            out.append([])
+            seen = set()
+        out[-1].append(i)
+        seen |= outputs
+    return out
+
+
+SPLITTER = 2.0 ** 29 + 1
+"""Veltkamp's splitter: ``c = x * SPLITTER; c - (c - x)`` is ``x`` rounded to float32's 24
+bits (to nearest, ties to even, in double arithmetic), for engines without a 32-bit float."""
+NO_FLOAT32 = ("sqlite",)
+"""Dialects whose engines have no 32-bit float type (SQLite's REAL is a double): float32
+models round by arithmetic (``SPLITTER``), a step per addition."""
+
+
+def _rounder(f32: bool, arith: bool) -> Any:
+    """``r(e)``: ``e`` rounded as the model rounds (``e`` is a column or a small expression:
+    arithmetic rounding writes it three times)."""
+    def r(e: exp.Expression) -> exp.Expression:
+        if not f32:
+            return e
+        if not arith:
+            return _float32(e)
+        c = exp.Mul(this=exp.Paren(this=e.copy()), expression=dnum(SPLITTER))
+        return exp.Paren(this=exp.Sub(this=c, expression=exp.Paren(this=exp.Sub(
+            this=c.copy(), expression=exp.Paren(this=e.copy())))))
+    return r
+
+
+def _finish(ensemble: Ensemble, steps: list[exp.CTE], sums: list[exp.Expression], nm: Names,
+            keep: Sequence[str], column_name: str, proba: bool, raw: bool,
+            arith: bool = False) -> exp.Select:
+    """The link's steps and the final SELECT over the last step."""
+    f32 = ensemble.precision == "float32"
+    n_out = len(sums)
+    r = _rounder(f32, arith)
+    last = [steps[-1].alias_or_name]
+
+    def step(columns: dict[str, exp.Expression]) -> None:
+        select = exp.Select(expressions=[exp.Star()] + [
+            _as(e, nm.ident(name)) for name, e in columns.items()])
+        select = select.from_(exp.Table(this=exp.to_identifier(last[0], quoted=True)),
+                              copy=False)
+        name = f"link{len(steps)}"
+        steps.append(_step(select, nm.ident(name)))
+        last[0] = nm.prefix + name
+
+    def one() -> exp.Expression:
+        return dnum(1.0)
+
+    raw_exprs = [s.copy() for s in sums]
+    if ensemble.aggregation == "mean":
+        raw_exprs = [exp.Div(this=exp.Paren(this=s), expression=dnum(float(ensemble.n_trees)))
+                     for s in raw_exprs]
+    step({f"raw{c}": e for c, e in enumerate(raw_exprs)})
+    raw_cols = [nm.ref(f"raw{c}") for c in range(n_out)]
+    link = ensemble.link
+    if link == "identity":
+        link_cols = [c.copy() for c in raw_cols]
+    elif link == "exp":
+        link_cols = [r(exp.Exp(this=raw_cols[0].copy()))]
+    elif link == "sigmoid":
+        step({"e": r(exp.Exp(this=exp.Neg(this=exp.Paren(this=raw_cols[0].copy()))))})
+        step({"d": r(exp.Add(this=one(), expression=nm.ref("e")))})
+        step({"p1": r(exp.Div(this=one(), expression=nm.ref("d")))})
+        p1 = nm.ref("p1")
+        link_cols = [r(exp.Sub(this=one(), expression=p1.copy())), p1.copy()]
+    elif link == "softmax":
+        top = exp.Greatest(this=raw_cols[0].copy(), expressions=[c.copy() for c in raw_cols[1:]])
+        step({f"x{i}": r(exp.Sub(this=c.copy(), expression=top.copy()))
+              for i, c in enumerate(raw_cols)})
+        step({f"e{i}": r(exp.Exp(this=nm.ref(f"x{i}"))) for i in range(n_out)})
+        total = "e0"
+        for i in range(1, n_out):
+            step({f"total{i}": r(exp.Add(this=nm.ref(total), expression=nm.ref(f"e{i}")))})
+            total = f"total{i}"
+        link_cols = [r(exp.Div(this=nm.ref(f"e{i}"), expression=nm.ref(total)))
+                     for i in range(n_out)]
+    else:
+        raise OptionError(f"unknown link {link!r}")
+    step({f"out{i}": e for i, e in enumerate(link_cols)})
+
+    outs: list[exp.Expression] = [nm.ref(f"out{i}") for i in range(len(link_cols))]
+    if f32 and not arith:  # as doubles: drivers print a REAL shortest, which a double misreads
+        outs = [exp.Cast(this=o, to=exp.DataType.build("DOUBLE")) for o in outs]
+    select = exp.Select(expressions=[column(c) for c in keep])
+    if ensemble.is_regression:
+        select.append("expressions", _as(outs[0], column_name))
+    else:
+        labels = [literal(c) for c in ensemble.classes]
+        select.append("expressions", _as(build_first_max(outs, labels), column_name))
+        if proba:
+            for o, name in zip(outs, proba_names(ensemble)):
+                select.append("expressions", _as(o.copy(), name))
+    if raw:
+        for c in range(n_out):
+            select.append("expressions", _as(nm.ref(f"raw{c}"), f"raw_{c}"))
+    select = select.from_(exp.Table(this=exp.to_identifier(last[0], quoted=True)), copy=False)
+    select.set("with_", exp.With(expressions=steps))
+    return select
+
+
+def build_first_max(values: Sequence[exp.Expression], labels: Sequence[exp.Expression]
+                    ) -> exp.Expression:
+    """The label of the first largest value (numpy's ``argmax``)."""
+    ifs = []
+    for i in range(len(values) - 1):
+        rest = [v.copy() for v in values[i + 1:]]
+        best = rest[0] if len(rest) == 1 else exp.Greatest(this=rest[0], expressions=rest[1:])
+        ifs.append((exp.GTE(this=values[i].copy(), expression=best), labels[i]))
+    return cases(ifs, labels[-1]) if ifs else labels[0]
+
+
+# -- the table form ----------------------------------------------------------------------------
+def _leaf_boxes(tree: TreeArrays, bins: Bins, n_features: int
+                ) -> list[tuple[int, list[tuple[int, int, int]], list[tuple[int, Any]]]]:
+    """Each leaf's box: per numeric feature (bin low, bin high, NULL allowed: 1/0/-1 for
+    only-NULL), and its categorical conditions (node, side)."""
+    del n_features
+    out = []
+    stack: list[tuple[int, dict[int, tuple[int, int, int]], list[tuple[int, bool]]]] = [
+        (0, {}, [])]
+    while stack:
+        node, box, cats = stack.pop()
+        if tree.left[node] < 0:
+            out.append((node, sorted((f, *v) for f, v in box.items()), cats))  # type: ignore
+            continue
+        f = int(tree.feature[node])
+        for go_left, child in ((True, int(tree.left[node])), (False, int(tree.right[node]))):
+            miss = bool(tree.missing_left[node]) == go_left
+            if node in tree.categories:
+                stack.append((child, dict(box), [*cats, (node, go_left)]))
+                continue
+            j = bins.index(f, float(tree.threshold[node]))
+            lo, hi, null = box.get(f, (0, len(bins.thresholds[f]), 1))
+            lo, hi = (lo, min(hi, j)) if go_left else (max(lo, j + 1), hi)
+            null = null if miss else 0
+            nb = dict(box)
+            nb[f] = (lo, hi, null)
+            stack.append((child, nb, cats))
+    return out  # type: ignore[return-value]
+
+
+def _table_steps(ensemble: Ensemble, relation: exp.Expression, nm: Names
+                 ) -> tuple[list[exp.CTE], list[exp.Expression], int, int]:
+    """Bins, a row number, the leaves as interval rows, and their sum by row."""
+    if ensemble.precision == "float32":
+        raise OptionError("the table form adds in double: a float32 model needs "
+                          "form='expression'")
+    if any(t.categories for t in ensemble.trees):
+        raise OptionError("the table form holds numeric tests only; use form='expression'")
+    bins_cte, bins = _bins_step(ensemble, relation, nm, sharing=0.0)
+    feats = list(bins.thresholds)
+    n_out = ensemble.n_outputs
+    numbered = exp.Select(expressions=[exp.Star(), _as(
+        exp.Window(this=exp.RowNumber()), nm.ident("row"))]).from_(
+        exp.Table(this=nm.ident("bins")), copy=False)
+    rows = []
+    for t in ensemble.trees:
+        for node, box, _ in _leaf_boxes(t, bins, len(ensemble.features)):
+            values = [0.0] * n_out
+            for c, v in _outputs(ensemble, t):
+                values[c] = float(v[node])
+            bounds = {f: (lo, hi, null) for f, lo, hi, null in box}
+            row: list[float | int] = []
+            for f in feats:
+                lo, hi, null = bounds.get(f, (0, len(bins.thresholds[f]), 1))
+                row += [lo, hi, null]
+            rows.append(row + values)
+    names = [f"{p}{f}" for f in feats for p in ("lo", "hi", "nl")] + [
+        f"v{c}" for c in range(n_out)]
+    types = ["INT"] * (3 * len(feats)) + ["DOUBLE"] * n_out
+    from ..compiler.blocks import literal_table
+
+    leaves = literal_table(f"{nm.prefix}leaves", [nm.prefix + n for n in names], rows, types)
+    on: exp.Expression = exp.Boolean(this=True)
+    for f in feats:
+        b = nm.ref(f"b{f}", "r")
+        inside = exp.And(this=exp.GTE(this=b, expression=nm.ref(f"lo{f}", "l")),
+                         expression=exp.LTE(this=b.copy(), expression=nm.ref(f"hi{f}", "l")))
+        null = exp.And(this=is_null(b.copy()), expression=exp.EQ(
+            this=nm.ref(f"nl{f}", "l"), expression=inum(1)))
+        on = exp.And(this=on, expression=exp.Paren(this=or_(exp.Paren(this=inside), null)))
+    summed = exp.Select(expressions=[nm.ref("row", "l2")] + [
+        _as(exp.Sum(this=nm.ref(f"v{c}", "l")), nm.ident(f"t{c}")) for c in range(n_out)])
+    summed = summed.from_(exp.alias_(exp.Table(this=nm.ident("numbered")), "r"), copy=False)
+    summed.set("expressions", [_as(nm.ref("row", "r"), nm.ident("row")), *summed.expressions[1:]])
+    leaves.set("alias", exp.TableAlias(this=exp.to_identifier("l")))
+    summed = summed.join(leaves, on=on, copy=False).group_by(nm.ref("row", "r"), copy=False)
+    joined = exp.Select(expressions=[exp.Column(this=exp.Star(), table=exp.to_identifier("n"))]
+                        + [_as(nm.ref(f"t{c}", "s"), nm.ident(f"t{c}")) for c in range(n_out)])
+    joined = joined.from_(exp.alias_(exp.Table(this=nm.ident("numbered")), "n"), copy=False)
+    joined = joined.join(exp.alias_(exp.Table(this=nm.ident("summed")), "s"),
+                         on=exp.EQ(this=nm.ref("row", "n"), expression=nm.ref("row", "s")),
+                         join_type="left", copy=False)
+    steps = [bins_cte, _step(numbered, nm.ident("numbered")),
+             _step(summed, nm.ident("summed")), _step(joined, nm.ident("joined"))]
+    base = ([float(b) for b in ensemble.base_score] if ensemble.aggregation == "sum"
+            else [0.0] * n_out)
+    sums: list[exp.Expression] = [
+        exp.Add(this=dnum(b), expression=exp.Coalesce(this=nm.ref(f"t{c}"),
+                                                      expressions=[dnum(0.0)]))
+        for c, b in enumerate(base)]
+    return steps, sums, len(steps), bins.n_thresholds
+
+
+def sql_report(ensemble: Ensemble, compiled: Compiled, sql: str, dialect: str) -> dict[str, Any]:
+    """What was written: form, reason, characters, bytes per leaf."""
+    leaves = ensemble.n_leaves
+    return {
+        "form": compiled.form,
+        "reason": compiled.reason,
+        "dialect": dialect,
+        "characters": len(sql),
+        "bytes": len(sql.encode("utf-8")),
+        "leaves": leaves,
+        "bytes_per_leaf": round(len(sql.encode("utf-8")) / max(leaves, 1), 2),
+        "steps": compiled.n_steps,
+        "thresholds": compiled.n_thresholds,
+        "trees": ensemble.n_trees,
+    }
+
+
+def finite(x: float) -> bool:
+    return math.isfinite(x)
