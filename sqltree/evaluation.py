@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
@@ -30,6 +31,7 @@ from .compiler.scoring import Names, build_scoring_query
 from .dataset import resolve_relation, sort_key
 from .engines import get_engine
 from .errors import DataError, OptionError
+from .source_check import check_source
 from .tree import Node, Value, format_value, scoring_tree
 
 EPS = sys.float_info.epsilon
@@ -104,6 +106,16 @@ class Evaluation:
     title: str = "Evaluation"
     extra: dict[str, Any] = field(default_factory=dict)
     """Facts about what was evaluated (the source, the fold), kept in ``to_dict``."""
+    unseen_classes: list[Value] = field(default_factory=list)
+    """Classes the source holds that the model was not trained on (so never predicts): they
+    have rows of the matrix, and ``str()`` and ``to_dict`` name them with their weight."""
+
+    @property
+    def unseen_weight(self) -> float:
+        """Total weight of the rows whose class the model was not trained on."""
+        unseen = {_key(c) for c in self.unseen_classes}
+        return float(sum(self._support(i) for i, c in enumerate(self.classes)
+                         if _key(c) in unseen))
 
     # -- totals ------------------------------------------------------------------------------
     @property
@@ -225,6 +237,8 @@ class Evaluation:
             "weight_column": self.weight,
             "total_weight": self.total,
             "classes": list(self.classes),
+            "unseen_classes": list(self.unseen_classes),
+            "unseen_weight": self.unseen_weight,
             "confusion_matrix": [list(r) for r in self.matrix],
             "correct": self.correct,
             "accuracy": self.accuracy,
@@ -366,7 +380,8 @@ def evaluate(
     engine = get_engine(connection)
     try:
         relation = resolve_relation(source, engine)
-        names = [n for n, _ in engine.columns(relation)]
+        schema = engine.columns(relation)
+        names = [n for n, _ in schema]
         needed = {model.target: "the target", **({weight_column: "the weight column"}
                                                 if weight_column else {})}
         for name, what in needed.items():
@@ -376,6 +391,7 @@ def evaluate(
         missing = [f for f in tested if f not in names]
         if missing:
             raise DataError(f"columns the tree tests are not in the source: {missing}")
+        check_source(model, dict(schema), engine, target=True)
         query = build_evaluation_query(
             root, model.classes, relation, model.target, weight_column,
             expand=engine.VECTORIZED,
@@ -419,12 +435,24 @@ def from_groups(
         for name in sums:
             sums[name] += float(r[name])
     prior_abs, prior_sq = _prior_errors(classes, matrix, model_classes, training_counts)
-    return Evaluation(
+    unseen = sorted(others.values(), key=sort_key)
+    evaluation = Evaluation(
         classes=classes, matrix=matrix, rows=sum(int(r["rows"]) for r in labelled),
         rows_null_target=null_rows, weight=weight, sum_p_actual=sums["p_actual"],
         sum_log_p=sums["log_p"], sum_p_squared=sums["p_squared"], sum_prior_abs=prior_abs,
-        sum_prior_sq=prior_sq, title=title,
+        sum_prior_sq=prior_sq, title=title, unseen_classes=unseen,
     )
+    if unseen:
+        warnings.warn(
+            f"{_weight_text(evaluation.unseen_weight)} rows hold classes the model was not "
+            f"trained on ({_labels(unseen)}); they count as errors", stacklevel=4,
+        )
+    return evaluation
+
+
+def _labels(values: Sequence[Value], most: int = 5) -> str:
+    shown = ", ".join(format_value(v) for v in values[:most])
+    return shown + (f" and {len(values) - most} more" if len(values) > most else "")
 
 
 def _key(value: Value) -> tuple[int, Any]:
@@ -479,6 +507,8 @@ def combine(parts: Sequence[Evaluation], title: str = "Evaluation") -> Evaluatio
         sum_prior_abs=sum(p.sum_prior_abs for p in parts),
         sum_prior_sq=sum(p.sum_prior_sq for p in parts),
         title=title,
+        unseen_classes=sorted({_key(c): c for p in parts for c in p.unseen_classes}.values(),
+                              key=sort_key),
     )
 
 
@@ -578,6 +608,9 @@ def report(evaluation: Evaluation) -> str:
     ]
     if e.rows_null_target:
         summary.append(f"{'Rows with a NULL class (left out)':<35}{e.rows_null_target:>8}")
+    if e.unseen_classes:
+        summary.append(f"{'Rows of classes not in the model':<35}"
+                       f"{_weight_text(e.unseen_weight):>8} ({_labels(e.unseen_classes)})")
     if e.weight:
         summary.append(f"{'Weights from column':<35}{'':>4}{e.weight}")
     return "\n\n".join([

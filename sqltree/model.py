@@ -21,6 +21,7 @@ from .engines.sqlite_numbers import exact_numbers
 from .errors import DataError, ModelFileError, OptionError, UnsupportedError
 from .model_file import FORMAT, format_version, read_json, validate
 from .options import check_dialect
+from .source_check import check_source
 from .tree import CONTINUOUS, Node, Value, check_unknown, format_value, scoring_tree
 
 if TYPE_CHECKING:
@@ -430,7 +431,7 @@ class Model:
             relation = resolve_relation(source, engine)
             schema = engine.columns(relation)
             names = [n for n, _ in schema]
-            self._check_source(dict(schema), engine.dialect)
+            self._check_source(dict(schema), engine)
             taken = {n.lower() for n in names}
             clash = [c for c in [column, *(self.proba_columns() if proba else [])]
                      if c.lower() in taken]
@@ -455,9 +456,10 @@ class Model:
         finally:
             engine.cleanup()
 
-    def _check_source(self, types: dict[str, exp.DataType], dialect: str) -> None:
+    def _check_source(self, types: dict[str, exp.DataType], engine: Any) -> None:
         """Refuse a scoring source without a column the tree tests, or with text where the
-        tree compares numbers (the engine's own error would name neither)."""
+        tree compares numbers, or with another type family than in training (the engine's own
+        error would name neither, or there would be no error and wrong answers)."""
         tested = {n.split.feature: n.split for n in self.root.walk() if n.split}
         missing = sorted(f for f in tested if f not in types)
         if missing:
@@ -470,10 +472,11 @@ class Model:
                 *exp.DataType.NUMERIC_TYPES, *untyped
             ):
                 raise DataError(
-                    f"column {name!r} is {dtype.sql(dialect)} in the source, but the tree "
+                    f"column {name!r} is {dtype.sql(engine.dialect)} in the source, but the tree "
                     f"compares it with numbers ({name} <= {tested[name].threshold!r}); cast "
                     "it to a number in a query"
                 )
+        check_source(self, types, engine)
 
     def evaluate(
         self,
