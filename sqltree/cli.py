@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import os
 import re
+import stat
 import sys
 import tempfile
 import traceback
@@ -375,17 +376,31 @@ def _check_output(path: str | None, suffixes: Sequence[str], what: str) -> None:
 @contextlib.contextmanager
 def _written(path: str) -> Iterator[str]:
     """A temporary name beside ``path`` that becomes ``path`` when the block succeeds: an
-    error or a Ctrl-C while writing leaves no half-written file behind."""
+    error or a Ctrl-C while writing leaves no half-written file behind. The file gets the mode
+    a plain ``open`` would give it (the one it had, or 0666 less the umask), not the temporary
+    file's 0600."""
     folder, name = os.path.split(os.path.abspath(os.path.expanduser(path)))
     handle, temporary = tempfile.mkstemp(prefix=f".{name}.", suffix=os.path.splitext(name)[1],
                                          dir=folder)
     os.close(handle)
     try:
         yield temporary
+        os.chmod(temporary, _new_file_mode(path))
         os.replace(temporary, path)
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.remove(temporary)
+
+
+def _new_file_mode(path: str) -> int:
+    """The mode ``open(path, "w")`` leaves a file with: its own if it exists, else 0666 less
+    the umask."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        mask = os.umask(0)
+        os.umask(mask)
+        return 0o666 & ~mask
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:

@@ -290,6 +290,27 @@ def test_predict_writes_the_kind_its_name_says(tmp_path, capsys, model_file, suf
     assert os.listdir(tmp_path) == [output.name]  # no temporary file left
 
 
+@pytest.fixture
+def umask_022():
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+@pytest.mark.parametrize("name", ["m.json", "scored.csv", "scored.parquet"])
+def test_written_files_respect_the_umask(tmp_path, capsys, model_file, umask_022, name):
+    output = tmp_path / name
+    if name.endswith(".json"):
+        args = ["train", GOLF, "-t", "play", "-q", "-o", output]
+    else:
+        args = ["predict", model_file, GOLF, "-o", output]
+    assert run(capsys, *args)[0] == 0
+    assert output.stat().st_mode & 0o777 == 0o644
+    output.chmod(0o640)  # overwritten, a file keeps its mode, as open() keeps it
+    assert run(capsys, *args)[0] == 0
+    assert output.stat().st_mode & 0o777 == 0o640
+
+
 def test_usage_errors_are_one_line(capsys):
     for args in ([], ["bogus"], ["show"], ["train", GOLF]):
         status, _, err = run(capsys, *args)
