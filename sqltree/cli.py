@@ -58,7 +58,8 @@ class _Formatter(argparse.HelpFormatter):
 
 def _command(sub: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser:
     epilog = "examples:\n" + "".join(f"  {line}\n" for line in COMMAND_EXAMPLES[name])
-    return sub.add_parser(name, epilog=epilog, formatter_class=_Formatter, **kwargs)
+    return sub.add_parser(name, epilog=epilog, formatter_class=_Formatter, allow_abbrev=False,
+                          **kwargs)
 
 
 def _csv(text: str | None) -> list[str] | None:
@@ -100,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
         "and compile them to SQL.",
         epilog=EXAMPLES,
         formatter_class=_Formatter,
+        allow_abbrev=False,  # --max-dept must not pass for --max-depth
     )
     parser.add_argument("--version", action="version", version=f"sqltree {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -185,8 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_cart_and_engine_flags(t: argparse.ArgumentParser) -> None:
     cart = t.add_argument_group("CART (scikit-learn's names and meanings)")
-    cart.add_argument("--criterion", choices=["gini", "entropy", "squared_error",
-                                              "friedman_mse", "poisson", "absolute_error"],
+    cart.add_argument("--criterion", choices=["gini", "entropy", "log_loss", "squared_error",
+                                              "friedman_mse", "poisson"],
                       help="gini or entropy for classes; squared_error (the default), "
                            "friedman_mse or poisson for --task regression")
     cart.add_argument("--min-samples-leaf", type=float, metavar="N")

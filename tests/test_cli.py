@@ -237,7 +237,11 @@ def test_bad_training_options(tmp_path, capsys, options, message):
     (["trian", GOLF], "'trian' is not known (did you mean 'train'?); argument COMMAND"),
     (["sql", "m.json", "--dialcet", "duckdb"],
      "'--dialcet' is not known (did you mean '--dialect'?)"),
-], ids=["flag", "flag=value", "command", "sql flag"])
+    # argparse's abbreviations took --max-dept for --max-depth without a word
+    (["train", GOLF, "-t", "play", "--max-dept", "2"],
+     "'--max-dept' is not known (did you mean '--max-depth'?)"),
+    (["train", GOLF, "-t", "play", "--max", "2"], "unrecognized arguments: --max 2"),
+], ids=["flag", "flag=value", "command", "sql flag", "abbreviation", "prefix"])
 def test_a_misspelt_flag_or_command_is_named(capsys, args, message):
     assert message in refused(capsys, USAGE, *args)
 
@@ -249,6 +253,35 @@ def test_a_misspelt_flag_or_command_is_named(capsys, args, message):
 ])
 def test_train_output_checked_before_training(capsys, output, message):
     assert message in refused(capsys, USAGE, "train", GOLF, "-t", "play", "-o", output)
+
+
+def _choices(command: str, flag: str) -> list[str]:
+    from sqltree.cli import build_parser
+
+    parser = build_parser()
+    (sub,) = [a for a in parser._actions if isinstance(a.choices, dict)]
+    (action,) = [a for a in sub.choices[command]._actions if flag in a.option_strings]
+    return list(action.choices)
+
+
+def test_every_criterion_offered_trains(capsys, tmp_path):
+    from tests.helpers import GOLF_NUMERIC
+
+    offered = _choices("train", "--criterion")
+    assert "absolute_error" not in offered
+    for criterion in offered:
+        regression = criterion in ("squared_error", "friedman_mse", "poisson")
+        args = (["-t", "humidity", "--task", "regression", "--features", "outlook,temperature"]
+                if regression else ["-t", "play", "-a", "cart"])
+        status, _, err = run(capsys, "train", GOLF_NUMERIC, *args, "--criterion", criterion,
+                             "-q", "-o", tmp_path / "m.json")
+        assert status == 0, (criterion, err)
+
+
+def test_split_scores_refuses_a_task_it_cannot_score():
+    with pytest.raises(sqltree.errors.UnsupportedOptionError,
+                       match="split_scores scores classification splits"):
+        sqltree.split_scores(str(GOLF), target="play", task="regression")
 
 
 def test_quiet_without_output_is_refused(capsys):
