@@ -110,8 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--connect",
             metavar="URL",
-            help="a postgresql:// URL or an existing DuckDB database file "
-                 "(default: in-memory DuckDB)",
+            help="a postgresql:// URL, an existing DuckDB database file, or a SQLite "
+                 "database (sqlite:///FILE, or the file itself) (default: in-memory DuckDB)",
         )
         p.add_argument(
             "--create-db",
@@ -335,9 +335,12 @@ def _connection(url: str | None, create: bool = False):  # type: ignore[no-untyp
         return None
     if url.startswith(("postgresql://", "postgres://")):
         return url
+    if url.startswith(SQLITE_URL):
+        return _sqlite(url[len(SQLITE_URL):], create)
     if "://" in url:
         raise OptionError(
-            f"--connect takes a postgresql:// URL or a DuckDB database file, not {url!r}"
+            f"--connect takes a postgresql:// URL, a sqlite:/// URL or a DuckDB database "
+            f"file, not {url!r}"
         )
     # duckdb.connect creates any file it is given: a mistyped path would train on, or write
     # predictions into, a new empty database instead of failing.
@@ -346,12 +349,42 @@ def _connection(url: str | None, create: bool = False):  # type: ignore[no-untyp
         raise EngineConnectionError(
             f"DuckDB database {url!r} does not exist (pass --create-db to create it)"
         )
+    if is_file and _is_sqlite_file(os.path.expanduser(url)):
+        return _sqlite(url, create)
     import duckdb
 
     try:
         return duckdb.connect(url)
     except duckdb.Error as error:
         raise EngineConnectionError(f"DuckDB cannot open {url!r}: {_one_line(error)}") from None
+
+
+SQLITE_URL = "sqlite:///"
+"""``--connect sqlite:///shop.db``: a SQLite database file (``sqlite:////abs/path`` too)."""
+
+
+def _is_sqlite_file(path: str) -> bool:
+    """Whether ``path`` is a SQLite database (its 16-byte header says so)."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(16) == b"SQLite format 3\x00"
+    except OSError:
+        return False
+
+
+def _sqlite(path: str, create: bool):  # type: ignore[no-untyped-def]
+    import sqlite3
+
+    path = os.path.expanduser(path)
+    if not path:
+        raise OptionError("--connect sqlite:/// needs a database file: sqlite:///shop.db")
+    if not create and not os.path.exists(path):
+        raise EngineConnectionError(
+            f"SQLite database {path!r} does not exist (pass --create-db to create it)"
+        )
+    if os.path.exists(path) and os.path.getsize(path) and not _is_sqlite_file(path):
+        raise EngineConnectionError(f"{path!r} is not a SQLite database")
+    return sqlite3.connect(path)
 
 
 MODEL_SUFFIXES = (".json",)
@@ -415,6 +448,9 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     psycopg = sys.modules.get("psycopg")  # loaded only when a postgresql:// URL was used
     if psycopg is not None:
         errors.append(psycopg.Error)
+    sqlite3 = sys.modules.get("sqlite3")
+    if sqlite3 is not None:
+        errors.append(sqlite3.Error)
     return tuple(errors)
 
 
@@ -428,7 +464,8 @@ def _exit_status(error: BaseException) -> int | None:
     return None
 
 
-DRIVERS = {"duckdb": "DuckDB", "_duckdb": "DuckDB", "psycopg": "PostgreSQL", "pyspark": "Spark"}
+DRIVERS = {"duckdb": "DuckDB", "_duckdb": "DuckDB", "psycopg": "PostgreSQL", "pyspark": "Spark",
+           "sqlite3": "SQLite"}
 
 
 def _one_line(error: BaseException) -> str:
@@ -497,7 +534,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         _check_train_args(args)
         connection = _connection(args.connect, args.create_db)
         if args.threads is not None or args.memory_limit is not None:
-            if isinstance(connection, str):
+            if connection is not None and not type(connection).__module__.startswith("duckdb"):
                 raise OptionError("--threads and --memory-limit apply to DuckDB only")
             from sqltree.engines.duckdb import DuckDBEngine
 

@@ -4,6 +4,7 @@ or DuckDB database left behind by a mistake."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -11,6 +12,7 @@ import subprocess
 import sys
 
 import duckdb
+import pandas as pd
 import pytest
 
 import sqltree
@@ -89,7 +91,36 @@ def test_create_db_creates_the_database(tmp_path, capsys, model_file):
 
 def test_connect_to_an_unknown_kind_of_url_is_refused(capsys):
     line = refused(capsys, USAGE, "train", GOLF, "-t", "play", "--connect", "mysql://db/x")
-    assert "postgresql:// URL or a DuckDB database file" in line
+    assert "a postgresql:// URL, a sqlite:/// URL or a DuckDB database file" in line
+
+
+@pytest.mark.parametrize("form", ["url", "file"])
+def test_connect_to_a_sqlite_database(tmp_path, capsys, form):
+    import sqlite3
+
+    database = tmp_path / "shop.db"
+    with contextlib.closing(sqlite3.connect(database)) as lite:
+        pd.read_csv(GOLF, dtype=str).to_sql("golf", lite, index=False)
+        lite.commit()
+    connect = f"sqlite:///{database}" if form == "url" else str(database)
+    model = tmp_path / "m.json"
+    status, _, err = run(capsys, "train", "golf", "-t", "play", "-q", "-o", model,
+                         "--connect", connect)
+    assert status == 0, err
+    assert sqltree.load(model).stats["engine"] == "sqlite"
+    status, _, err = run(capsys, "predict", model, "golf", "--into", "scored", "--connect",
+                         connect)
+    assert status == 0, err
+    with contextlib.closing(sqlite3.connect(database)) as lite:
+        assert lite.execute("SELECT count(*) FROM scored").fetchall() == [(14,)]
+    status, out, err = run(capsys, "evaluate", model, "golf", "--connect", connect)
+    assert status == 0 and "Correctly Classified Instances          14" in out, err
+
+
+def test_connect_to_a_missing_sqlite_file_is_refused(tmp_path, capsys):
+    typo = tmp_path / "typo.db"
+    line = refused(capsys, DATA, "scores", GOLF, "-t", "play", "--connect", f"sqlite:///{typo}")
+    assert f"SQLite database {str(typo)!r} does not exist" in line and not typo.exists()
 
 
 def test_connect_to_a_file_that_is_not_a_database(tmp_path, capsys):
