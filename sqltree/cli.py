@@ -62,8 +62,18 @@ def _command(sub: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser:
                           **kwargs)
 
 
-def _csv(text: str | None) -> list[str] | None:
-    return None if text is None else [t.strip() for t in text.split(",") if t.strip()]
+def _csv(given: Sequence[str] | None) -> list[str] | None:
+    """The column names of a repeatable ``--features``-style flag: each value is one name or
+    a comma-separated list, in which ``\\,`` is a comma that belongs to a name."""
+    if given is None:
+        return None
+    names = []
+    for text in given:
+        for name in re.split(r"(?<!\\),", text):
+            name = name.replace("\\,", ",").strip()
+            if name:
+                names.append(name)
+    return names
 
 
 class _Parser(argparse.ArgumentParser):
@@ -130,9 +140,13 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--output", "-o", metavar="MODEL.json", help="where to save the model")
     t.add_argument("--algorithm", "-a", choices=["c4.5", "id3", "cart"],
                    help="default: c4.5, or cart for --task regression")
-    t.add_argument("--features", metavar="A,B,...", help="feature columns (default: all others)")
-    t.add_argument("--nominal", metavar="A,B,...", help="treat these columns as nominal")
-    t.add_argument("--continuous", metavar="A,B,...", help="treat these columns as continuous")
+    repeatable = " (repeatable; a comma separates names, \\, is a comma within one)"
+    t.add_argument("--features", metavar="A,B,...", action="append",
+                   help="feature columns (default: all others)" + repeatable)
+    t.add_argument("--nominal", metavar="A,B,...", action="append",
+                   help="treat these columns as nominal" + repeatable)
+    t.add_argument("--continuous", metavar="A,B,...", action="append",
+                   help="treat these columns as continuous" + repeatable)
     t.add_argument("--weight", metavar="COLUMN", help="a column of row weights")
     t.add_argument("--max-depth", type=int, metavar="N")
     t.add_argument("--min-cases", type=float, metavar="W",

@@ -286,6 +286,17 @@ def test_train_output_checked_before_training(capsys, output, message):
     assert message in refused(capsys, USAGE, "train", GOLF, "-t", "play", "-o", output)
 
 
+def test_features_is_repeatable_and_names_a_column_with_a_comma(tmp_path, capsys):
+    source = tmp_path / "golf.csv"
+    pd.read_csv(GOLF, dtype=str).rename(columns={"humidity": "humidity, %"}).to_csv(
+        source, index=False)
+    model = tmp_path / "m.json"
+    status, _, err = run(capsys, "train", source, "-t", "play", "-q", "-o", model,
+                         "--features", "humidity\\, %", "--features", "outlook,windy")
+    assert status == 0, err
+    assert sqltree.load(model).feature_names == ["humidity, %", "outlook", "windy"]
+
+
 def _choices(command: str, flag: str) -> list[str]:
     from sqltree.cli import build_parser
 
