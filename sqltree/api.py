@@ -248,8 +248,9 @@ def _read(
     with reporting.phase("read", f"reading {describe_source(source)} on {engine.NAME}") as phase:
         data = describe(source, engine, target, **roles, task=task)
         phase.done(
-            f"read {reporting.rows(data.n_rows)} rows, {len(data.features)} features, "
-            f"{len(data.classes)} classes, {phase.seconds:.2f} s",
+            f"read {reporting.rows(data.n_rows)} rows, "
+            f"{reporting.count(len(data.features), 'feature')}, "
+            f"{reporting.count(len(data.classes), 'class', 'classes')}, {phase.seconds:.2f} s",
             rows=data.n_rows, features=len(data.features), classes=len(data.classes),
         )
     return data

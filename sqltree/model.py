@@ -284,7 +284,8 @@ class Model:
             if proba:
                 raise OptionError("probabilities are columns: pass table=... to get a query")
         check_unknown(unknown)
-        start = f"compiling {self.n_leaves:,} leaves to {dialect} SQL"
+        leaves = reporting.count(self.n_leaves, "leaf", "leaves")
+        start = f"compiling {leaves} to {dialect} SQL"
         with reporting.phase("compile", start) as phase:
             if table is None:
                 expression = self.to_expression(output, unknown=unknown)
@@ -294,7 +295,7 @@ class Model:
             if not quote_identifiers:
                 unquote_identifiers(expression, dialect)
             sql = render(expression, dialect, pretty)
-            phase.done(f"compiled {self.n_leaves:,} leaves into {len(sql):,} characters of "
+            phase.done(f"compiled {leaves} into {len(sql):,} characters of "
                        f"{dialect} SQL, {phase.seconds:.2f} s", characters=len(sql))
         return sql
 
@@ -318,13 +319,14 @@ class Model:
         relation = dbt_ref(ref)
         header = (f"{self.target} predicted by a sqltree {self.options.get('algorithm')} tree "
                   f"({self.n_leaves} leaves), compiled for {dialect}")
-        start = f"compiling {self.n_leaves:,} leaves to a {dialect} dbt model"
+        leaves = reporting.count(self.n_leaves, "leaf", "leaves")
+        start = f"compiling {leaves} to a {dialect} dbt model"
         with reporting.phase("compile", start) as phase:
             query = self._select(relation, output, column, proba, unknown)
             if not quote_identifiers:
                 unquote_identifiers(query, dialect)
             text = dbt_model(render(query, dialect, pretty), relation, header)
-            phase.done(f"compiled {self.n_leaves:,} leaves into a dbt model of {len(text):,} "
+            phase.done(f"compiled {leaves} into a dbt model of {len(text):,} "
                        f"characters, {phase.seconds:.2f} s", characters=len(text))
         return text
 
@@ -444,7 +446,8 @@ class Model:
                 expand=engine.VECTORIZED, ordered=into is None, unknown=unknown,
             )
             # The engine copies the query before rendering it; see compiler.collector_paused.
-            start = f"scoring {relation.meta['sqltree_source']} with {self.n_leaves:,} leaves"
+            start = (f"scoring {relation.meta['sqltree_source']} with "
+                     f"{reporting.count(self.n_leaves, 'leaf', 'leaves')}")
             with compiler.collector_paused(), reporting.phase("score", start) as phase:
                 if into is not None:
                     engine.create_table(into, query)
