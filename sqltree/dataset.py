@@ -459,6 +459,13 @@ def _role(
         return CONTINUOUS
     if dtype.is_type(*TEXT_TYPES):
         return NOMINAL
+    if dtype.is_type(*exp.DataType.TEMPORAL_TYPES):
+        raise UnsupportedError(
+            f"column {name!r} holds dates or times ({dtype.sql(engine.dialect)}), which are "
+            "neither numbers nor categories: derive features from it in a query (such as "
+            f"EXTRACT(year FROM {name}), or the days since a date), or leave it out with "
+            "features=[...]"
+        )
     raise UnsupportedError(
         f"column {name!r} has type {dtype.sql(engine.dialect)}, which sqltree cannot "
         "use as a feature; leave it out with features=[...] or cast it in a query"

@@ -240,3 +240,16 @@ def test_a_regression_target_whose_variance_overflows_is_a_data_error():
         sqltree.train(frame, target="t", task="regression")
     model = sqltree.train(frame.assign(t=frame["t"] / 1e100), target="t", task="regression")
     assert sqltree.Model.from_dict(model.to_dict()).n_leaves == model.n_leaves
+
+
+def test_dates_are_refused_alike_from_every_source(tmp_path):
+    frame = pd.DataFrame({"d": pd.date_range("2024-01-01", periods=60).date,
+                          "x": [i % 7 for i in range(60)], "y": ["a", "b"] * 30})
+    frame.to_csv(tmp_path / "d.csv", index=False)
+    frame.to_parquet(tmp_path / "d.parquet")
+    for source in (str(tmp_path / "d.csv"), str(tmp_path / "d.parquet"), frame):
+        with pytest.raises(sqltree.UnsupportedError,
+                           match=r"column 'd' holds dates or times \(DATE\).*EXTRACT\(year"):
+            sqltree.train(source, target="y")
+    model = sqltree.train(str(tmp_path / "d.csv"), target="y", features=["x"])
+    assert model.feature_names == ["x"]
