@@ -1,4 +1,5 @@
-"""The ``sqltree`` command: train, predict, evaluate, sql, show, rules, dot, scores."""
+"""The ``sqltree`` command: train, predict, evaluate, sql, show, rules, dot, scores,
+importances."""
 
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ COMMAND_EXAMPLES = {
     "dot": ["sqltree dot golf.json -o tree.svg --filled"],
     "evaluate": ["sqltree evaluate golf.json examples/data/golf.csv --unknown majority"],
     "scores": ["sqltree scores examples/data/golf.csv --target play"],
+    "importances": ["sqltree importances golf.json", "sqltree importances golf.json --kind split"],
 }
 """Each command's ``--help`` ends with these; tests/test_cli_workflow.py runs every one."""
 
@@ -231,6 +233,12 @@ def _add_reading_parsers(sub: Any) -> None:
     _add_max_depth(show)
     show.add_argument("--summary", action="store_true",
                       help="print what the model was trained on and how, not the tree")
+
+    imp = _command(sub, "importances", help="print each feature's importance in a saved tree")
+    imp.add_argument("model")
+    imp.add_argument("--kind", choices=["gain", "split"], default="gain",
+                     help="gain: the share of the impurity decrease (scikit-learn's "
+                          "feature_importances_, the default); split: the number of tests")
 
     r = _command(sub, "rules", help="print one IF ... THEN rule per leaf")
     r.add_argument("model")
@@ -600,6 +608,13 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _sql_command(args)
     if args.command in ("show", "rules", "dot"):
         return _reading_command(args)
+    if args.command == "importances":
+        importances = sqltree.load(args.model).feature_importances(args.kind)
+        width = max(len(name) for name in importances)
+        for name, value in sorted(importances.items(), key=lambda p: -p[1]):
+            shown = f"{value:.6f}" if args.kind == "gain" else f"{value:.0f}"
+            print(f"{name:<{width}}  {shown}")
+        return 0
     if args.command == "evaluate":
         return _evaluate_command(args)
     if args.command == "scores":
