@@ -186,6 +186,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--view", help="with --table: emit CREATE VIEW VIEW AS ...")
     s.add_argument("--proba", action="store_true", help="with --table: probability columns")
     s.add_argument("--pretty", action="store_true", help="indent the SQL")
+    s.add_argument("--check", action="store_true",
+                   help="with --table: instead, a query that returns a row for each column "
+                        "holding values training never saw (none when the table matches)")
     s.add_argument("--quiet", "-q", action="store_true", help="print no progress")
     _add_deploy_flags(s)
 
@@ -638,7 +641,8 @@ def _sql_command(args: argparse.Namespace) -> int:
                                    "--source-ref, and dbt makes the view")
     elif args.source_ref is not None:
         raise OptionError("--source-ref names the ref of a dbt model file: add --dbt")
-    table_needed = [("--view", args.view), ("--proba", args.proba)] if not args.dbt else []
+    table_needed = [("--view", args.view), ("--proba", args.proba),
+                    ("--check", args.check)] if not args.dbt else [("--check", args.check)]
     for flag, given in table_needed:
         if given and args.table is None:
             raise OptionError(f"{flag} needs --table (the table the query reads)")
@@ -649,7 +653,14 @@ def _sql_command(args: argparse.Namespace) -> int:
                    unknown=args.unknown, quote_identifiers=not args.no_quote)
     if args.leaf:
         options["column"] = "leaf"
-    if args.dbt:
+    if args.check:
+        for flag, given in (("--view", args.view), ("--proba", args.proba),
+                            ("--leaf", args.leaf), ("--dbt", args.dbt)):
+            if given:
+                raise OptionError(f"{flag} does not go with --check")
+        text = model.check_sql(args.table, args.dialect, pretty=args.pretty,
+                               quote_identifiers=not args.no_quote) + "\n"
+    elif args.dbt:
         text = model.to_dbt(args.source_ref, args.dialect, pretty=True, **options)
     else:
         text = model.to_sql(args.dialect, table=args.table, view=args.view,

@@ -372,6 +372,55 @@ class Model:
                        f"characters, {phase.seconds:.2f} s", characters=len(text))
         return text
 
+    def check_sql(self, table: str, dialect: str = "duckdb", *, pretty: bool = False,
+                  quote_identifiers: bool = True) -> str:
+        """A query a deployment can run to check that ``table`` still holds what the model
+        was trained on: one row per nominal column the tree tests that holds values training
+        never saw (``column``, ``rows``, an ``example``), none when all is well, so it serves as
+        a dbt singular test as it is. A column whose values changed type (booleans stored as
+        1/0 where the model learnt ``'True'``) has every row outside, or makes the engine
+        refuse the comparison; either way the check does not pass silently.
+
+        Examples
+        --------
+        >>> import sqltree
+        >>> model = sqltree.train("examples/data/golf.csv", target="play")
+        >>> print(model.check_sql("sales").splitlines()[0][:64])
+        SELECT 'outlook' AS "column", COUNT(*) AS "rows", MIN(CAST("outl
+        """
+        from .compiler.blocks import column as quoted_column
+        from .compiler.blocks import literal
+
+        check_dialect(dialect)
+        relation = exp.to_table(table, dialect=dialect)
+        tested = {n.split.feature for n in self.root.walk() if n.split is not None}
+        parts: list[exp.Select] = []
+        for f in self.features:
+            if f.name not in tested or f.kind == CONTINUOUS or not f.values:
+                continue
+            col = quoted_column(f.name)
+            outside = exp.and_(col.copy().is_(exp.null()).not_(), exp.not_(exp.In(
+                this=col.copy(), expressions=[literal(v) for v in f.values])))
+            parts.append(
+                exp.select(
+                    exp.alias_(exp.Literal.string(f.name), "column", quoted=True),
+                    exp.alias_(exp.Count(this=exp.Star()), "rows", quoted=True),
+                    exp.alias_(exp.Min(this=exp.cast(col.copy(), "TEXT")), "example",
+                               quoted=True),
+                ).from_(relation.copy()).where(outside).having(
+                    exp.GT(this=exp.Count(this=exp.Star()), expression=exp.Literal.number(0)))
+            )
+        if not parts:  # nothing to check: a query that returns no rows
+            query: exp.Expression = exp.select(
+                exp.alias_(exp.Literal.string(""), "column", quoted=True)).where(exp.false())
+        else:
+            query = parts[0]
+            for part in parts[1:]:
+                query = exp.union(query, part, distinct=False)
+        if not quote_identifiers:
+            unquote_identifiers(query, dialect)
+        return render(query, dialect, pretty)
+
     def _select(self, relation: exp.Expression, output: str, column: str, proba: bool,
                 unknown: str, *, view: str | None = None, dialect: str = "duckdb"
                 ) -> exp.Expression:
