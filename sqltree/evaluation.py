@@ -110,6 +110,12 @@ class Evaluation:
     """Classes the source holds that the model was not trained on (so never predicts): they
     have rows of the matrix, and ``str()`` and ``to_dict`` name them with their weight."""
 
+    scores: list[tuple[Value, tuple[float, ...], float]] = field(default_factory=list)
+    """Weight per (actual class, probability vector): what the ROC and precision-recall
+    areas are computed from (the probabilities of ``score_classes``, in that order)."""
+    score_classes: list[Value] = field(default_factory=list)
+    """The classes of each probability vector in ``scores``: the model's."""
+
     @property
     def unseen_weight(self) -> float:
         """Total weight of the rows whose class the model was not trained on."""
@@ -145,6 +151,103 @@ class Evaluation:
         if chance >= 1.0:
             return 1.0
         return (self.correct / n - chance) / (1.0 - chance)
+
+    @property
+    def matthews_correlation(self) -> float:
+        """Matthews correlation coefficient of the (weighted) confusion matrix, for any number
+        of classes (scikit-learn's ``matthews_corrcoef``; 0 where it is undefined)."""
+        k = len(self.classes)
+        n, correct = self.total, self.correct
+        actual = [self._support(i) for i in range(k)]
+        predicted = [self._predicted(i) for i in range(k)]
+        covariance = correct * n - sum(a * p for a, p in zip(actual, predicted))
+        spread_p = n * n - sum(p * p for p in predicted)
+        spread_a = n * n - sum(a * a for a in actual)
+        if spread_p * spread_a == 0:
+            return 0.0
+        return covariance / math.sqrt(spread_p * spread_a)
+
+    @property
+    def balanced_accuracy(self) -> float:
+        """The mean recall of the classes the source holds (scikit-learn's
+        ``balanced_accuracy_score``)."""
+        recalls = [self.matrix[i][i] / self._support(i) for i in range(len(self.classes))
+                   if self._support(i) > 0]
+        return sum(recalls) / len(recalls)
+
+    # -- ranking -------------------------------------------------------------------------------
+    def _class_scores(self, c: int) -> list[tuple[float, float, float]]:
+        """(probability of ``score_classes[c]``, positive weight, negative weight) per
+        distinct probability, ascending."""
+        label = _key(self.score_classes[c])
+        by_score: dict[float, list[float]] = {}
+        for actual, probs, w in self.scores:
+            pair = by_score.setdefault(probs[c], [0.0, 0.0])
+            pair[0 if _key(actual) == label else 1] += w
+        return sorted((s, pos, neg) for s, (pos, neg) in by_score.items())
+
+    def roc_auc_by_class(self) -> dict[Value, float | None]:
+        """Each class's area under the ROC curve, that class against the rest (the
+        probability that a row of the class scores above one of another, ties counting
+        half: scikit-learn's ``roc_auc_score``); None without rows of the class or others."""
+        out: dict[Value, float | None] = {}
+        for c, label in enumerate(self.score_classes):
+            points = self._class_scores(c)
+            positive = sum(p for _, p, _ in points)
+            negative = sum(n for _, _, n in points)
+            if positive <= 0 or negative <= 0:
+                out[label] = None
+                continue
+            below = area = 0.0
+            for _, pos, neg in points:
+                area += pos * (below + 0.5 * neg)
+                below += neg
+            out[label] = area / (positive * negative)
+        return out
+
+    def pr_auc_by_class(self) -> dict[Value, float | None]:
+        """Each class's area under the precision-recall curve, that class against the rest,
+        as average precision (scikit-learn's ``average_precision_score``); None without rows
+        of the class."""
+        out: dict[Value, float | None] = {}
+        for c, label in enumerate(self.score_classes):
+            points = self._class_scores(c)
+            positive = sum(p for _, p, _ in points)
+            if positive <= 0:
+                out[label] = None
+                continue
+            tp = fp = recall = area = 0.0
+            for _, pos, neg in reversed(points):
+                tp, fp = tp + pos, fp + neg
+                if tp + fp > 0:
+                    area += (tp / positive - recall) * (tp / (tp + fp))
+                recall = tp / positive
+            out[label] = area
+        return out
+
+    def _weighted(self, by_class: dict[Value, float | None]) -> float | None:
+        """The classes' figures weighted by their weight in the source (Weka's weighted
+        average, scikit-learn's ``average="weighted"``), over the classes that have one."""
+        support = {_key(c): self._support(i) for i, c in enumerate(self.classes)}
+        pairs = [(v, support.get(_key(c), 0.0)) for c, v in by_class.items() if v is not None]
+        total = sum(w for _, w in pairs)
+        return sum(v * w for v, w in pairs) / total if total > 0 else None
+
+    @property
+    def roc_auc(self) -> float | None:
+        """Area under the ROC curve: of the second class for two classes, else one class
+        against the rest, weighted by the classes' weights (None when undefined)."""
+        if len(self.score_classes) == 2:
+            return self.roc_auc_by_class()[self.score_classes[1]]
+        return self._weighted(self.roc_auc_by_class())
+
+    @property
+    def pr_auc(self) -> float | None:
+        """Area under the precision-recall curve (average precision): of the second class for
+        two classes, else weighted over the classes as ``roc_auc``."""
+        if len(self.score_classes) == 2:
+            return self.pr_auc_by_class()[self.score_classes[1]]
+        return self._weighted(self.pr_auc_by_class())
 
     # -- probabilities -----------------------------------------------------------------------
     @property
@@ -244,6 +347,14 @@ class Evaluation:
             "accuracy": self.accuracy,
             "error_rate": self.error_rate,
             "kappa": self.kappa,
+            "matthews_correlation": self.matthews_correlation,
+            "balanced_accuracy": self.balanced_accuracy,
+            "roc_auc": self.roc_auc,
+            "pr_auc": self.pr_auc,
+            "roc_auc_by_class": [{"class": c, "area": v}
+                                 for c, v in self.roc_auc_by_class().items()],
+            "pr_auc_by_class": [{"class": c, "area": v}
+                                for c, v in self.pr_auc_by_class().items()],
             "log_loss": self.log_loss,
             "mean_absolute_error": self.mean_absolute_error,
             "root_mean_squared_error": self.root_mean_squared_error,
@@ -298,8 +409,10 @@ def build_evaluation_query(
     *,
     expand: bool = False,
 ) -> exp.Select:
-    """``SELECT actual, predicted, COUNT(*), SUM(w), SUM(w * p_actual), ... GROUP BY actual,
-    predicted`` over the compiled scoring query of ``relation``.
+    """``SELECT actual, predicted, COUNT(*), SUM(w), SUM(w * p_actual), ..., p_0, ..., p_k
+    GROUP BY actual, predicted, p_0, ..., p_k`` over the compiled scoring query of
+    ``relation``: a tree gives few distinct probability vectors (about one per leaf), and their
+    weights per actual class give the ROC and precision-recall areas.
 
     ``expand`` spreads C4.5's unknown values by copies of the rows (DuckDB) instead of the
     closed form, as ``Model.predict`` does (see ``compiler.scoring.build_scoring_query``).
@@ -345,10 +458,11 @@ def build_evaluation_query(
     ]
     select = exp.Select(expressions=[
         exp.Alias(this=e, alias=nm.ident(name)) for e, name in zip(outputs, _GROUP_COLUMNS)
-    ])
+    ] + [pc.copy() for pc in p])  # by probabilities too: the ROC and precision-recall areas
     select = select.from_(exp.Subquery(this=scored, alias=exp.TableAlias(
         this=exp.to_identifier(s, quoted=True))), copy=False)
-    return select.group_by(actual.copy(), column(predicted, s), copy=False)
+    return select.group_by(actual.copy(), column(predicted, s), *[pc.copy() for pc in p],
+                           copy=False)
 
 
 # -- evaluate ----------------------------------------------------------------------------------
@@ -416,6 +530,9 @@ def from_groups(
     relative errors compare with: each class's weight plus one, as Weka counts it.
     """
     records = [dict(zip(_GROUP_COLUMNS, g)) for g in groups]
+    n = len(_GROUP_COLUMNS)
+    scores = [(g[0], tuple(float(x) for x in g[n:]), float(g[3])) for g in groups
+              if g[0] is not None and len(g) > n]
     bad = sum(int(r["bad_weights"] or 0) for r in records)
     if bad:
         raise DataError(f"{bad} rows have a NULL or negative weight in {weight!r}")
@@ -441,6 +558,7 @@ def from_groups(
         rows_null_target=null_rows, weight=weight, sum_p_actual=sums["p_actual"],
         sum_log_p=sums["log_p"], sum_p_squared=sums["p_squared"], sum_prior_abs=prior_abs,
         sum_prior_sq=prior_sq, title=title, unseen_classes=unseen,
+        scores=scores, score_classes=list(model_classes),
     )
     if unseen:
         warnings.warn(
@@ -509,7 +627,22 @@ def combine(parts: Sequence[Evaluation], title: str = "Evaluation") -> Evaluatio
         title=title,
         unseen_classes=sorted({_key(c): c for p in parts for c in p.unseen_classes}.values(),
                               key=sort_key),
+        **_pooled_scores(parts),
     )
+
+
+def _pooled_scores(parts: Sequence[Evaluation]) -> dict[str, Any]:
+    """The parts' score groups over the union of their models' classes (a class a part's
+    model did not know has probability 0 there)."""
+    keyed = {_key(c): c for part in parts for c in part.score_classes}
+    classes = sorted(keyed.values(), key=sort_key)
+    scores = []
+    for part in parts:
+        at = {_key(c): i for i, c in enumerate(part.score_classes)}
+        for actual, probs, w in part.scores:
+            scores.append((actual, tuple(probs[at[_key(c)]] if _key(c) in at else 0.0
+                                         for c in classes), w))
+    return {"scores": scores, "score_classes": classes}
 
 
 # -- text ----------------------------------------------------------------------------------------
@@ -604,6 +737,10 @@ def report(evaluation: Evaluation) -> str:
         _summary_line("Relative absolute error", e.relative_absolute_error, "%"),
         _summary_line("Root relative squared error", e.root_relative_squared_error, "%"),
         _summary_line("Log loss", e.log_loss),
+        _summary_line("Matthews correlation", e.matthews_correlation),
+        _summary_line("Balanced accuracy", e.balanced_accuracy),
+        _summary_line("ROC area", e.roc_auc),
+        _summary_line("PRC area", e.pr_auc),
         _summary_line("Total Number of Instances", e.total),
     ]
     if e.rows_null_target:
