@@ -347,6 +347,8 @@ def _add_evaluate_parser(sub: Any) -> argparse.ArgumentParser:
                               "column, if any)")
     weights.add_argument("--unweighted", action="store_true", help="count every row as 1")
     e.add_argument("--json", action="store_true", help="print every figure as JSON")
+    e.add_argument("--threshold", type=float, metavar="P",
+                   help="two classes: predict the second where its probability is at least P")
     _add_unknown_flag(e)
     return e
 
@@ -785,8 +787,9 @@ def _evaluate_command(args: argparse.Namespace) -> int:
     weight: str | bool = False if args.unweighted else (args.weight or True)
     shown = " ".join(args.source.split())
     title = f"Evaluation on {shown if len(shown) <= 60 else shown[:57] + '...'}"
+    extra = {} if args.threshold is None else {"threshold": args.threshold}
     evaluation = model.evaluate(args.source, weight=weight, title=title, unknown=args.unknown,
-                                connection=_connection(args.connect, args.create_db))
+                                connection=_connection(args.connect, args.create_db), **extra)
     print(evaluation.to_json() if args.json else evaluation)
     return 0
 

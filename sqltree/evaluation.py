@@ -249,6 +249,44 @@ class Evaluation:
             return self.pr_auc_by_class()[self.score_classes[1]]
         return self._weighted(self.pr_auc_by_class())
 
+    def threshold_curve(self) -> list[dict[str, float]]:
+        """For two classes, one row per distinct probability ``t`` of the second (positive)
+        class, highest first: predicting it where its probability is at least ``t`` gives
+        these weights of true and false positives and negatives, precision, recall and false
+        positive rate (Weka's threshold curve)."""
+        positive = self._two_classes("threshold_curve")
+        points = self._class_scores(positive)
+        pos_total = sum(p for _, p, _ in points)
+        neg_total = sum(n for _, _, n in points)
+        rows, tp, fp = [], 0.0, 0.0
+        for s, pos, neg in reversed(points):
+            tp, fp = tp + pos, fp + neg
+            rows.append({"threshold": s, "tp": tp, "fp": fp, "fn": pos_total - tp,
+                         "tn": neg_total - fp, "precision": _ratio(tp, tp + fp),
+                         "recall": _ratio(tp, pos_total), "fp_rate": _ratio(fp, neg_total)})
+        return rows
+
+    def at_threshold(self, threshold: float) -> Evaluation:
+        """The evaluation had the second (positive) class been predicted where its
+        probability is at least ``threshold`` (two classes only); the probability figures
+        stay."""
+        positive = self._two_classes("a threshold")
+        if not isinstance(threshold, (int, float)) or not 0.0 <= threshold <= 1.0:
+            raise OptionError(f"threshold must be a probability in [0, 1], not {threshold!r}")
+        index = {_key(c): i for i, c in enumerate(self.classes)}
+        yes, no = (index[_key(self.score_classes[i])] for i in (positive, 1 - positive))
+        k = len(self.classes)
+        matrix = [[0.0] * k for _ in range(k)]
+        for actual, probs, w in self.scores:
+            matrix[index[_key(actual)]][yes if probs[positive] >= threshold else no] += w
+        return replace(self, matrix=matrix, extra={**self.extra, "threshold": threshold})
+
+    def _two_classes(self, what: str) -> int:
+        if len(self.score_classes) != 2:
+            raise OptionError(f"{what} needs a model of two classes; this one has "
+                              f"{len(self.score_classes)}")
+        return 1
+
     # -- probabilities -----------------------------------------------------------------------
     @property
     def log_loss(self) -> float:
@@ -485,8 +523,15 @@ def evaluate(
     weight: str | bool = True,
     title: str = "Evaluation",
     unknown: str = "fractional",
+    threshold: float | None = None,
 ) -> Evaluation:
     """Evaluate ``model`` on ``source`` in the engine (see ``Model.evaluate``)."""
+    if threshold is not None and len(model.classes) != 2:
+        raise OptionError(f"threshold= needs a model of two classes; this one has "
+                          f"{len(model.classes)}")
+    if threshold is not None and (not isinstance(threshold, (int, float))
+                                  or not 0.0 <= threshold <= 1.0):
+        raise OptionError(f"threshold must be a probability in [0, 1], not {threshold!r}")
     root = scoring_tree(model.root, unknown)
     if not isinstance(title, str):
         raise OptionError(f"title must be text, not {title!r}")
@@ -514,7 +559,8 @@ def evaluate(
             rows = engine.execute(query)
     finally:
         engine.cleanup()
-    return from_groups(rows, model.classes, model.root.counts, weight_column, title)
+    evaluation = from_groups(rows, model.classes, model.root.counts, weight_column, title)
+    return evaluation if threshold is None else evaluation.at_threshold(threshold)
 
 
 def from_groups(

@@ -580,6 +580,7 @@ class Model:
         weight: str | bool = True,
         title: str = "Evaluation",
         unknown: str = "fractional",
+        threshold: float | None = None,
     ) -> Evaluation | RegressionEvaluation:
         """Evaluate the tree on ``source`` with one ``GROUP BY actual, predicted`` query.
 
@@ -597,12 +598,18 @@ class Model:
         ``weight``: True counts each row with the model's training weight column (when it
         was trained with one), False counts rows, a column name weighs by that column.
         ``unknown="majority"`` evaluates the SQL ``to_sql(unknown="majority")`` deploys.
+        ``threshold`` (two classes): the second class is predicted where its probability is at
+        least this, instead of the likelier class (``Evaluation.threshold_curve()`` lists
+        every threshold's counts).
         """
         from .evaluation import evaluate
 
         if self.is_regression:
             from .regression_evaluation import evaluate_regression
 
+            if threshold is not None:
+                raise UnsupportedError("a regression tree predicts numbers: threshold= does "
+                                       "not apply")
             if unknown != "fractional":
                 raise UnsupportedError(
                     "a regression tree routes unknown values to one branch at every test: "
@@ -611,7 +618,7 @@ class Model:
             return evaluate_regression(self, source, connection=connection, weight=weight,
                                        title=title)
         return evaluate(self, source, connection=connection, weight=weight, title=title,
-                        unknown=unknown)
+                        unknown=unknown, threshold=threshold)
 
     # -- files -------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

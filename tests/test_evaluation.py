@@ -319,3 +319,26 @@ def test_training_evaluation_is_j48s(name: str, tmp_path) -> None:
     ours = ("Log loss", "Matthews correlation", "Balanced accuracy", "ROC area", "PRC area")
     assert [line for line in summary if not line.startswith(ours)] == weka_summary
     assert text.split("=== Confusion Matrix ===\n\n", 1)[1] == weka_matrix
+
+
+def test_a_decision_threshold_and_the_threshold_curve_are_scikit_learns() -> None:
+    frame = mixed_table(2000)
+    frame = frame[frame["label"].isin(frame["label"].unique()[:2])]
+    model = sqltree.train(frame, target="label", algorithm="cart", max_depth=4)
+    actual, _, proba = _reference(model, frame)
+    positive = model.classes[1]
+    y = np.array([a == positive for a in actual])
+    for threshold in (0.2, 0.5, 0.8):
+        evaluation = model.evaluate(frame, threshold=threshold)
+        predicted = np.where(proba[:, 1] >= threshold, positive, model.classes[0])
+        assert np.allclose(evaluation.matrix, metrics.confusion_matrix(
+            actual, predicted, labels=model.classes))
+        assert evaluation.to_dict()["threshold"] == threshold
+    curve = model.evaluate(frame).threshold_curve()
+    fpr, tpr, thresholds = metrics.roc_curve(y, proba[:, 1], drop_intermediate=False)
+    assert [r["threshold"] for r in curve] == pytest.approx(list(thresholds[1:]), abs=1e-12)
+    assert [r["recall"] for r in curve] == pytest.approx(list(tpr[1:]), abs=1e-12)
+    assert [r["fp_rate"] for r in curve] == pytest.approx(list(fpr[1:]), abs=1e-12)
+    with pytest.raises(sqltree.OptionError, match="threshold= needs a model of two classes"):
+        sqltree.train(read_arff(example("iris")).frame, target="class").evaluate(
+            read_arff(example("iris")).frame, threshold=0.5)
