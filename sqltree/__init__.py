@@ -33,6 +33,7 @@ from .errors import (
     UnsupportedOptionError,
 )
 from .model import Model, load
+from .permutation import PermutationImportance, permutation_importance
 from .tree import Node, Split
 from .version import __version__
 
@@ -60,6 +61,7 @@ __all__ = [
     "ModelFileError",
     "Node",
     "OptionError",
+    "PermutationImportance",
     "SourceError",
     "Split",
     "SqlTreeError",
@@ -70,6 +72,7 @@ __all__ = [
     "cross_validate",
     "holdout",
     "load",
+    "permutation_importance",
     "progress",
     "source",
     "split_scores",

@@ -22,6 +22,7 @@ engines return them.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import sqlite3
 from collections.abc import Callable
@@ -46,8 +47,12 @@ _MATH: dict[str, tuple[int, Callable[..., Any]]] = {
     "FLOOR": (1, lambda x: None if x is None else float(math.floor(x))),
     "CEIL": (1, lambda x: None if x is None else float(math.ceil(x))),
     "POWER": (2, lambda x, y: None if x is None or y is None else math.pow(x, y)),
+    "MD5": (1, lambda x: None if x is None else hashlib.md5(str(x).encode()).hexdigest()),
 }
-"""The math functions training uses, as Python functions for a SQLite built without them."""
+"""The math functions training uses, as Python functions for a SQLite built without them,
+and ``MD5`` (the hash that deals rows into folds and shuffles them for permutation
+importance), which SQLite has not: lowercase hex of the UTF-8 text, as the other engines
+give it."""
 
 # typeof() of a value, ranked: a column's type is that of its widest value.
 _RANKS = {"integer": 1, "real": 2, "text": 3, "blob": 4}
