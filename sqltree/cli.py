@@ -193,6 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_deploy_flags(s)
 
     _add_reading_parsers(sub)
+    add_connection(sub.choices["importances"])
 
     add_connection(_add_evaluate_parser(sub))
 
@@ -239,9 +240,16 @@ def _add_reading_parsers(sub: Any) -> None:
 
     imp = _command(sub, "importances", help="print each feature's importance in a saved tree")
     imp.add_argument("model")
-    imp.add_argument("--kind", choices=["gain", "split"], default="gain",
+    imp.add_argument("--kind", choices=["gain", "split", "permutation"], default="gain",
                      help="gain: the share of the impurity decrease (scikit-learn's "
-                          "feature_importances_, the default); split: the number of tests")
+                          "feature_importances_, the default); split: the number of tests; "
+                          "permutation: the score's mean drop when the feature is shuffled "
+                          "in the engine (needs --source)")
+    imp.add_argument("--source", help="with --kind permutation: the rows to shuffle and score")
+    imp.add_argument("--repeats", type=int, default=5, metavar="N",
+                     help="with --kind permutation: shuffles per feature (default 5)")
+    imp.add_argument("--seed", type=int, default=1, metavar="N",
+                     help="with --kind permutation: the shuffles' hash seed (default 1)")
 
     r = _command(sub, "rules", help="print one IF ... THEN rule per leaf")
     r.add_argument("model")
@@ -614,10 +622,18 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command in ("show", "rules", "dot"):
         return _reading_command(args)
     if args.command == "importances":
-        importances = sqltree.load(args.model).feature_importances(args.kind)
+        if (args.kind == "permutation") != (args.source is not None):
+            raise OptionError("--kind permutation and --source go together")
+        model = sqltree.load(args.model)
+        if args.kind == "permutation":
+            importances = sqltree.permutation_importance(
+                model, args.source, n_repeats=args.repeats, seed=args.seed,
+                connection=_connection(args.connect, args.create_db)).mean
+        else:
+            importances = model.feature_importances(args.kind)
         width = max(len(name) for name in importances)
         for name, value in sorted(importances.items(), key=lambda p: -p[1]):
-            shown = f"{value:.6f}" if args.kind == "gain" else f"{value:.0f}"
+            shown = f"{value:.0f}" if args.kind == "split" else f"{value:.6f}"
             print(f"{name:<{width}}  {shown}")
         return 0
     if args.command == "evaluate":

@@ -99,3 +99,19 @@ def test_the_same_numbers_on_sqlite(model):
 def test_options_are_checked(model):
     with pytest.raises(sqltree.OptionError, match="n_repeats must be a whole number >= 1"):
         sqltree.permutation_importance(model, FRAME, n_repeats=0)
+
+
+def test_cli_permutation_importances(tmp_path, capsys, model):
+    from sqltree.cli import main
+
+    path, data = tmp_path / "m.json", tmp_path / "rows.parquet"
+    model.save(path)
+    FRAME.to_parquet(data)
+    assert main(["importances", str(path), "--kind", "permutation", "--source", str(data),
+                 "--repeats", "2", "--seed", "7"]) == 0
+    out = capsys.readouterr().out
+    expected = sqltree.permutation_importance(model, str(data), n_repeats=2, seed=7).mean
+    top = max(expected, key=expected.get)
+    assert out.startswith(f"{top} ") and f"{expected[top]:.6f}" in out
+    assert main(["importances", str(path), "--kind", "permutation"]) == 2
+    assert "--kind permutation and --source go together" in capsys.readouterr().err
