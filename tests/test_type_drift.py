@@ -118,3 +118,19 @@ def test_classes_never_seen_in_training_are_named_not_folded_in_silently(golf_mo
     assert evaluation.unseen_classes == ["maybe"] and evaluation.unseen_weight == 3.0
     assert "Rows of classes not in the model          3 (maybe)" in str(evaluation)
     assert evaluation.to_dict()["unseen_classes"] == ["maybe"]
+
+
+def test_journey_a_csv_model_on_sqlite_booleans_is_a_clear_error_or_right(golf_model) -> None:
+    # pandas writes a boolean column to SQLite as INTEGER 1/0; the CSV model learnt 'true'
+    frame = pd.read_csv(GOLF)  # windy read as bool by pandas
+    assert frame["windy"].dtype == bool
+    lite = sqlite3.connect(":memory:")
+    frame.to_sql("golf", lite, index=False)
+    for call in (golf_model.predict, golf_model.evaluate):
+        with pytest.raises(DataError, match=r"column 'windy' was text \(TEXT\) in training but "
+                                            r"is number \(INTEGER\)"):
+            call("golf", connection=lite)
+    # cast back to the training's text, the figures are right
+    query = ("SELECT outlook, temperature, humidity, "
+             "CASE windy WHEN 1 THEN 'true' ELSE 'false' END AS windy, play FROM golf")
+    assert golf_model.evaluate(query, connection=lite).accuracy == 1.0
