@@ -134,3 +134,12 @@ def test_journey_a_csv_model_on_sqlite_booleans_is_a_clear_error_or_right(golf_m
     query = ("SELECT outlook, temperature, humidity, "
              "CASE windy WHEN 1 THEN 'true' ELSE 'false' END AS windy, play FROM golf")
     assert golf_model.evaluate(query, connection=lite).accuracy == 1.0
+
+
+def test_an_all_null_sqlite_column_is_not_taken_for_text() -> None:
+    frame = pd.DataFrame({"x": [1.0, 2.0, 3.0, 4.0] * 5, "y": ["a", "a", "b", "b"] * 5})
+    model = sqltree.train(frame, target="y", algorithm="cart")
+    lite = sqlite3.connect(":memory:")
+    frame.assign(x=np.nan).to_sql("batch", lite, index=False)  # declared REAL, every x NULL
+    scored = model.predict("batch", connection=lite)
+    assert len(scored) == 20

@@ -159,7 +159,8 @@ class SQLiteEngine(Engine):
 
     def columns(self, relation: exp.Expression) -> list[tuple[str, exp.DataType]]:
         """Names, and types read from the values: the widest a column's values have (text over
-        real over integer); declared BOOLEAN columns are boolean."""
+        real over integer); declared BOOLEAN columns are boolean; a column with no values
+        has its declared type's affinity (TEXT when none is declared)."""
         names = [name for name, _ in super().columns(relation)]
         source = relation.subquery("src") if isinstance(relation, exp.Query) else relation
         ranks = [
@@ -177,7 +178,8 @@ class SQLiteEngine(Engine):
         self._booleans.append((relation.copy(), booleans))
         out = []
         for name, rank in zip(names, row, strict=True):
-            text = "BOOLEAN" if name in booleans else _TYPE_OF_RANK.get(int(rank or 0), "TEXT")
+            text = "BOOLEAN" if name in booleans else _TYPE_OF_RANK.get(
+                int(rank or 0), _affinity(declared.get(name, "")))
             out.append((name, exp.DataType.build(text)))
         return out
 
@@ -257,6 +259,16 @@ class SQLiteEngine(Engine):
         finally:
             if self.owns_connection:
                 self.connection.close()
+
+
+def _affinity(declared: str) -> str:
+    """The type of SQLite's affinity for a declared type (its rules, in their order)."""
+    kind = declared.upper()
+    if "INT" in kind:
+        return "BIGINT"
+    if any(t in kind for t in ("CHAR", "CLOB", "TEXT")) or not kind or "BLOB" in kind:
+        return "TEXT"
+    return "DOUBLE"  # REAL, FLOA, DOUB, and NUMERIC affinity
 
 
 def register_math(connection: sqlite3.Connection, *, force: bool = False) -> list[str]:
