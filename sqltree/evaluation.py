@@ -575,8 +575,14 @@ def from_groups(
     ``training_counts`` (the model's class weights in training) give the prior that the
     relative errors compare with: each class's weight plus one, as Weka counts it.
     """
-    records = [dict(zip(_GROUP_COLUMNS, g)) for g in groups]
     n = len(_GROUP_COLUMNS)
+    # Added up in one order whatever order the engine returns the groups in: float sums
+    # depend on it, and the same evaluation must print the same figures every time.
+    groups = sorted(groups, key=lambda g: (
+        (0, (0, 0)) if g[0] is None else (1, sort_key(g[0])),
+        (0, (0, 0)) if g[1] is None else (1, sort_key(g[1])),
+        tuple(-1.0 if x is None else float(x) for x in g[n:])))
+    records = [dict(zip(_GROUP_COLUMNS, g)) for g in groups]
     scores = [(g[0], tuple(float(x) for x in g[n:]), float(g[3])) for g in groups
               if g[0] is not None and len(g) > n]
     bad = sum(int(r["bad_weights"] or 0) for r in records)
