@@ -53,8 +53,8 @@ GRID = {
 """20 settings."""
 
 C45_GRID = {
-    "confidence_factor": [0.05, 0.1, 0.25, 0.5],
-    "min_objects": [1, 2, 5, 10, 20],
+    "cf": [0.05, 0.1, 0.25, 0.5],
+    "min_cases": [1, 2, 5, 10, 20],
 }
 """20 settings of ``C45Classifier``."""
 

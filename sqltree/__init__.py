@@ -36,6 +36,7 @@ from .errors import (
     UnsupportedOptionError,
 )
 from .model import Model
+from .permutation import PermutationImportance, permutation_importance
 from .tree import Node, Split
 from .version import __version__
 
@@ -70,6 +71,7 @@ __all__ = [
     "ModelFileError",
     "Node",
     "OptionError",
+    "PermutationImportance",
     "RandomForestClassifier",
     "RandomForestRegressor",
     "SourceError",
@@ -85,6 +87,7 @@ __all__ = [
     "from_xgboost",
     "holdout",
     "load",
+    "permutation_importance",
     "progress",
     "source",
     "split_scores",

@@ -26,7 +26,7 @@ from .compiler import collector_paused
 from .dataset import Dataset, describe, describe_source, is_pandas_frame
 from .engines import get_engine
 from .engines.select_plan import AUTO, check_plan
-from .errors import OptionError
+from .errors import OptionError, UnsupportedOptionError
 from .grower import GrowOptions
 from .model import Model, features_info
 from .options import (
@@ -271,8 +271,9 @@ def _read(
     with reporting.phase("read", f"reading {describe_source(source)} on {engine.NAME}") as phase:
         data = describe(source, engine, target, **roles, task=task)
         phase.done(
-            f"read {reporting.rows(data.n_rows)} rows, {len(data.features)} features, "
-            f"{len(data.classes)} classes, {phase.seconds:.2f} s",
+            f"read {reporting.rows(data.n_rows)} rows, "
+            f"{reporting.count(len(data.features), 'feature')}, "
+            f"{reporting.count(len(data.classes), 'class', 'classes')}, {phase.seconds:.2f} s",
             rows=data.n_rows, features=len(data.features), classes=len(data.classes),
         )
     return data
@@ -288,14 +289,21 @@ def split_scores(
     continuous: Sequence[str] = (),
     weight: str | None = None,
     plan: str = "auto",
+    task: str = "classification",
 ) -> pandas.DataFrame:
     """Every candidate split at the root, scored in the engine.
 
     One row per nominal feature (its multiway split; ``threshold`` is NULL) and one per
     candidate threshold of a continuous feature (the test ``feature <= threshold``), with
     ``gain`` (information gain in bits, times the known fraction), ``split_info`` and
-    ``gain_ratio``, uncorrected. ``plan`` as in ``train``.
+    ``gain_ratio``, uncorrected. ``plan`` as in ``train``; ``task`` is "classification" (the
+    scores are class-count measures: a regression target is refused).
     """
+    if task != "classification":
+        raise UnsupportedOptionError(
+            f"split_scores scores classification splits (gain, gain ratio), not task={task!r}; "
+            "for a regression target, train with task='regression' and read model.text()"
+        )
     check_plan(plan)
     engine = get_engine(connection)
     try:

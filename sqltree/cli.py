@@ -1,4 +1,5 @@
-"""The ``sqltree`` command: train, predict, evaluate, sql, show, rules, dot, scores."""
+"""The ``sqltree`` command: train, predict, evaluate, sql, show, rules, dot, scores,
+importances."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import argparse
 import contextlib
 import os
 import re
+import stat
 import sys
 import tempfile
 import traceback
@@ -42,6 +44,7 @@ COMMAND_EXAMPLES = {
     "dot": ["sqltree dot golf.json -o tree.svg --filled"],
     "evaluate": ["sqltree evaluate golf.json examples/data/golf.csv --unknown majority"],
     "scores": ["sqltree scores examples/data/golf.csv --target play"],
+    "importances": ["sqltree importances golf.json", "sqltree importances golf.json --kind split"],
 }
 """Each command's ``--help`` ends with these; tests/test_cli_workflow.py runs every one."""
 
@@ -57,11 +60,22 @@ class _Formatter(argparse.HelpFormatter):
 
 def _command(sub: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser:
     epilog = "examples:\n" + "".join(f"  {line}\n" for line in COMMAND_EXAMPLES[name])
-    return sub.add_parser(name, epilog=epilog, formatter_class=_Formatter, **kwargs)
+    return sub.add_parser(name, epilog=epilog, formatter_class=_Formatter, allow_abbrev=False,
+                          **kwargs)
 
 
-def _csv(text: str | None) -> list[str] | None:
-    return None if text is None else [t.strip() for t in text.split(",") if t.strip()]
+def _csv(given: Sequence[str] | None) -> list[str] | None:
+    """The column names of a repeatable ``--features``-style flag: each value is one name or
+    a comma-separated list, in which ``\\,`` is a comma that belongs to a name."""
+    if given is None:
+        return None
+    names = []
+    for text in given:
+        for name in re.split(r"(?<!\\),", text):
+            name = name.replace("\\,", ",").strip()
+            if name:
+                names.append(name)
+    return names
 
 
 class _Parser(argparse.ArgumentParser):
@@ -99,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
         "and compile them to SQL.",
         epilog=EXAMPLES,
         formatter_class=_Formatter,
+        allow_abbrev=False,  # --max-dept must not pass for --max-depth
     )
     parser.add_argument("--version", action="version", version=f"sqltree {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -107,8 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--connect",
             metavar="URL",
-            help="a postgresql:// URL or an existing DuckDB database file "
-                 "(default: in-memory DuckDB)",
+            help="a postgresql:// URL, an existing DuckDB database file, or a SQLite "
+                 "database (sqlite:///FILE, or the file itself) (default: in-memory DuckDB)",
         )
         p.add_argument(
             "--create-db",
@@ -127,9 +142,13 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--output", "-o", metavar="MODEL.json", help="where to save the model")
     t.add_argument("--algorithm", "-a", choices=["c4.5", "id3", "cart"],
                    help="default: c4.5, or cart for --task regression")
-    t.add_argument("--features", metavar="A,B,...", help="feature columns (default: all others)")
-    t.add_argument("--nominal", metavar="A,B,...", help="treat these columns as nominal")
-    t.add_argument("--continuous", metavar="A,B,...", help="treat these columns as continuous")
+    repeatable = " (repeatable; a comma separates names, \\, is a comma within one)"
+    t.add_argument("--features", metavar="A,B,...", action="append",
+                   help="feature columns (default: all others)" + repeatable)
+    t.add_argument("--nominal", metavar="A,B,...", action="append",
+                   help="treat these columns as nominal" + repeatable)
+    t.add_argument("--continuous", metavar="A,B,...", action="append",
+                   help="treat these columns as continuous" + repeatable)
     t.add_argument("--weight", metavar="COLUMN", help="a column of row weights")
     t.add_argument("--max-depth", type=int, metavar="N")
     t.add_argument("--min-cases", type=float, metavar="W",
@@ -171,10 +190,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--view", help="with --table: emit CREATE VIEW VIEW AS ...")
     s.add_argument("--proba", action="store_true", help="with --table: probability columns")
     s.add_argument("--pretty", action="store_true", help="indent the SQL")
+    s.add_argument("--check", action="store_true",
+                   help="with --table: instead, a query that returns a row for each column "
+                        "holding values training never saw (none when the table matches)")
     s.add_argument("--quiet", "-q", action="store_true", help="print no progress")
     _add_deploy_flags(s)
 
     _add_reading_parsers(sub)
+    add_connection(sub.choices["importances"])
 
     add_connection(_add_evaluate_parser(sub))
 
@@ -274,8 +297,8 @@ def _max_features(text: str) -> Any:
 
 def _add_cart_and_engine_flags(t: argparse.ArgumentParser) -> None:
     cart = t.add_argument_group("CART (scikit-learn's names and meanings)")
-    cart.add_argument("--criterion", choices=["gini", "entropy", "squared_error",
-                                              "friedman_mse", "poisson", "absolute_error"],
+    cart.add_argument("--criterion", choices=["gini", "entropy", "log_loss", "squared_error",
+                                              "friedman_mse", "poisson"],
                       help="gini or entropy for classes; squared_error (the default), "
                            "friedman_mse or poisson for --task regression")
     cart.add_argument("--min-samples-leaf", type=float, metavar="N")
@@ -304,6 +327,19 @@ def _add_reading_parsers(sub: Any) -> None:
     _add_max_depth(show)
     show.add_argument("--summary", action="store_true",
                       help="print what the model was trained on and how, not the tree")
+
+    imp = _command(sub, "importances", help="print each feature's importance in a saved tree")
+    imp.add_argument("model")
+    imp.add_argument("--kind", choices=["gain", "split", "permutation"], default="gain",
+                     help="gain: the share of the impurity decrease (scikit-learn's "
+                          "feature_importances_, the default); split: the number of tests; "
+                          "permutation: the score's mean drop when the feature is shuffled "
+                          "in the engine (needs --source)")
+    imp.add_argument("--source", help="with --kind permutation: the rows to shuffle and score")
+    imp.add_argument("--repeats", type=int, default=5, metavar="N",
+                     help="with --kind permutation: shuffles per feature (default 5)")
+    imp.add_argument("--seed", type=int, default=1, metavar="N",
+                     help="with --kind permutation: the shuffles' hash seed (default 1)")
 
     r = _command(sub, "rules", help="print one IF ... THEN rule per leaf")
     r.add_argument("model")
@@ -409,6 +445,8 @@ def _add_evaluate_parser(sub: Any) -> argparse.ArgumentParser:
                               "column, if any)")
     weights.add_argument("--unweighted", action="store_true", help="count every row as 1")
     e.add_argument("--json", action="store_true", help="print every figure as JSON")
+    e.add_argument("--threshold", type=float, metavar="P",
+                   help="two classes: predict the second where its probability is at least P")
     _add_unknown_flag(e)
     return e
 
@@ -422,9 +460,12 @@ def _connection(url: str | None, create: bool = False):  # type: ignore[no-untyp
         return None
     if url.startswith(("postgresql://", "postgres://")):
         return url
+    if url.startswith(SQLITE_URL):
+        return _sqlite(url[len(SQLITE_URL):], create)
     if "://" in url:
         raise OptionError(
-            f"--connect takes a postgresql:// URL or a DuckDB database file, not {url!r}"
+            f"--connect takes a postgresql:// URL, a sqlite:/// URL or a DuckDB database "
+            f"file, not {url!r}"
         )
     # duckdb.connect creates any file it is given: a mistyped path would train on, or write
     # predictions into, a new empty database instead of failing.
@@ -433,12 +474,42 @@ def _connection(url: str | None, create: bool = False):  # type: ignore[no-untyp
         raise EngineConnectionError(
             f"DuckDB database {url!r} does not exist (pass --create-db to create it)"
         )
+    if is_file and _is_sqlite_file(os.path.expanduser(url)):
+        return _sqlite(url, create)
     import duckdb
 
     try:
         return duckdb.connect(url)
     except duckdb.Error as error:
         raise EngineConnectionError(f"DuckDB cannot open {url!r}: {_one_line(error)}") from None
+
+
+SQLITE_URL = "sqlite:///"
+"""``--connect sqlite:///shop.db``: a SQLite database file (``sqlite:////abs/path`` too)."""
+
+
+def _is_sqlite_file(path: str) -> bool:
+    """Whether ``path`` is a SQLite database (its 16-byte header says so)."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(16) == b"SQLite format 3\x00"
+    except OSError:
+        return False
+
+
+def _sqlite(path: str, create: bool):  # type: ignore[no-untyped-def]
+    import sqlite3
+
+    path = os.path.expanduser(path)
+    if not path:
+        raise OptionError("--connect sqlite:/// needs a database file: sqlite:///shop.db")
+    if not create and not os.path.exists(path):
+        raise EngineConnectionError(
+            f"SQLite database {path!r} does not exist (pass --create-db to create it)"
+        )
+    if os.path.exists(path) and os.path.getsize(path) and not _is_sqlite_file(path):
+        raise EngineConnectionError(f"{path!r} is not a SQLite database")
+    return sqlite3.connect(path)
 
 
 MODEL_SUFFIXES = (".json",)
@@ -465,17 +536,31 @@ def _check_output(path: str | None, suffixes: Sequence[str], what: str) -> None:
 @contextlib.contextmanager
 def _written(path: str) -> Iterator[str]:
     """A temporary name beside ``path`` that becomes ``path`` when the block succeeds: an
-    error or a Ctrl-C while writing leaves no half-written file behind."""
+    error or a Ctrl-C while writing leaves no half-written file behind. The file gets the mode
+    a plain ``open`` would give it (the one it had, or 0666 less the umask), not the temporary
+    file's 0600."""
     folder, name = os.path.split(os.path.abspath(os.path.expanduser(path)))
     handle, temporary = tempfile.mkstemp(prefix=f".{name}.", suffix=os.path.splitext(name)[1],
                                          dir=folder)
     os.close(handle)
     try:
         yield temporary
+        os.chmod(temporary, _new_file_mode(path))
         os.replace(temporary, path)
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.remove(temporary)
+
+
+def _new_file_mode(path: str) -> int:
+    """The mode ``open(path, "w")`` leaves a file with: its own if it exists, else 0666 less
+    the umask."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        mask = os.umask(0)
+        os.umask(mask)
+        return 0o666 & ~mask
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
@@ -488,6 +573,9 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     psycopg = sys.modules.get("psycopg")  # loaded only when a postgresql:// URL was used
     if psycopg is not None:
         errors.append(psycopg.Error)
+    sqlite3 = sys.modules.get("sqlite3")
+    if sqlite3 is not None:
+        errors.append(sqlite3.Error)
     return tuple(errors)
 
 
@@ -501,7 +589,8 @@ def _exit_status(error: BaseException) -> int | None:
     return None
 
 
-DRIVERS = {"duckdb": "DuckDB", "_duckdb": "DuckDB", "psycopg": "PostgreSQL", "pyspark": "Spark"}
+DRIVERS = {"duckdb": "DuckDB", "_duckdb": "DuckDB", "psycopg": "PostgreSQL", "pyspark": "Spark",
+           "sqlite3": "SQLite"}
 
 
 def _one_line(error: BaseException) -> str:
@@ -571,7 +660,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         ensemble = _ensemble_options(args)
         connection = _connection(args.connect, args.create_db)
         if args.threads is not None or args.memory_limit is not None:
-            if isinstance(connection, str):
+            if connection is not None and not type(connection).__module__.startswith("duckdb"):
                 raise OptionError("--threads and --memory-limit apply to DuckDB only")
             from sqltree.engines.duckdb import DuckDBEngine
 
@@ -628,6 +717,21 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _sql_command(args)
     if args.command in ("show", "rules", "dot"):
         return _reading_command(args)
+    if args.command == "importances":
+        if (args.kind == "permutation") != (args.source is not None):
+            raise OptionError("--kind permutation and --source go together")
+        model = sqltree.load(args.model)
+        if args.kind == "permutation":
+            importances = sqltree.permutation_importance(
+                model, args.source, n_repeats=args.repeats, seed=args.seed,
+                connection=_connection(args.connect, args.create_db)).mean
+        else:
+            importances = model.feature_importances(args.kind)
+        width = max(len(name) for name in importances)
+        for name, value in sorted(importances.items(), key=lambda p: -p[1]):
+            shown = f"{value:.0f}" if args.kind == "split" else f"{value:.6f}"
+            print(f"{name:<{width}}  {shown}")
+        return 0
     if args.command == "evaluate":
         return _evaluate_command(args)
     if args.command == "scores":
@@ -651,7 +755,8 @@ def _sql_command(args: argparse.Namespace) -> int:
                                    "--source-ref, and dbt makes the view")
     elif args.source_ref is not None:
         raise OptionError("--source-ref names the ref of a dbt model file: add --dbt")
-    table_needed = [("--view", args.view), ("--proba", args.proba)] if not args.dbt else []
+    table_needed = [("--view", args.view), ("--proba", args.proba),
+                    ("--check", args.check)] if not args.dbt else [("--check", args.check)]
     for flag, given in table_needed:
         if given and args.table is None:
             raise OptionError(f"{flag} needs --table (the table the query reads)")
@@ -671,7 +776,14 @@ def _sql_command(args: argparse.Namespace) -> int:
                    unknown=args.unknown, quote_identifiers=not args.no_quote)
     if args.leaf:
         options["column"] = "leaf"
-    if args.dbt:
+    if args.check:
+        for flag, given in (("--view", args.view), ("--proba", args.proba),
+                            ("--leaf", args.leaf), ("--dbt", args.dbt)):
+            if given:
+                raise OptionError(f"{flag} does not go with --check")
+        text = model.check_sql(args.table, args.dialect, pretty=args.pretty,
+                               quote_identifiers=not args.no_quote) + "\n"
+    elif args.dbt:
         text = model.to_dbt(args.source_ref, args.dialect, pretty=True, **options)
     else:
         text = model.to_sql(args.dialect, table=args.table, view=args.view,
@@ -848,8 +960,9 @@ def _evaluate_command(args: argparse.Namespace) -> int:
     weight: str | bool = False if args.unweighted else (args.weight or True)
     shown = " ".join(args.source.split())
     title = f"Evaluation on {shown if len(shown) <= 60 else shown[:57] + '...'}"
+    extra = {} if args.threshold is None else {"threshold": args.threshold}
     evaluation = model.evaluate(args.source, weight=weight, title=title, unknown=args.unknown,
-                                connection=_connection(args.connect, args.create_db))
+                                connection=_connection(args.connect, args.create_db), **extra)
     print(evaluation.to_json() if args.json else evaluation)
     return 0
 

@@ -74,3 +74,21 @@ def gain_ratio(
 ) -> float:
     si = split_info(branches, unknown)
     return information_gain(branches, unknown) / si if si > 0 else 0.0
+
+
+def impurity(counts: Sequence[float], criterion: str = "gini") -> float:
+    """Gini or entropy (bits) of weighted class counts, computed as scikit-learn does."""
+    w = sum(counts)
+    if w <= 0:
+        return 0.0
+    if criterion == "gini":
+        sq = 0.0
+        for c in counts:
+            sq += c * c
+        return 1.0 - sq / (w * w)
+    out = 0.0
+    for c in counts:
+        if c > 0:
+            p = c / w
+            out -= p * (math.log(p) / math.log(2.0))
+    return out

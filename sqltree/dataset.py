@@ -27,6 +27,12 @@ ARFF file's nominal attribute), whose values compare with text literals."""
 INTEGER_TYPES = exp.DataType.INTEGER_TYPES
 EXACT_INTEGER = 2**53
 """Every integer up to this magnitude is exactly a DOUBLE."""
+WEIGHT_RANGE = (1e-150, 1e150)
+"""The total training weight a tree can be grown with: impurities divide by its square and
+square class weights, which underflow to 0 or overflow to infinity beyond these bounds."""
+TARGET_LIMIT = 1e150
+"""The largest magnitude of a regression target's values times the square root of the total
+weight: the sums of weighted squares a variance needs must stay finite."""
 
 
 @dataclass
@@ -373,6 +379,7 @@ def describe(
         )
     if task == "regression":
         mean, total_weight, least, total, most = _read_target_mean(engine, relation, target, w)
+        _check_target_magnitude(target, least, most, total_weight)
         pairs = [(None, total_weight)]
     else:
         mean, pairs = None, _read_classes(engine, relation, target, w)
@@ -452,6 +459,13 @@ def _role(
         return CONTINUOUS
     if dtype.is_type(*TEXT_TYPES):
         return NOMINAL
+    if dtype.is_type(*exp.DataType.TEMPORAL_TYPES):
+        raise UnsupportedError(
+            f"column {name!r} holds dates or times ({dtype.sql(engine.dialect)}), which are "
+            "neither numbers nor categories: derive features from it in a query (such as "
+            f"EXTRACT(year FROM {name}), or the days since a date), or leave it out with "
+            "features=[...]"
+        )
     raise UnsupportedError(
         f"column {name!r} has type {dtype.sql(engine.dialect)}, which sqltree cannot "
         "use as a feature; leave it out with features=[...] or cast it in a query"
@@ -555,6 +569,18 @@ def _read_target_mean(
             float(total), float(most))
 
 
+def _check_target_magnitude(target: str, least: float, most: float, weight: float) -> None:
+    """Refuse a regression target whose squares, summed over the rows, overflow a float: the
+    variances would be NaN and the leaf values infinite."""
+    largest = max(abs(least), abs(most))
+    if largest * math.sqrt(weight) > TARGET_LIMIT:
+        raise DataError(
+            f"the target {target!r} reaches {largest:.3g}: its variance over "
+            f"{weight:.3g} rows of weight would overflow a float; scale the target "
+            "(divide it by a power of ten in a query) and scale the predictions back"
+        )
+
+
 def _read_domains(engine: Engine, relation: exp.Expression, feats: list[Feature]) -> None:
     """Set each nominal feature's sorted domain: one ``GROUP BY GROUPING SETS`` with a set per
     feature where the engine has them (a statement costs a Spark job or two, and a table can
@@ -603,6 +629,13 @@ def _check_rows(
         )
     if not row["total_weight"] or float(row["total_weight"]) <= 0:
         raise DataError(f"every weight in {weight!r} is zero: there is nothing to learn from")
+    total = float(row["total_weight"])
+    if not WEIGHT_RANGE[0] <= total <= WEIGHT_RANGE[1]:
+        raise DataError(
+            f"the weights in {weight!r} add up to {total:.3g}, outside "
+            f"[{WEIGHT_RANGE[0]:g}, {WEIGHT_RANGE[1]:g}]: the impurities square such sums, "
+            "which a float cannot hold; scale the weights (every split stays the same)"
+        )
     empty = [f.name for f in feats if int(row[f"values {f.index}"]) == 0]
     if empty:
         raise DataError(

@@ -69,3 +69,9 @@ class ModelFileError(SqlTreeError, ValueError):
     ``sqltree.model_file.validate`` for the rules. A file that cannot be opened raises the
     ``OSError`` instead.
     """
+
+
+def install_hint(extra: str) -> str:
+    """How to install an optional extra, for error messages: from the repository, since the
+    ``sqltree-learn`` distribution is not published on PyPI."""
+    return f"pip install -e '.[{extra}]' in a clone of the sqltree repository"

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
@@ -30,6 +31,7 @@ from .compiler.scoring import Names, build_scoring_query
 from .dataset import resolve_relation, sort_key
 from .engines import get_engine
 from .errors import DataError, OptionError
+from .source_check import check_source
 from .tree import Node, Value, format_value, scoring_tree
 
 EPS = sys.float_info.epsilon
@@ -104,6 +106,22 @@ class Evaluation:
     title: str = "Evaluation"
     extra: dict[str, Any] = field(default_factory=dict)
     """Facts about what was evaluated (the source, the fold), kept in ``to_dict``."""
+    unseen_classes: list[Value] = field(default_factory=list)
+    """Classes the source holds that the model was not trained on (so never predicts): they
+    have rows of the matrix, and ``str()`` and ``to_dict`` name them with their weight."""
+
+    scores: list[tuple[Value, tuple[float, ...], float]] = field(default_factory=list)
+    """Weight per (actual class, probability vector): what the ROC and precision-recall
+    areas are computed from (the probabilities of ``score_classes``, in that order)."""
+    score_classes: list[Value] = field(default_factory=list)
+    """The classes of each probability vector in ``scores``: the model's."""
+
+    @property
+    def unseen_weight(self) -> float:
+        """Total weight of the rows whose class the model was not trained on."""
+        unseen = {_key(c) for c in self.unseen_classes}
+        return float(sum(self._support(i) for i, c in enumerate(self.classes)
+                         if _key(c) in unseen))
 
     # -- totals ------------------------------------------------------------------------------
     @property
@@ -133,6 +151,141 @@ class Evaluation:
         if chance >= 1.0:
             return 1.0
         return (self.correct / n - chance) / (1.0 - chance)
+
+    @property
+    def matthews_correlation(self) -> float:
+        """Matthews correlation coefficient of the (weighted) confusion matrix, for any number
+        of classes (scikit-learn's ``matthews_corrcoef``; 0 where it is undefined)."""
+        k = len(self.classes)
+        n, correct = self.total, self.correct
+        actual = [self._support(i) for i in range(k)]
+        predicted = [self._predicted(i) for i in range(k)]
+        covariance = correct * n - sum(a * p for a, p in zip(actual, predicted))
+        spread_p = n * n - sum(p * p for p in predicted)
+        spread_a = n * n - sum(a * a for a in actual)
+        if spread_p * spread_a == 0:
+            return 0.0
+        return covariance / math.sqrt(spread_p * spread_a)
+
+    @property
+    def balanced_accuracy(self) -> float:
+        """The mean recall of the classes the source holds (scikit-learn's
+        ``balanced_accuracy_score``)."""
+        recalls = [self.matrix[i][i] / self._support(i) for i in range(len(self.classes))
+                   if self._support(i) > 0]
+        return sum(recalls) / len(recalls)
+
+    # -- ranking -------------------------------------------------------------------------------
+    def _class_scores(self, c: int) -> list[tuple[float, float, float]]:
+        """(probability of ``score_classes[c]``, positive weight, negative weight) per
+        distinct probability, ascending."""
+        label = _key(self.score_classes[c])
+        by_score: dict[float, list[float]] = {}
+        for actual, probs, w in self.scores:
+            pair = by_score.setdefault(probs[c], [0.0, 0.0])
+            pair[0 if _key(actual) == label else 1] += w
+        return sorted((s, pos, neg) for s, (pos, neg) in by_score.items())
+
+    def roc_auc_by_class(self) -> dict[Value, float | None]:
+        """Each class's area under the ROC curve, that class against the rest (the
+        probability that a row of the class scores above one of another, ties counting
+        half: scikit-learn's ``roc_auc_score``); None without rows of the class or others."""
+        out: dict[Value, float | None] = {}
+        for c, label in enumerate(self.score_classes):
+            points = self._class_scores(c)
+            positive = sum(p for _, p, _ in points)
+            negative = sum(n for _, _, n in points)
+            if positive <= 0 or negative <= 0:
+                out[label] = None
+                continue
+            below = area = 0.0
+            for _, pos, neg in points:
+                area += pos * (below + 0.5 * neg)
+                below += neg
+            out[label] = area / (positive * negative)
+        return out
+
+    def pr_auc_by_class(self) -> dict[Value, float | None]:
+        """Each class's area under the precision-recall curve, that class against the rest,
+        as average precision (scikit-learn's ``average_precision_score``); None without rows
+        of the class."""
+        out: dict[Value, float | None] = {}
+        for c, label in enumerate(self.score_classes):
+            points = self._class_scores(c)
+            positive = sum(p for _, p, _ in points)
+            if positive <= 0:
+                out[label] = None
+                continue
+            tp = fp = recall = area = 0.0
+            for _, pos, neg in reversed(points):
+                tp, fp = tp + pos, fp + neg
+                if tp + fp > 0:
+                    area += (tp / positive - recall) * (tp / (tp + fp))
+                recall = tp / positive
+            out[label] = area
+        return out
+
+    def _weighted(self, by_class: dict[Value, float | None]) -> float | None:
+        """The classes' figures weighted by their weight in the source (Weka's weighted
+        average, scikit-learn's ``average="weighted"``), over the classes that have one."""
+        support = {_key(c): self._support(i) for i, c in enumerate(self.classes)}
+        pairs = [(v, support.get(_key(c), 0.0)) for c, v in by_class.items() if v is not None]
+        total = sum(w for _, w in pairs)
+        return sum(v * w for v, w in pairs) / total if total > 0 else None
+
+    @property
+    def roc_auc(self) -> float | None:
+        """Area under the ROC curve: of the second class for two classes, else one class
+        against the rest, weighted by the classes' weights (None when undefined)."""
+        if len(self.score_classes) == 2:
+            return self.roc_auc_by_class()[self.score_classes[1]]
+        return self._weighted(self.roc_auc_by_class())
+
+    @property
+    def pr_auc(self) -> float | None:
+        """Area under the precision-recall curve (average precision): of the second class for
+        two classes, else weighted over the classes as ``roc_auc``."""
+        if len(self.score_classes) == 2:
+            return self.pr_auc_by_class()[self.score_classes[1]]
+        return self._weighted(self.pr_auc_by_class())
+
+    def threshold_curve(self) -> list[dict[str, float]]:
+        """For two classes, one row per distinct probability ``t`` of the second (positive)
+        class, highest first: predicting it where its probability is at least ``t`` gives
+        these weights of true and false positives and negatives, precision, recall and false
+        positive rate (Weka's threshold curve)."""
+        positive = self._two_classes("threshold_curve")
+        points = self._class_scores(positive)
+        pos_total = sum(p for _, p, _ in points)
+        neg_total = sum(n for _, _, n in points)
+        rows, tp, fp = [], 0.0, 0.0
+        for s, pos, neg in reversed(points):
+            tp, fp = tp + pos, fp + neg
+            rows.append({"threshold": s, "tp": tp, "fp": fp, "fn": pos_total - tp,
+                         "tn": neg_total - fp, "precision": _ratio(tp, tp + fp),
+                         "recall": _ratio(tp, pos_total), "fp_rate": _ratio(fp, neg_total)})
+        return rows
+
+    def at_threshold(self, threshold: float) -> Evaluation:
+        """The evaluation had the second (positive) class been predicted where its
+        probability is at least ``threshold`` (two classes only); the probability figures
+        stay."""
+        positive = self._two_classes("a threshold")
+        if not isinstance(threshold, (int, float)) or not 0.0 <= threshold <= 1.0:
+            raise OptionError(f"threshold must be a probability in [0, 1], not {threshold!r}")
+        index = {_key(c): i for i, c in enumerate(self.classes)}
+        yes, no = (index[_key(self.score_classes[i])] for i in (positive, 1 - positive))
+        k = len(self.classes)
+        matrix = [[0.0] * k for _ in range(k)]
+        for actual, probs, w in self.scores:
+            matrix[index[_key(actual)]][yes if probs[positive] >= threshold else no] += w
+        return replace(self, matrix=matrix, extra={**self.extra, "threshold": threshold})
+
+    def _two_classes(self, what: str) -> int:
+        if len(self.score_classes) != 2:
+            raise OptionError(f"{what} needs a model of two classes; this one has "
+                              f"{len(self.score_classes)}")
+        return 1
 
     # -- probabilities -----------------------------------------------------------------------
     @property
@@ -225,11 +378,21 @@ class Evaluation:
             "weight_column": self.weight,
             "total_weight": self.total,
             "classes": list(self.classes),
+            "unseen_classes": list(self.unseen_classes),
+            "unseen_weight": self.unseen_weight,
             "confusion_matrix": [list(r) for r in self.matrix],
             "correct": self.correct,
             "accuracy": self.accuracy,
             "error_rate": self.error_rate,
             "kappa": self.kappa,
+            "matthews_correlation": self.matthews_correlation,
+            "balanced_accuracy": self.balanced_accuracy,
+            "roc_auc": self.roc_auc,
+            "pr_auc": self.pr_auc,
+            "roc_auc_by_class": [{"class": c, "area": v}
+                                 for c, v in self.roc_auc_by_class().items()],
+            "pr_auc_by_class": [{"class": c, "area": v}
+                                for c, v in self.pr_auc_by_class().items()],
             "log_loss": self.log_loss,
             "mean_absolute_error": self.mean_absolute_error,
             "root_mean_squared_error": self.root_mean_squared_error,
@@ -284,8 +447,10 @@ def build_evaluation_query(
     *,
     expand: bool = False,
 ) -> exp.Select:
-    """``SELECT actual, predicted, COUNT(*), SUM(w), SUM(w * p_actual), ... GROUP BY actual,
-    predicted`` over the compiled scoring query of ``relation``.
+    """``SELECT actual, predicted, COUNT(*), SUM(w), SUM(w * p_actual), ..., p_0, ..., p_k
+    GROUP BY actual, predicted, p_0, ..., p_k`` over the compiled scoring query of
+    ``relation``: a tree gives few distinct probability vectors (about one per leaf), and their
+    weights per actual class give the ROC and precision-recall areas.
 
     ``expand`` spreads C4.5's unknown values by copies of the rows (DuckDB) instead of the
     closed form, as ``Model.predict`` does (see ``compiler.scoring.build_scoring_query``).
@@ -331,10 +496,11 @@ def build_evaluation_query(
     ]
     select = exp.Select(expressions=[
         exp.Alias(this=e, alias=nm.ident(name)) for e, name in zip(outputs, _GROUP_COLUMNS)
-    ])
+    ] + [pc.copy() for pc in p])  # by probabilities too: the ROC and precision-recall areas
     select = select.from_(exp.Subquery(this=scored, alias=exp.TableAlias(
         this=exp.to_identifier(s, quoted=True))), copy=False)
-    return select.group_by(actual.copy(), column(predicted, s), copy=False)
+    return select.group_by(actual.copy(), column(predicted, s), *[pc.copy() for pc in p],
+                           copy=False)
 
 
 # -- evaluate ----------------------------------------------------------------------------------
@@ -357,8 +523,15 @@ def evaluate(
     weight: str | bool = True,
     title: str = "Evaluation",
     unknown: str = "fractional",
+    threshold: float | None = None,
 ) -> Evaluation:
     """Evaluate ``model`` on ``source`` in the engine (see ``Model.evaluate``)."""
+    if threshold is not None and len(model.classes) != 2:
+        raise OptionError(f"threshold= needs a model of two classes; this one has "
+                          f"{len(model.classes)}")
+    if threshold is not None and (not isinstance(threshold, (int, float))
+                                  or not 0.0 <= threshold <= 1.0):
+        raise OptionError(f"threshold must be a probability in [0, 1], not {threshold!r}")
     root = scoring_tree(model.root, unknown)
     if not isinstance(title, str):
         raise OptionError(f"title must be text, not {title!r}")
@@ -366,7 +539,8 @@ def evaluate(
     engine = get_engine(connection)
     try:
         relation = resolve_relation(source, engine)
-        names = [n for n, _ in engine.columns(relation)]
+        schema = engine.columns(relation)
+        names = [n for n, _ in schema]
         needed = {model.target: "the target", **({weight_column: "the weight column"}
                                                 if weight_column else {})}
         for name, what in needed.items():
@@ -376,6 +550,7 @@ def evaluate(
         missing = [f for f in tested if f not in names]
         if missing:
             raise DataError(f"columns the tree tests are not in the source: {missing}")
+        check_source(model, dict(schema), engine, target=True)
         query = build_evaluation_query(
             root, model.classes, relation, model.target, weight_column,
             expand=engine.VECTORIZED,
@@ -384,7 +559,8 @@ def evaluate(
             rows = engine.execute(query)
     finally:
         engine.cleanup()
-    return from_groups(rows, model.classes, model.root.counts, weight_column, title)
+    evaluation = from_groups(rows, model.classes, model.root.counts, weight_column, title)
+    return evaluation if threshold is None else evaluation.at_threshold(threshold)
 
 
 def from_groups(
@@ -399,7 +575,16 @@ def from_groups(
     ``training_counts`` (the model's class weights in training) give the prior that the
     relative errors compare with: each class's weight plus one, as Weka counts it.
     """
+    n = len(_GROUP_COLUMNS)
+    # Added up in one order whatever order the engine returns the groups in: float sums
+    # depend on it, and the same evaluation must print the same figures every time.
+    groups = sorted(groups, key=lambda g: (
+        (0, (0, 0)) if g[0] is None else (1, sort_key(g[0])),
+        (0, (0, 0)) if g[1] is None else (1, sort_key(g[1])),
+        tuple(-1.0 if x is None else float(x) for x in g[n:])))
     records = [dict(zip(_GROUP_COLUMNS, g)) for g in groups]
+    scores = [(g[0], tuple(float(x) for x in g[n:]), float(g[3])) for g in groups
+              if g[0] is not None and len(g) > n]
     bad = sum(int(r["bad_weights"] or 0) for r in records)
     if bad:
         raise DataError(f"{bad} rows have a NULL or negative weight in {weight!r}")
@@ -419,12 +604,25 @@ def from_groups(
         for name in sums:
             sums[name] += float(r[name])
     prior_abs, prior_sq = _prior_errors(classes, matrix, model_classes, training_counts)
-    return Evaluation(
+    unseen = sorted(others.values(), key=sort_key)
+    evaluation = Evaluation(
         classes=classes, matrix=matrix, rows=sum(int(r["rows"]) for r in labelled),
         rows_null_target=null_rows, weight=weight, sum_p_actual=sums["p_actual"],
         sum_log_p=sums["log_p"], sum_p_squared=sums["p_squared"], sum_prior_abs=prior_abs,
-        sum_prior_sq=prior_sq, title=title,
+        sum_prior_sq=prior_sq, title=title, unseen_classes=unseen,
+        scores=scores, score_classes=list(model_classes),
     )
+    if unseen:
+        warnings.warn(
+            f"{_weight_text(evaluation.unseen_weight)} rows hold classes the model was not "
+            f"trained on ({_labels(unseen)}); they count as errors", stacklevel=4,
+        )
+    return evaluation
+
+
+def _labels(values: Sequence[Value], most: int = 5) -> str:
+    shown = ", ".join(format_value(v) for v in values[:most])
+    return shown + (f" and {len(values) - most} more" if len(values) > most else "")
 
 
 def _key(value: Value) -> tuple[int, Any]:
@@ -479,7 +677,24 @@ def combine(parts: Sequence[Evaluation], title: str = "Evaluation") -> Evaluatio
         sum_prior_abs=sum(p.sum_prior_abs for p in parts),
         sum_prior_sq=sum(p.sum_prior_sq for p in parts),
         title=title,
+        unseen_classes=sorted({_key(c): c for p in parts for c in p.unseen_classes}.values(),
+                              key=sort_key),
+        **_pooled_scores(parts),
     )
+
+
+def _pooled_scores(parts: Sequence[Evaluation]) -> dict[str, Any]:
+    """The parts' score groups over the union of their models' classes (a class a part's
+    model did not know has probability 0 there)."""
+    keyed = {_key(c): c for part in parts for c in part.score_classes}
+    classes = sorted(keyed.values(), key=sort_key)
+    scores = []
+    for part in parts:
+        at = {_key(c): i for i, c in enumerate(part.score_classes)}
+        for actual, probs, w in part.scores:
+            scores.append((actual, tuple(probs[at[_key(c)]] if _key(c) in at else 0.0
+                                         for c in classes), w))
+    return {"scores": scores, "score_classes": classes}
 
 
 # -- text ----------------------------------------------------------------------------------------
@@ -574,10 +789,17 @@ def report(evaluation: Evaluation) -> str:
         _summary_line("Relative absolute error", e.relative_absolute_error, "%"),
         _summary_line("Root relative squared error", e.root_relative_squared_error, "%"),
         _summary_line("Log loss", e.log_loss),
+        _summary_line("Matthews correlation", e.matthews_correlation),
+        _summary_line("Balanced accuracy", e.balanced_accuracy),
+        _summary_line("ROC area", e.roc_auc),
+        _summary_line("PRC area", e.pr_auc),
         _summary_line("Total Number of Instances", e.total),
     ]
     if e.rows_null_target:
         summary.append(f"{'Rows with a NULL class (left out)':<35}{e.rows_null_target:>8}")
+    if e.unseen_classes:
+        summary.append(f"{'Rows of classes not in the model':<35}"
+                       f"{_weight_text(e.unseen_weight):>8} ({_labels(e.unseen_classes)})")
     if e.weight:
         summary.append(f"{'Weights from column':<35}{'':>4}{e.weight}")
     return "\n\n".join([

@@ -346,7 +346,8 @@ def _level_line(level: LevelStats, weight: float | None = None) -> str:
     rows = "" if weight is None else f"{reporting.rows(weight)} rows, "
     return (
         f"level {level.depth}: {reporting.count(level.nodes, 'node')}, {rows}"
-        f"{level.splits:,} split, {level.queries} queries, {level.seconds:.2f} s"
+        f"{reporting.count(level.splits, 'split')}, "
+        f"{reporting.count(level.queries, 'query', 'queries')}, {level.seconds:.2f} s"
     )
 
 

@@ -15,12 +15,13 @@ from sqlglot.errors import ErrorLevel
 from . import compiler
 from . import progress as reporting
 from .compiler.scoring import build_scoring_query
-from .criteria import predicted_class
+from .criteria import impurity, predicted_class
 from .deploy import dbt_model, dbt_ref, unquote_identifiers
 from .engines.sqlite_numbers import exact_numbers
 from .errors import DataError, ModelFileError, OptionError, UnsupportedError
 from .model_file import FORMAT, format_version, read_json, validate
 from .options import check_dialect
+from .source_check import check_source
 from .tree import CONTINUOUS, Node, Value, check_unknown, format_value, scoring_tree
 
 if TYPE_CHECKING:
@@ -130,6 +131,48 @@ class Model:
 
         return plot(self, ax=ax, max_depth=max_depth, decimals=decimals, fontsize=fontsize,
                     filled=filled)
+
+    def feature_importances(self, kind: str = "gain") -> dict[str, float]:
+        """Each feature's importance in the tree, by name, in the order of ``features``.
+
+        ``kind="gain"``: scikit-learn's ``feature_importances_``, each test's weighted impurity
+        decrease (the node's weight times its impurity, less its children's) summed per
+        feature and normalised to add up to 1: Gini or entropy as CART was grown (entropy for
+        ID3 and C4.5), the variance for a regression tree. ``kind="split"``: how many tests
+        use the feature (J48-style usage counts). A feature the tree never tests has 0.
+
+        Examples
+        --------
+        >>> import sqltree
+        >>> model = sqltree.train("examples/data/golf.csv", target="play")
+        >>> model.feature_importances("split")
+        {'outlook': 1.0, 'temperature': 0.0, 'humidity': 1.0, 'windy': 1.0}
+        """
+        totals = dict.fromkeys(self.feature_names, 0.0)
+        if kind not in ("gain", "split"):
+            raise OptionError(f"kind is 'gain' or 'split', not {kind!r}")
+        criterion = "entropy"
+        if self.options.get("algorithm") == "cart":
+            criterion = "gini" if self.options.get("criterion", "gini") == "gini" else "entropy"
+
+        def weighted(node: Node) -> float:
+            if self.is_regression:
+                return sum(node.counts) * (node.impurity or 0.0)
+            return sum(node.counts) * impurity(node.counts, criterion)
+
+        for node in self.root.walk():
+            if node.split is None:
+                continue
+            if kind == "split":
+                totals[node.split.feature] += 1.0
+            else:
+                totals[node.split.feature] += weighted(node) - sum(
+                    weighted(c) for c in node.children)
+        if kind == "gain":
+            whole = sum(totals.values())
+            if whole > 0:
+                totals = {name: v / whole for name, v in totals.items()}
+        return totals
 
     def summary(self) -> str:
         """A few lines on the model: target and classes, the source's shape, the class balance,
@@ -283,7 +326,8 @@ class Model:
             if proba:
                 raise OptionError("probabilities are columns: pass table=... to get a query")
         check_unknown(unknown)
-        start = f"compiling {self.n_leaves:,} leaves to {dialect} SQL"
+        leaves = reporting.count(self.n_leaves, "leaf", "leaves")
+        start = f"compiling {leaves} to {dialect} SQL"
         with reporting.phase("compile", start) as phase:
             if table is None:
                 expression = self.to_expression(output, unknown=unknown)
@@ -293,7 +337,7 @@ class Model:
             if not quote_identifiers:
                 unquote_identifiers(expression, dialect)
             sql = render(expression, dialect, pretty)
-            phase.done(f"compiled {self.n_leaves:,} leaves into {len(sql):,} characters of "
+            phase.done(f"compiled {leaves} into {len(sql):,} characters of "
                        f"{dialect} SQL, {phase.seconds:.2f} s", characters=len(sql))
         return sql
 
@@ -317,15 +361,65 @@ class Model:
         relation = dbt_ref(ref)
         header = (f"{self.target} predicted by a sqltree {self.options.get('algorithm')} tree "
                   f"({self.n_leaves} leaves), compiled for {dialect}")
-        start = f"compiling {self.n_leaves:,} leaves to a {dialect} dbt model"
+        leaves = reporting.count(self.n_leaves, "leaf", "leaves")
+        start = f"compiling {leaves} to a {dialect} dbt model"
         with reporting.phase("compile", start) as phase:
             query = self._select(relation, output, column, proba, unknown)
             if not quote_identifiers:
                 unquote_identifiers(query, dialect)
             text = dbt_model(render(query, dialect, pretty), relation, header)
-            phase.done(f"compiled {self.n_leaves:,} leaves into a dbt model of {len(text):,} "
+            phase.done(f"compiled {leaves} into a dbt model of {len(text):,} "
                        f"characters, {phase.seconds:.2f} s", characters=len(text))
         return text
+
+    def check_sql(self, table: str, dialect: str = "duckdb", *, pretty: bool = False,
+                  quote_identifiers: bool = True) -> str:
+        """A query a deployment can run to check that ``table`` still holds what the model
+        was trained on: one row per nominal column the tree tests that holds values training
+        never saw (``column``, ``rows``, an ``example``), none when all is well, so it serves as
+        a dbt singular test as it is. A column whose values changed type (booleans stored as
+        1/0 where the model learnt ``'True'``) has every row outside, or makes the engine
+        refuse the comparison; either way the check does not pass silently.
+
+        Examples
+        --------
+        >>> import sqltree
+        >>> model = sqltree.train("examples/data/golf.csv", target="play")
+        >>> print(model.check_sql("sales").splitlines()[0][:64])
+        SELECT 'outlook' AS "column", COUNT(*) AS "rows", MIN(CAST("outl
+        """
+        from .compiler.blocks import column as quoted_column
+        from .compiler.blocks import literal
+
+        check_dialect(dialect)
+        relation = exp.to_table(table, dialect=dialect)
+        tested = {n.split.feature for n in self.root.walk() if n.split is not None}
+        parts: list[exp.Select] = []
+        for f in self.features:
+            if f.name not in tested or f.kind == CONTINUOUS or not f.values:
+                continue
+            col = quoted_column(f.name)
+            outside = exp.and_(col.copy().is_(exp.null()).not_(), exp.not_(exp.In(
+                this=col.copy(), expressions=[literal(v) for v in f.values])))
+            parts.append(
+                exp.select(
+                    exp.alias_(exp.Literal.string(f.name), "column", quoted=True),
+                    exp.alias_(exp.Count(this=exp.Star()), "rows", quoted=True),
+                    exp.alias_(exp.Min(this=exp.cast(col.copy(), "TEXT")), "example",
+                               quoted=True),
+                ).from_(relation.copy()).where(outside).having(
+                    exp.GT(this=exp.Count(this=exp.Star()), expression=exp.Literal.number(0)))
+            )
+        if not parts:  # nothing to check: a query that returns no rows
+            query: exp.Expression = exp.select(
+                exp.alias_(exp.Literal.string(""), "column", quoted=True)).where(exp.false())
+        else:
+            query = parts[0]
+            for part in parts[1:]:
+                query = exp.union(query, part, distinct=False)
+        if not quote_identifiers:
+            unquote_identifiers(query, dialect)
+        return render(query, dialect, pretty)
 
     def _select(self, relation: exp.Expression, output: str, column: str, proba: bool,
                 unknown: str, *, view: str | None = None, dialect: str = "duckdb"
@@ -430,7 +524,7 @@ class Model:
             relation = resolve_relation(source, engine)
             schema = engine.columns(relation)
             names = [n for n, _ in schema]
-            self._check_source(dict(schema), engine.dialect)
+            self._check_source(dict(schema), engine)
             taken = {n.lower() for n in names}
             clash = [c for c in [column, *(self.proba_columns() if proba else [])]
                      if c.lower() in taken]
@@ -443,7 +537,8 @@ class Model:
                 expand=engine.VECTORIZED, ordered=into is None, unknown=unknown,
             )
             # The engine copies the query before rendering it; see compiler.collector_paused.
-            start = f"scoring {relation.meta['sqltree_source']} with {self.n_leaves:,} leaves"
+            start = (f"scoring {relation.meta['sqltree_source']} with "
+                     f"{reporting.count(self.n_leaves, 'leaf', 'leaves')}")
             with compiler.collector_paused(), reporting.phase("score", start) as phase:
                 if into is not None:
                     engine.create_table(into, query)
@@ -455,9 +550,10 @@ class Model:
         finally:
             engine.cleanup()
 
-    def _check_source(self, types: dict[str, exp.DataType], dialect: str) -> None:
+    def _check_source(self, types: dict[str, exp.DataType], engine: Any) -> None:
         """Refuse a scoring source without a column the tree tests, or with text where the
-        tree compares numbers (the engine's own error would name neither)."""
+        tree compares numbers, or with another type family than in training (the engine's own
+        error would name neither, or there would be no error and wrong answers)."""
         tested = {n.split.feature: n.split for n in self.root.walk() if n.split}
         missing = sorted(f for f in tested if f not in types)
         if missing:
@@ -470,10 +566,11 @@ class Model:
                 *exp.DataType.NUMERIC_TYPES, *untyped
             ):
                 raise DataError(
-                    f"column {name!r} is {dtype.sql(dialect)} in the source, but the tree "
+                    f"column {name!r} is {dtype.sql(engine.dialect)} in the source, but the tree "
                     f"compares it with numbers ({name} <= {tested[name].threshold!r}); cast "
                     "it to a number in a query"
                 )
+        check_source(self, types, engine)
 
     def evaluate(
         self,
@@ -483,6 +580,7 @@ class Model:
         weight: str | bool = True,
         title: str = "Evaluation",
         unknown: str = "fractional",
+        threshold: float | None = None,
     ) -> Evaluation | RegressionEvaluation:
         """Evaluate the tree on ``source`` with one ``GROUP BY actual, predicted`` query.
 
@@ -500,12 +598,18 @@ class Model:
         ``weight``: True counts each row with the model's training weight column (when it
         was trained with one), False counts rows, a column name weighs by that column.
         ``unknown="majority"`` evaluates the SQL ``to_sql(unknown="majority")`` deploys.
+        ``threshold`` (two classes): the second class is predicted where its probability is at
+        least this, instead of the likelier class (``Evaluation.threshold_curve()`` lists
+        every threshold's counts).
         """
         from .evaluation import evaluate
 
         if self.is_regression:
             from .regression_evaluation import evaluate_regression
 
+            if threshold is not None:
+                raise UnsupportedError("a regression tree predicts numbers: threshold= does "
+                                       "not apply")
             if unknown != "fractional":
                 raise UnsupportedError(
                     "a regression tree routes unknown values to one branch at every test: "
@@ -514,7 +618,7 @@ class Model:
             return evaluate_regression(self, source, connection=connection, weight=weight,
                                        title=title)
         return evaluate(self, source, connection=connection, weight=weight, title=title,
-                        unknown=unknown)
+                        unknown=unknown, threshold=threshold)
 
     # -- files -------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

@@ -48,6 +48,9 @@ SPLIT_FIELDS = {
 KINDS = (CONTINUOUS, NOMINAL)
 FINITE = sys.float_info.max
 MAX_WEIGHT = 1e300
+TOLERANCE = 1e-6
+"""How far a node's probabilities, or a test's shares, may add up from 1, and a probability
+from its count's share of the node's counts (float rounding, far below any real difference)."""
 """The most a node's counts may add up to: far above any sum of row weights, and low enough
 that arithmetic on weights (percentages, error estimates) stays finite."""
 
@@ -94,9 +97,10 @@ def validate(data: Any) -> None:
     values of one type; features with distinct names and a known kind; the tree a tree (every
     node but the root the child of exactly one node, all reachable from the root, child
     indexes in range); every node's counts (finite, non-negative, adding up to at most
-    ``MAX_WEIGHT``) and probabilities (between 0 and 1), one per class; every split on a
-    feature of the model, of that feature's kind, with a finite threshold or branch values of
-    the feature's type, and one child and one share (a fraction) per branch.
+    ``MAX_WEIGHT``) and probabilities (between 0 and 1, adding up to 1, the counts' shares
+    where there are counts), one per class; distinct node ids; every split on a feature of the
+    model, of that feature's kind, with a finite threshold or branch values of the feature's
+    type, and one child and one share (a fraction) per branch, the shares adding up to 1.
     A regression model (``task`` "regression") has no classes, one count per node (its
     weight) and a finite ``value`` on every node.
     Fields outside the tree that this version does not know are ignored.
@@ -223,6 +227,7 @@ def _check_tree(
         _fail("tree", "is empty: a model has at least a root")
     n = len(tree)
     parent = [-1] * n
+    ids: dict[int, int] = {}
     for i, item in enumerate(tree):
         where = _node_name(i, item)
         if not isinstance(item, dict):
@@ -231,10 +236,14 @@ def _check_tree(
         node_id = item.get("id", 0)
         if not _is_int(node_id) or node_id < 0:
             _fail(where, f"id is {_show(node_id)}; expected a whole number >= 0")
+        if "id" in item and ids.setdefault(node_id, i) != i:
+            _fail(where, f"id {node_id} is also the id of node {ids[node_id]}")
         for key in ("counts", "proba"):
             if key not in item:
                 _fail(where, f"missing field {key!r}")
             _check_distribution(where, key, item[key], n_classes)
+        if not regression:
+            _check_proba(where, item["counts"], item["proba"])
         _check_growth_fields(where, item)
         if regression and not _is_number(item.get("value")):
             _fail(where, f"value is {_show(item.get('value'))}; a regression tree's node "
@@ -274,6 +283,20 @@ def _check_distribution(where: str, key: str, values: Any, n_classes: int) -> No
     if key == "counts" and sum(values) > MAX_WEIGHT:
         _fail(where, f"counts add up to {sum(values):g}, more than a weight can be "
                      f"({MAX_WEIGHT:g})")
+
+
+def _check_proba(where: str, counts: list[float], proba: list[float]) -> None:
+    """Probabilities add up to 1 and, where training weight reached the node, are its counts'
+    shares (a node no weight reached keeps its parent's)."""
+    if abs(sum(proba) - 1.0) > TOLERANCE:
+        _fail(where, f"proba adds up to {sum(proba):.6g}; probabilities add up to 1")
+    total = sum(counts)
+    if total > 0 and any(abs(p - c / total) > TOLERANCE for c, p in zip(counts, proba)):
+        def listed(xs: list[float]) -> str:
+            return "[" + ", ".join(f"{x:.6g}" for x in xs) + "]"
+
+        _fail(where, f"proba {listed(proba)} disagrees with counts {listed(counts)}, whose "
+                     f"shares they should be")
 
 
 def _check_growth_fields(where: str, item: dict[str, Any]) -> None:
@@ -331,6 +354,8 @@ def _check_test(where: str, item: dict[str, Any], features: dict[str, _Feature])
     for share in item["shares"]:
         if not _is_number(share) or not 0 <= share <= 1:
             _fail(where, f"shares holds {_show(share)}; expected fractions between 0 and 1")
+    if abs(sum(item["shares"]) - 1.0) > TOLERANCE:
+        _fail(where, f"shares add up to {sum(item['shares']):.6g}; a test's shares add up to 1")
     unknown = item.get("unknown_branch")
     if unknown is not None and (not _is_int(unknown) or not 0 <= unknown < branches):
         _fail(where, f"unknown_branch {_show(unknown)} is not null or a branch 0..{branches - 1}")

@@ -1,8 +1,8 @@
 """Pictures of a tree: DOT text rendered by Graphviz, and a matplotlib drawing.
 
 Both are optional: ``render`` needs the ``graphviz`` Python package and Graphviz's ``dot``
-program (``pip install 'sqltree-learn[graphviz]'`` and ``apt-get install graphviz``), ``plot``
-needs matplotlib (``pip install 'sqltree-learn[plot]'``). Each says so when it is missing.
+program (``pip install -e '.[graphviz]'`` in the repository, and ``apt-get install graphviz``),
+``plot`` needs matplotlib (``pip install -e '.[plot]'``). Each says so when it is missing.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import OptionError, UnsupportedError
+from .errors import OptionError, UnsupportedError, install_hint
 from .export import (
     check_depth,
     class_colors,
@@ -47,8 +47,8 @@ def render(dot: str, path: str | os.PathLike[str]) -> None:
         import graphviz
     except ImportError:
         raise UnsupportedError(
-            f"drawing {os.fspath(path)!r} needs the graphviz Python package: pip install "
-            "'sqltree-learn[graphviz]' (or write the .dot text and draw it yourself)"
+            f"drawing {os.fspath(path)!r} needs the graphviz Python package: "
+            f"{install_hint('graphviz')} (or write the .dot text and draw it yourself)"
         ) from None
     try:
         data = graphviz.Source(dot).pipe(format=fmt)
@@ -130,7 +130,7 @@ def plot(
         import matplotlib.pyplot as plt
     except ImportError:
         raise UnsupportedError(
-            "plot() needs matplotlib: pip install 'sqltree-learn[plot]'"
+            f"plot() needs matplotlib: {install_hint('plot')}"
         ) from None
     root, labels = resolve_tree(model_or_root, classes)
     limit = check_depth(max_depth)

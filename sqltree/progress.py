@@ -248,7 +248,9 @@ class Display:
             if self._live is None:
                 self._live = _live_progress(console)
                 self._live.start()
-            task = self._live.add_task(escape(indent + event.message), total=event.total)
+            room = console.width - LIVE_COLUMNS
+            task = self._live.add_task(escape(fit(indent + event.message, room)),
+                                       total=event.total)
             self._tasks.append(task)
             return
         if self._live is None:  # a step with no phase of its own
@@ -267,6 +269,24 @@ class Display:
         if not self._tasks:
             self._live.stop()
             self._live = None
+
+
+LIVE_COLUMNS = 42
+"""Width the live line's other columns take: spinner, bar (24), count, elapsed time and the
+spaces between them."""
+
+
+def fit(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters at a word's end, marked with an ellipsis: first
+    without its closing parenthesis (``growing ... rows (memory plan: ...)``), else at the
+    last space that fits."""
+    if len(text) <= width:
+        return text
+    head = text.split(" (", 1)[0]
+    if head != text and len(head) + 2 <= width:
+        return head + " …"
+    cut = text.rfind(" ", 0, max(width - 1, 1))
+    return (text[:cut] if cut > 0 else text[:max(width - 1, 1)]) + "…"
 
 
 def _live_progress(console: Any) -> Any:

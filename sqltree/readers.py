@@ -11,7 +11,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from .errors import DataError, UnsupportedError
+from .errors import DataError, UnsupportedError, install_hint
 
 __all__ = ["FILE_READERS", "read_arff", "reader_for"]
 
@@ -30,7 +30,7 @@ def read_arff(path: str | os.PathLike[str]) -> Any:
         import arff
     except ImportError:
         raise UnsupportedError(
-            f"reading {os.fspath(path)!r} needs liac-arff: pip install 'sqltree-learn[arff]'"
+            f"reading {os.fspath(path)!r} needs liac-arff: {install_hint('arff')}"
         ) from None
     import pandas as pd
 

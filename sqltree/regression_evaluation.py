@@ -26,6 +26,7 @@ from .dataset import resolve_relation
 from .engines import get_engine
 from .errors import DataError
 from .evaluation import Scorable, model_weight
+from .source_check import check_source
 
 _SUMS = ("rows", "rows_null_target", "total", "sum_sq_error", "sum_abs_error", "sum_dev",
          "sum_sq_dev", "bad_weights")
@@ -176,13 +177,15 @@ def evaluate_regression(
     engine = get_engine(connection)
     try:
         relation = resolve_relation(source, engine)
-        names = [n for n, _ in engine.columns(relation)]
+        schema = engine.columns(relation)
+        names = [n for n, _ in schema]
         needed = [model.target, *([weight_column] if weight_column else [])]
         tested = {n.split.feature for n in model.root.walk() if n.split is not None}
         missing = [c for c in [*needed, *sorted(tested)] if c not in names]
         if missing:
             raise DataError(f"columns the evaluation reads are not in the source: {missing}; "
                             f"columns: {names}")
+        check_source(model, dict(schema), engine, target=True)
         with compiler.collector_paused():
             (row,) = engine.execute(build_regression_query(model, relation, weight_column))
     finally:

@@ -46,6 +46,11 @@ class Split:
     threshold: float | None = None
     groups: list[list[Value]] | None = None
 
+    def __post_init__(self) -> None:
+        # -0.0 and 0.0 are one threshold; which of them an engine returns differs by plan.
+        if self.threshold == 0.0:
+            self.threshold = 0.0
+
     def branch_of(self, value: Value) -> int | None:
         """The branch a known value takes, or None when the value is unknown at this test."""
         if value is None or (isinstance(value, float) and math.isnan(value)):

@@ -618,7 +618,7 @@ BAD_COMMON = {
     "max_depth": (0, -1, 2.5, "3", True, math.nan),
     "max_bins": (1, 0, -4, 2.5, "16", True),
     "min_samples_split": (-1, -0.5, math.nan, math.inf, "2"),
-    "algorithm": ("c5.0", "", None, 3, "cart2"),
+    "algorithm": ("c5.0", "", 3, "cart2"),  # None is the default, not a mistake
 }
 BAD_C45 = {
     "min_cases": (-1, -0.001, math.nan, math.inf, "2"),

@@ -189,8 +189,8 @@ def test_an_arff_source_is_one_file(tmp_path, monkeypatch):
     with pytest.raises(sqltree.DataError, match=r"is one file, not a glob"):
         sqltree.train(str(LOCAL_ARFF / "*.arff"), target="a")
     monkeypatch.setitem(sys.modules, "arff", None)
-    with pytest.raises(sqltree.UnsupportedError, match=r"needs liac-arff: pip install "
-                                                       r"'sqltree-learn\[arff\]'"):
+    with pytest.raises(sqltree.UnsupportedError, match=r"needs liac-arff: pip install -e "
+                                                       r"'\.\[arff\]' in a clone"):
         sqltree.train(str(arff_path("iris")), target="class")
 
 

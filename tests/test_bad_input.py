@@ -215,3 +215,41 @@ def test_nan_target_is_refused():
     )
     with pytest.raises(sqltree.DataError, match="target 'y' holds NaN"):
         sqltree.train("t", target="y", connection=con)
+
+
+@pytest.mark.parametrize("weight, message", [
+    (1e-200, r"the weights in 'w' add up to 6e-200, outside \[1e-150, 1e\+150\]"),
+    (1e308, r"the weights in 'w' add up to inf, outside \[1e-150, 1e\+150\]"),
+], ids=["underflow", "overflow"])
+def test_weights_beyond_what_a_float_can_square_are_a_data_error(weight, message):
+    frame = pd.DataFrame({"x": [1.0, 2, 3, 4, 5, 6], "y": list("aabbab"), "w": [weight] * 6})
+    with pytest.raises(sqltree.DataError, match=message):
+        sqltree.train(frame, target="y", algorithm="cart", weight="w")
+
+
+def test_small_weights_within_range_train_on_every_plan():
+    frame = pd.DataFrame({"x": [1.0, 2, 3, 4, 5, 6], "y": list("aabbab"), "w": [1e-100] * 6})
+    texts = {sqltree.train(frame, target="y", algorithm="cart", weight="w", plan=plan).text()
+             for plan in ("memory", "tables")}
+    assert len(texts) == 1
+
+
+def test_a_regression_target_whose_variance_overflows_is_a_data_error():
+    frame = pd.DataFrame({"x": [1.0, 2, 3, 4], "t": [1e200, 2e200, 3e200, 6e200]})
+    with pytest.raises(sqltree.DataError, match="the target 't' reaches 6e\\+200: its variance"):
+        sqltree.train(frame, target="t", task="regression")
+    model = sqltree.train(frame.assign(t=frame["t"] / 1e100), target="t", task="regression")
+    assert sqltree.Model.from_dict(model.to_dict()).n_leaves == model.n_leaves
+
+
+def test_dates_are_refused_alike_from_every_source(tmp_path):
+    frame = pd.DataFrame({"d": pd.date_range("2024-01-01", periods=60).date,
+                          "x": [i % 7 for i in range(60)], "y": ["a", "b"] * 30})
+    frame.to_csv(tmp_path / "d.csv", index=False)
+    frame.to_parquet(tmp_path / "d.parquet")
+    for source in (str(tmp_path / "d.csv"), str(tmp_path / "d.parquet"), frame):
+        with pytest.raises(sqltree.UnsupportedError,
+                           match=r"column 'd' holds dates or times \(DATE\).*EXTRACT\(year"):
+            sqltree.train(source, target="y")
+    model = sqltree.train(str(tmp_path / "d.csv"), target="y", features=["x"])
+    assert model.feature_names == ["x"]

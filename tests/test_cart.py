@@ -453,6 +453,15 @@ def test_class_weight_dict_as_sklearn():
     assert verdict == "identical"
 
 
+def test_class_weight_naming_an_unknown_class_is_refused():
+    with pytest.raises(sqltree.errors.DataError,
+                       match=r"class_weight names classes the target does not hold: \['nope'\]"):
+        sqltree.train(str(DATA / "golf.csv"), target="play", algorithm="cart",
+                      class_weight={"yes": 1.0, "nope": 2.0})
+    with pytest.raises(ValueError, match="does not hold"):  # as scikit-learn's estimator
+        DecisionTreeClassifier(class_weight={0: 1.0, 7: 2.0}).fit(*bundled("iris"))
+
+
 def test_fractional_min_samples():
     X, y = bundled("iris")
     ours = DecisionTreeClassifier(min_samples_leaf=0.05, min_samples_split=0.2).fit(X, y)

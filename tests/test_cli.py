@@ -4,6 +4,7 @@ or DuckDB database left behind by a mistake."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -11,6 +12,7 @@ import subprocess
 import sys
 
 import duckdb
+import pandas as pd
 import pytest
 
 import sqltree
@@ -89,7 +91,36 @@ def test_create_db_creates_the_database(tmp_path, capsys, model_file):
 
 def test_connect_to_an_unknown_kind_of_url_is_refused(capsys):
     line = refused(capsys, USAGE, "train", GOLF, "-t", "play", "--connect", "mysql://db/x")
-    assert "postgresql:// URL or a DuckDB database file" in line
+    assert "a postgresql:// URL, a sqlite:/// URL or a DuckDB database file" in line
+
+
+@pytest.mark.parametrize("form", ["url", "file"])
+def test_connect_to_a_sqlite_database(tmp_path, capsys, form):
+    import sqlite3
+
+    database = tmp_path / "shop.db"
+    with contextlib.closing(sqlite3.connect(database)) as lite:
+        pd.read_csv(GOLF, dtype=str).to_sql("golf", lite, index=False)
+        lite.commit()
+    connect = f"sqlite:///{database}" if form == "url" else str(database)
+    model = tmp_path / "m.json"
+    status, _, err = run(capsys, "train", "golf", "-t", "play", "-q", "-o", model,
+                         "--connect", connect)
+    assert status == 0, err
+    assert sqltree.load(model).stats["engine"] == "sqlite"
+    status, _, err = run(capsys, "predict", model, "golf", "--into", "scored", "--connect",
+                         connect)
+    assert status == 0, err
+    with contextlib.closing(sqlite3.connect(database)) as lite:
+        assert lite.execute("SELECT count(*) FROM scored").fetchall() == [(14,)]
+    status, out, err = run(capsys, "evaluate", model, "golf", "--connect", connect)
+    assert status == 0 and "Correctly Classified Instances          14" in out, err
+
+
+def test_connect_to_a_missing_sqlite_file_is_refused(tmp_path, capsys):
+    typo = tmp_path / "typo.db"
+    line = refused(capsys, DATA, "scores", GOLF, "-t", "play", "--connect", f"sqlite:///{typo}")
+    assert f"SQLite database {str(typo)!r} does not exist" in line and not typo.exists()
 
 
 def test_connect_to_a_file_that_is_not_a_database(tmp_path, capsys):
@@ -237,7 +268,11 @@ def test_bad_training_options(tmp_path, capsys, options, message):
     (["trian", GOLF], "'trian' is not known (did you mean 'train'?); argument COMMAND"),
     (["sql", "m.json", "--dialcet", "duckdb"],
      "'--dialcet' is not known (did you mean '--dialect'?)"),
-], ids=["flag", "flag=value", "command", "sql flag"])
+    # argparse's abbreviations took --max-dept for --max-depth without a word
+    (["train", GOLF, "-t", "play", "--max-dept", "2"],
+     "'--max-dept' is not known (did you mean '--max-depth'?)"),
+    (["train", GOLF, "-t", "play", "--max", "2"], "unrecognized arguments: --max 2"),
+], ids=["flag", "flag=value", "command", "sql flag", "abbreviation", "prefix"])
 def test_a_misspelt_flag_or_command_is_named(capsys, args, message):
     assert message in refused(capsys, USAGE, *args)
 
@@ -249,6 +284,46 @@ def test_a_misspelt_flag_or_command_is_named(capsys, args, message):
 ])
 def test_train_output_checked_before_training(capsys, output, message):
     assert message in refused(capsys, USAGE, "train", GOLF, "-t", "play", "-o", output)
+
+
+def test_features_is_repeatable_and_names_a_column_with_a_comma(tmp_path, capsys):
+    source = tmp_path / "golf.csv"
+    pd.read_csv(GOLF, dtype=str).rename(columns={"humidity": "humidity, %"}).to_csv(
+        source, index=False)
+    model = tmp_path / "m.json"
+    status, _, err = run(capsys, "train", source, "-t", "play", "-q", "-o", model,
+                         "--features", "humidity\\, %", "--features", "outlook,windy")
+    assert status == 0, err
+    assert sqltree.load(model).feature_names == ["humidity, %", "outlook", "windy"]
+
+
+def _choices(command: str, flag: str) -> list[str]:
+    from sqltree.cli import build_parser
+
+    parser = build_parser()
+    (sub,) = [a for a in parser._actions if isinstance(a.choices, dict)]
+    (action,) = [a for a in sub.choices[command]._actions if flag in a.option_strings]
+    return list(action.choices)
+
+
+def test_every_criterion_offered_trains(capsys, tmp_path):
+    from tests.helpers import GOLF_NUMERIC
+
+    offered = _choices("train", "--criterion")
+    assert "absolute_error" not in offered
+    for criterion in offered:
+        regression = criterion in ("squared_error", "friedman_mse", "poisson")
+        args = (["-t", "humidity", "--task", "regression", "--features", "outlook,temperature"]
+                if regression else ["-t", "play", "-a", "cart"])
+        status, _, err = run(capsys, "train", GOLF_NUMERIC, *args, "--criterion", criterion,
+                             "-q", "-o", tmp_path / "m.json")
+        assert status == 0, (criterion, err)
+
+
+def test_split_scores_refuses_a_task_it_cannot_score():
+    with pytest.raises(sqltree.errors.UnsupportedOptionError,
+                       match="split_scores scores classification splits"):
+        sqltree.split_scores(str(GOLF), target="play", task="regression")
 
 
 def test_quiet_without_output_is_refused(capsys):
@@ -288,6 +363,27 @@ def test_predict_writes_the_kind_its_name_says(tmp_path, capsys, model_file, suf
     assert status == 0 and err == ""
     assert (output.read_bytes()[:4] == b"PAR1") == (suffix == ".parquet")
     assert os.listdir(tmp_path) == [output.name]  # no temporary file left
+
+
+@pytest.fixture
+def umask_022():
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+@pytest.mark.parametrize("name", ["m.json", "scored.csv", "scored.parquet"])
+def test_written_files_respect_the_umask(tmp_path, capsys, model_file, umask_022, name):
+    output = tmp_path / name
+    if name.endswith(".json"):
+        args = ["train", GOLF, "-t", "play", "-q", "-o", output]
+    else:
+        args = ["predict", model_file, GOLF, "-o", output]
+    assert run(capsys, *args)[0] == 0
+    assert output.stat().st_mode & 0o777 == 0o644
+    output.chmod(0o640)  # overwritten, a file keeps its mode, as open() keeps it
+    assert run(capsys, *args)[0] == 0
+    assert output.stat().st_mode & 0o777 == 0o640
 
 
 def test_usage_errors_are_one_line(capsys):

@@ -129,3 +129,10 @@ def test_evaluate_end_to_end(tmp_path) -> None:
         capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["correct"] == 14.0
+
+
+def test_evaluate_at_a_threshold(capsys, model_file) -> None:
+    status, out, err = run(capsys, "evaluate", model_file, GOLF, "--threshold", "0.0", "--json")
+    assert status == 0, err
+    document = json.loads(out)  # every row predicted "yes", the second class
+    assert document["threshold"] == 0.0 and document["confusion_matrix"] == [[0, 5], [0, 9]]

@@ -311,6 +311,23 @@ def test_expansion_query_grows_linearly():
     assert sizes[1] < 1.3 * sizes[0]
 
 
+def test_a_wide_fractional_nominal_test_compiles_in_linear_time(monkeypatch):
+    """An ID3 test over 10,000 values with unknown values spread (52 s before): the largest
+    branch of each test is found once per test, not once per branch."""
+    from sqltree.compiler.walk import Layout
+
+    k, n = 3, 10_000
+    root = Node(counts=[1.0] * k, proba=[1 / k] * k, node_id=0)
+    root.split = Split("c", NOMINAL, groups=[[f"v{i}"] for i in range(n)])
+    root.children = [leaf(i % k, k, node_id=i + 1) for i in range(n)]
+    root.shares = [1 / n] * n
+    calls = []
+    heavy = Layout.heavy
+    monkeypatch.setattr(Layout, "heavy", lambda self, node: calls.append(1) or heavy(self, node))
+    sql = model_of(root, k).to_sql()
+    assert len(calls) <= 4 * k and "'v9999'" in sql
+
+
 @pytest.mark.parametrize("case", ["fractional-400"])
 def test_fractional_tree_predicts_as_python_on_every_engine(engine_factory, case):
     """model.predict on each engine: DuckDB spreads by copies, the others in closed form."""

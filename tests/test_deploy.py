@@ -395,3 +395,33 @@ def test_a_regression_tree_deployed():
     got = [r[-1] for r in by_rid(con.execute(text).fetchall(), len(rows.columns) - 1)]
     assert got == [model.predict_row(r, unknown="majority") for r in python_rows(frame)]
     assert model.to_sql(unknown="majority") == model.to_sql()
+
+
+# -- the check a deployment runs ---------------------------------------------------------------
+def test_check_sql_returns_no_rows_while_the_table_matches_and_names_what_drifted():
+    model = sqltree.train(str(GOLF), target="play")
+    con = duckdb.connect()
+    con.execute(f"CREATE TABLE golf AS SELECT * FROM read_csv('{GOLF}', all_varchar = true)")
+    assert con.execute(model.check_sql("golf")).fetchall() == []
+    con.execute("UPDATE golf SET outlook = 'foggy' WHERE temperature = 'hot'")
+    assert con.execute(model.check_sql("golf")).fetchall() == [("outlook", 4, "foggy")]
+
+
+def test_check_sql_catches_booleans_stored_as_integers():
+    frame = pd.DataFrame({"is_member": [True, False] * 20, "spend": range(40),
+                          "churn": ["stay", "leave"] * 20})
+    model = sqltree.train(frame.astype({"is_member": str}), target="churn", algorithm="cart")
+    lite = sqlite3.connect(":memory:")
+    frame.to_sql("members", lite, index=False)  # 1 and 0, where the model learnt 'True'
+    rows = lite.execute(model.check_sql("members", "sqlite")).fetchall()
+    assert rows == [("is_member", 40, "0")]
+
+
+def test_cli_sql_check(tmp_path, capsys):
+    path = tmp_path / "golf.json"
+    sqltree.train(str(GOLF), target="play").save(path)
+    assert main(["sql", str(path), "--check", "--table", "sales", "-d", "postgres", "-q"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("SELECT 'outlook' AS \"column\"") and "FROM sales" in out
+    assert main(["sql", str(path), "--check"]) == 2
+    assert "--check needs --table" in capsys.readouterr().err

@@ -10,6 +10,7 @@ continuous and nominal features and a fractional weight column.
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -191,3 +192,16 @@ def test_recounted_weights_are_exact_sums_in_every_engine(engine_factory):
         ]
         expected.append((0, key, *[s / unit for s in fixed]))
     assert [(int(r[0]), float(r[1]), *map(float, r[2:])) for r in got] == expected
+
+
+def test_a_zero_threshold_is_zero_on_every_plan():
+    frame = pd.DataFrame({"x": [-0.0, 0.0, -0.0, 0.0, 1.0, 1.0, 2.0, 2.0],
+                          "t": list("aaaabbbb")})
+    files = set()
+    for plan in ("memory", "tables", "select"):
+        model = sqltree.train(frame, target="t", plan=plan, min_cases=1)
+        assert model.stats["plan"] == plan
+        threshold = model.root.split.threshold
+        assert threshold == 0.0 and math.copysign(1.0, threshold) == 1.0, plan
+        files.add(json.dumps(model.to_dict()["tree"]))
+    assert len(files) == 1

@@ -233,7 +233,7 @@ def test_c45_is_sqltree_train(tmp_path):
     for params, options in [
         ({}, {}),
         ({"unpruned": True}, {"pruning": None}),
-        ({"min_objects": 1, "confidence_factor": 0.5, "subtree_raising": False},
+        ({"min_cases": 1, "cf": 0.5, "subtree_raising": False},
          {"min_cases": 1, "cf": 0.5, "subtree_raising": False}),
     ]:
         clf = C45Classifier(**params).fit(X, y)
@@ -242,6 +242,20 @@ def test_c45_is_sqltree_train(tmp_path):
         assert clf.model_.to_sql() == model.to_sql() and clf.model_.target == "play"
     np.testing.assert_array_equal(clf.classes_, ["no", "yes"])
     assert clf.score(X, y) == 1.0
+
+
+def test_c45_takes_train_s_option_names_and_the_old_ones_with_a_warning():
+    golf = pd.read_csv("examples/data/golf.csv", dtype={"windy": str})
+    X, y = golf.drop(columns="play"), golf["play"]
+    new = C45Classifier(cf=0.5, min_cases=1).fit(X, y)
+    with pytest.warns(FutureWarning, match="is deprecated") as caught:
+        old = C45Classifier(confidence_factor=0.5, min_objects=1).fit(X, y)
+    assert sorted(str(w.message).split(":")[0] for w in caught) == [
+        "C45Classifier(confidence_factor=) is deprecated",
+        "C45Classifier(min_objects=) is deprecated",
+    ]
+    assert old.model_.text() == new.model_.text()
+    assert {"cf", "min_cases"} <= set(new.get_params())
 
 
 def test_classifier_refuses_a_regression_criterion(iris):
@@ -261,8 +275,8 @@ def test_cart_nodes_keep_growth_facts(iris):
 
 def test_c45_options_checked():
     X, y = np.array([[0.0], [1.0], [2.0], [3.0]]), [0, 0, 1, 1]
-    with pytest.raises(ValueError, match="confidence_factor must be in"):
-        C45Classifier(confidence_factor=0.9).fit(X, y)
+    with pytest.raises(ValueError, match="cf must be in"):
+        C45Classifier(cf=0.9).fit(X, y)
     with pytest.raises(ValueError, match="pruning"):
         C45Classifier(pruning="cost-complexity").fit(X, y)
     with pytest.raises(ValueError, match="missing"):

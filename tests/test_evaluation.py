@@ -44,6 +44,29 @@ def _reference(model: sqltree.Model, frame: pd.DataFrame) -> tuple[list, list, n
             np.array([model.predict_proba_row(r) for r in rows]))
 
 
+def _assert_ranking_figures_are_scikit_learns(evaluation, actual, proba, weights) -> None:
+    labels = evaluation.score_classes
+    onehot = np.array([[a == c for c in labels] for a in actual])
+    if len(labels) == 2:
+        expected = metrics.roc_auc_score(onehot[:, 1], proba[:, 1], sample_weight=weights)
+        assert evaluation.roc_auc == pytest.approx(expected, abs=1e-9)
+        expected = metrics.average_precision_score(onehot[:, 1], proba[:, 1],
+                                                   sample_weight=weights)
+        assert evaluation.pr_auc == pytest.approx(expected, abs=1e-9)
+    else:
+        assert evaluation.roc_auc == pytest.approx(metrics.roc_auc_score(
+            actual, proba, multi_class="ovr", average="weighted", labels=labels,
+            sample_weight=weights), abs=1e-9)
+        assert evaluation.pr_auc == pytest.approx(metrics.average_precision_score(
+            onehot, proba, average="weighted", sample_weight=weights), abs=1e-9)
+    for c, label in enumerate(labels):
+        assert evaluation.roc_auc_by_class()[label] == pytest.approx(
+            metrics.roc_auc_score(onehot[:, c], proba[:, c], sample_weight=weights), abs=1e-9)
+        assert evaluation.pr_auc_by_class()[label] == pytest.approx(
+            metrics.average_precision_score(onehot[:, c], proba[:, c], sample_weight=weights),
+            abs=1e-9)
+
+
 @pytest.mark.parametrize("name", CASES)
 def test_figures_are_scikit_learns(name: str) -> None:
     load, target, options = CASES[name]
@@ -64,6 +87,11 @@ def test_figures_are_scikit_learns(name: str) -> None:
         metrics.cohen_kappa_score(actual, predicted, sample_weight=weights), abs=1e-12)
     assert evaluation.log_loss == pytest.approx(
         metrics.log_loss(actual, proba, labels=labels, sample_weight=weights), abs=1e-9)
+    assert evaluation.matthews_correlation == pytest.approx(
+        metrics.matthews_corrcoef(actual, predicted, sample_weight=weights), abs=1e-9)
+    assert evaluation.balanced_accuracy == pytest.approx(
+        metrics.balanced_accuracy_score(actual, predicted, sample_weight=weights), abs=1e-9)
+    _assert_ranking_figures_are_scikit_learns(evaluation, actual, proba, weights)
     p, r, f, s = metrics.precision_recall_fscore_support(
         actual, predicted, labels=labels, sample_weight=weights, zero_division=0)
     mine = evaluation.per_class()
@@ -114,7 +142,8 @@ def test_a_class_the_model_does_not_know_gets_probability_zero() -> None:
     model = sqltree.train(frame, target="play")
     other = frame.copy()
     other.loc[[0, 3], "play"] = "maybe"
-    evaluation = model.evaluate(other)
+    with pytest.warns(UserWarning, match="2 rows hold classes the model was not trained on"):
+        evaluation = model.evaluate(other)
     actual, predicted, proba = _reference(model, other)
     labels = ["maybe", *model.classes]
     assert evaluation.classes == labels
@@ -167,6 +196,10 @@ Root mean squared error                  0.414
 Relative absolute error                 73.8462 %
 Root relative squared error             86.3499 %
 Log loss                                 0.4807
+Matthews correlation                     0.3778
+Balanced accuracy                        0.6889
+ROC area                                 0.7778
+PRC area                                 0.8466
 Total Number of Instances               14
 
 === Detailed Accuracy By Class ===
@@ -283,5 +316,29 @@ def test_training_evaluation_is_j48s(name: str, tmp_path) -> None:
     evaluation = sqltree.train(arff.frame, target=arff.target).evaluate(arff.frame)
     text = str(evaluation)
     summary = text.split("\n\n")[1].splitlines()
-    assert [line for line in summary if not line.startswith("Log loss")] == weka_summary
+    ours = ("Log loss", "Matthews correlation", "Balanced accuracy", "ROC area", "PRC area")
+    assert [line for line in summary if not line.startswith(ours)] == weka_summary
     assert text.split("=== Confusion Matrix ===\n\n", 1)[1] == weka_matrix
+
+
+def test_a_decision_threshold_and_the_threshold_curve_are_scikit_learns() -> None:
+    frame = mixed_table(2000)
+    frame = frame[frame["label"].isin(frame["label"].unique()[:2])]
+    model = sqltree.train(frame, target="label", algorithm="cart", max_depth=4)
+    actual, _, proba = _reference(model, frame)
+    positive = model.classes[1]
+    y = np.array([a == positive for a in actual])
+    for threshold in (0.2, 0.5, 0.8):
+        evaluation = model.evaluate(frame, threshold=threshold)
+        predicted = np.where(proba[:, 1] >= threshold, positive, model.classes[0])
+        assert np.allclose(evaluation.matrix, metrics.confusion_matrix(
+            actual, predicted, labels=model.classes))
+        assert evaluation.to_dict()["threshold"] == threshold
+    curve = model.evaluate(frame).threshold_curve()
+    fpr, tpr, thresholds = metrics.roc_curve(y, proba[:, 1], drop_intermediate=False)
+    assert [r["threshold"] for r in curve] == pytest.approx(list(thresholds[1:]), abs=1e-12)
+    assert [r["recall"] for r in curve] == pytest.approx(list(tpr[1:]), abs=1e-12)
+    assert [r["fp_rate"] for r in curve] == pytest.approx(list(fpr[1:]), abs=1e-12)
+    with pytest.raises(sqltree.OptionError, match="threshold= needs a model of two classes"):
+        sqltree.train(read_arff(example("iris")).frame, target="class").evaluate(
+            read_arff(example("iris")).frame, threshold=0.5)

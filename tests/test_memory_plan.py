@@ -127,6 +127,8 @@ def test_nominal_and_weighted_cases(options):
     flip = rng.random(n) < 0.2
     frame.loc[flip, "y"] = rng.choice(["setosa", "virginica", "versicolor"], flip.sum())
     both_plans(frame, "y", algorithm="cart", weight="w", max_depth=4, **options)
+    if isinstance(options.get("class_weight"), dict):  # weights of the classes still there
+        options = {**options, "class_weight": {"virginica": 2.0}}
     both_plans(frame[frame["y"] != "setosa"], "y", algorithm="cart", max_depth=4, **options)
 
 

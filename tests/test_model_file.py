@@ -116,7 +116,8 @@ def chain(depth: int) -> dict[str, Any]:
     tree: list[dict[str, Any]] = []
     for i in range(depth):
         tree.append({
-            "id": i, "counts": [1.0, float(depth - i)], "proba": [0.5, 0.5],
+            "id": i, "counts": [1.0, float(depth - i)],
+            "proba": [1.0 / (1 + depth - i), (depth - i) / (1 + depth - i)],
             "split": {"feature": "x", "kind": "continuous", "threshold": float(depth - i)},
             "shares": [0.5, 0.5], "unknown_branch": 0, "children": [i + 1, depth + 1 + i],
         })
@@ -274,6 +275,15 @@ RULES = [
     (_set(("tree", 2, "children"), [5, 4]), r"node 2: child 5 is already a child of node 0"),
     (lambda d: d["tree"].append({"counts": [1.0, 0.0], "proba": [1.0, 0.0]}),
      r"node 8 is not reachable from the root \(no node's child\)"),
+    # numbers that contradict each other
+    (_set(("tree", 1, "proba"), [0.9, 0.9]), r"node 1: proba adds up to 1.8; probabilities "),
+    (_set(("tree", 1, "proba"), [0.0, 0.0]), r"node 1: proba adds up to 0; "),
+    (_set(("tree", 0, "proba"), [0.5, 0.5]),
+     r"node 0: proba \[0.5, 0.5\] disagrees with counts \[5, 9\], whose shares"),
+    (_set(("tree", 3, "id"), 1), r"node 3 \(id 1\): id 1 is also the id of node 1"),
+    (_set(("tree", 0, "shares"), [0.0, 0.0, 0.0]),
+     r"node 0: shares add up to 0; a test's shares add up to 1"),
+    (_set(("tree", 0, "shares"), [1.0, 1.0, 1.0]), r"node 0: shares add up to 3"),
     (_set(("tree", 1, "n_samples"), -1), r"node 1: n_samples is -1; expected a whole number"),
     (_set(("tree", 1, "n_samples"), 2.5), r"node 1: n_samples is 2.5"),
     (_set(("tree", 1, "impurity"), "x"), r'node 1: impurity is "x"; expected a finite number'),

@@ -138,7 +138,7 @@ def test_render_says_what_is_missing(tmp_path, golf, monkeypatch):
         pictures.render(golf.graphviz(), tmp_path / "tree.svg")
     monkeypatch.setitem(sys.modules, "graphviz", None)
     with pytest.raises(UnsupportedError, match=r"needs the graphviz Python package: pip "
-                                               r"install 'sqltree-learn\[graphviz\]'"):
+                                               r"install -e '\.\[graphviz\]' in a clone"):
         pictures.render(golf.graphviz(), tmp_path / "tree.png")
     assert not (tmp_path / "tree.png").exists()
 
@@ -167,7 +167,7 @@ def test_plot_on_given_axes_with_cut_subtrees(golf):
 def test_plot_needs_matplotlib(golf, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)
     with pytest.raises(UnsupportedError, match=r"plot\(\) needs matplotlib: pip install "
-                                               r"'sqltree-learn\[plot\]'"):
+                                               r"-e '\.\[plot\]' in a clone"):
         golf.plot()
 
 

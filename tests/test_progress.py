@@ -188,6 +188,30 @@ def test_the_live_display_on_a_terminal():
     assert text.index("\x1b[?25l") < text.index("pruned: 5") < text.rindex("\x1b[?25h")
 
 
+def test_the_live_line_fits_the_terminal_at_a_word_end():
+    assert progress.fit("growing a c4.5 tree on 14 rows (memory plan: few rows)", 34) == (
+        "growing a c4.5 tree on 14 rows …")
+    assert progress.fit("reading the query SELECT * FROM sales on DuckDB", 30) == (
+        "reading the query SELECT *…")
+    assert progress.fit("short", 30) == "short"
+    screen = io.StringIO()
+    console = Console(file=screen, force_terminal=True, width=80, color_system=None)
+    query = f"SELECT * FROM '{GOLF}' WHERE outlook IS NOT NULL AND temperature IS NOT NULL"
+    with progress.listening(progress.Display(console=console)):
+        sqltree.train(query, target="play")
+    live = [line for line in screen.getvalue().split("\r") if "reading the query" in line]
+    assert live and all("…" in line for line in live)
+
+
+def test_progress_lines_count_in_words():
+    frame = pd.read_csv(GOLF, dtype=str)[["outlook", "play"]]
+    _, events = events_of(sqltree.train, frame, target="play", plan="tables", max_depth=1)
+    lines = [e.message for e in events]
+    assert any(m.startswith("read 14 rows, 1 feature, 2 classes, ") for m in lines), lines
+    assert any(m.startswith("level 0: 1 node, 14 rows, 1 split, ") for m in lines), lines
+    assert not any(" 1 queries" in m or " 1 leaves" in m or " 1 features" in m for m in lines)
+
+
 # -- the command line ------------------------------------------------------------------------------
 def test_cli_train_shows_progress_and_quiet_shows_nothing(tmp_path, capsys):
     assert main(["train", str(GOLF), "-t", "play", "-o", str(tmp_path / "m.json")]) == 0

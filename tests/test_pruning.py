@@ -13,12 +13,14 @@ import pandas as pd
 import pytest
 from sqlglot import exp
 
+import sqltree
 from sqltree import progress
 from sqltree.algorithms import grow
 from sqltree.algorithms.memory import recount as memory_recount
 from sqltree.algorithms.memory.recount import RowsInMemory
 from sqltree.dataset import describe
 from sqltree.engines.duckdb import DuckDBEngine
+from sqltree.errors import DataError
 from sqltree.fixed_point import training_weight_bits
 from sqltree.grower import GrowOptions
 from sqltree.pruning import (
@@ -363,6 +365,21 @@ def test_reduced_error_prunes_what_the_validation_rows_contradict() -> None:
     assert root.is_leaf and root.counts == [5.0, 9.0]  # training counts are kept
     assert stats.leaves_after == 1
     engine.cleanup()
+
+
+def test_reduced_error_refuses_a_validation_source_without_a_feature() -> None:
+    frame = read_csv(GOLF)
+    with pytest.raises(DataError, match=r"the validation source lacks columns the training "
+                                        r"source has: \['windy'\]"):
+        sqltree.train(frame, target="play", pruning="reduced-error",
+                      validation=frame.drop(columns="windy"))
+
+
+def test_reduced_error_refuses_a_validation_target_of_another_type() -> None:
+    frame = read_csv(GOLF)
+    with pytest.raises(DataError, match="target 'play' was text in training but is number"):
+        sqltree.train(frame, target="play", pruning="reduced-error",
+                      validation=frame.assign(play=1))
 
 
 def test_reduced_error_routes_unknown_values_by_shares() -> None:

@@ -17,6 +17,7 @@ before a block changes that:
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -137,8 +138,35 @@ def run_page(page: Path, capsys: pytest.CaptureFixture[str]) -> int:
 def test_the_readme_runs(folder: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run_page(README, capsys) >= 8
     assert (folder / "golf.json").exists() and (folder / "golf.svg").exists()
+    # no block overwrites the tour's model with one trained on fewer rows
+    assert json.loads((folder / "golf.json").read_text())["stats"]["rows"] == 14
     assert "{{ ref('sales') }}" in (folder / "scored_sales.sql").read_text()
     assert len(pd.read_csv(folder / "scored.csv")) == 14
+
+
+def test_installation_is_from_the_repository() -> None:
+    text = README.read_text(encoding="utf-8")
+    assert "not on\nPyPI" in text and "PyPI distribution is" not in text
+    installs = re.findall(r"pip install [^`\n]*", text)
+    assert installs and all(i.startswith("pip install -e ") for i in installs), installs
+
+
+EXTRAS_NEEDED = {"sklearn": re.compile(r"^from sklearn", re.M),
+                 "pictures": re.compile(r"^sqltree dot .* -o ", re.M),
+                 "postgres": re.compile(r"postgresql://"),
+                 "spark": re.compile(r"^from pyspark", re.M)}
+
+
+def test_each_step_that_needs_an_extra_says_so() -> None:
+    text = README.read_text(encoding="utf-8")
+    run = ("", "test: postgres", "test: spark")
+    for block in fenced_blocks(README):
+        at = text.index(block.text)
+        # said in the block's section, before it or in the paragraph after it
+        near = text[text.rfind("\n#", 0, at):at + len(block.text) + 400]
+        for extra, needs in EXTRAS_NEEDED.items():
+            if (block.mark or "").split(";")[0] in run and needs.search(block.text):
+                assert f"`{extra}` extra" in near, (block.line, extra)
 
 
 DOCS = sorted((ROOT / "docs").glob("*.md"))

@@ -358,8 +358,11 @@ def _closed_form_sum(
     """The closed form of every path of largest children, from the bottom up."""
     lay = Layout.of(root)
     done: dict[int, _Sum] = {}
-    heads = [root] + [c for n in lay.nodes if not n.is_leaf
-                      for i, c in enumerate(n.children) if i != lay.heavy(n) and not c.is_leaf]
+    heads = [root]
+    for n in lay.nodes:
+        if not n.is_leaf:
+            heavy = lay.heavy(n)  # once per node: it looks at every child
+            heads += [c for i, c in enumerate(n.children) if i != heavy and not c.is_leaf]
     for head in sorted(heads, key=lambda n: -lay.pre[id(n)]):  # a head after those below it
         items: list[tuple[_Sum, tuple[Node, int] | None]] = []
         weights: list[int] = []

@@ -124,6 +124,10 @@ class Engine(ABC):
     """Whether ``GROUP BY GROUPING SETS`` and ``GROUPING()`` exist: every nominal feature's
     domain is then read in one statement (``dataset.describe``)."""
 
+    BOOLEANS_AS_INTEGERS: ClassVar[bool] = False
+    """Whether booleans are stored as the integers 1 and 0 (SQLite has no boolean type): an
+    integer column then scores where the model was trained on a boolean one."""
+
     KEEPS_ROW_ORDER: ClassVar[bool] = False
     """Whether a table made from an ordered query is stored, and scanned, in that order."""
 

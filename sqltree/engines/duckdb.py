@@ -18,7 +18,9 @@ from ..heap import share_arenas
 from .base import Engine, arrow_rows, one_line, temp_table_create
 from .select_plan import TABLES
 
-_CSV_TYPES = ("BIGINT", "DOUBLE", "VARCHAR")
+_CSV_TYPES = ("BIGINT", "DOUBLE", "DATE", "TIMESTAMP", "VARCHAR")
+"""The types a CSV column may be read as: dates and timestamps are read as such, as from a
+Parquet file or a DataFrame, not as text (where each day would be a category)."""
 _PROBE_SIDE_OPTIMIZER = "build_side_probe_side"
 
 

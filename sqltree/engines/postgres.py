@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 from sqlglot import exp
 
-from ..errors import EngineConnectionError, UnsupportedError
+from ..errors import EngineConnectionError, UnsupportedError, install_hint
 from ..sqlexpr import WITHOUT_NESTED_LOOPS
 from .base import Engine, one_line, temp_table_create
 from .select_plan import SELECT
@@ -45,7 +45,7 @@ _CATEGORY_TYPES = {"S": "TEXT", "E": "TEXT", "B": "BOOLEAN", "N": "DOUBLE PRECIS
 _TYPE_NAMES = {"bpchar": "char", "char": "char"}
 
 
-_NO_PSYCOPG = "PostgreSQL needs psycopg 3: pip install 'sqltree-learn[postgres]'"
+_NO_PSYCOPG = f"PostgreSQL needs psycopg 3: {install_hint('postgres')}"
 
 
 class PostgresEngine(Engine):

@@ -22,6 +22,7 @@ engines return them.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import sqlite3
 from collections.abc import Callable
@@ -46,8 +47,12 @@ _MATH: dict[str, tuple[int, Callable[..., Any]]] = {
     "FLOOR": (1, lambda x: None if x is None else float(math.floor(x))),
     "CEIL": (1, lambda x: None if x is None else float(math.ceil(x))),
     "POWER": (2, lambda x, y: None if x is None or y is None else math.pow(x, y)),
+    "MD5": (1, lambda x: None if x is None else hashlib.md5(str(x).encode()).hexdigest()),
 }
-"""The math functions training uses, as Python functions for a SQLite built without them."""
+"""The math functions training uses, as Python functions for a SQLite built without them,
+and ``MD5`` (the hash that deals rows into folds and shuffles them for permutation
+importance), which SQLite has not: lowercase hex of the UTF-8 text, as the other engines
+give it."""
 
 # typeof() of a value, ranked: a column's type is that of its widest value.
 _RANKS = {"integer": 1, "real": 2, "text": 3, "blob": 4}
@@ -68,6 +73,7 @@ class SQLiteEngine(Engine):
     dialect: ClassVar[str] = "sqlite"
     NAME: ClassVar[str] = "SQLite"
     SUPPORTS_GROUPING_SETS: ClassVar[bool] = False
+    BOOLEANS_AS_INTEGERS: ClassVar[bool] = True
 
     def __init__(self, connection: sqlite3.Connection | None = None) -> None:
         if sqlite3.sqlite_version_info < MIN_VERSION:
@@ -153,7 +159,8 @@ class SQLiteEngine(Engine):
 
     def columns(self, relation: exp.Expression) -> list[tuple[str, exp.DataType]]:
         """Names, and types read from the values: the widest a column's values have (text over
-        real over integer); declared BOOLEAN columns are boolean."""
+        real over integer); declared BOOLEAN columns are boolean; a column with no values
+        has its declared type's affinity (TEXT when none is declared)."""
         names = [name for name, _ in super().columns(relation)]
         source = relation.subquery("src") if isinstance(relation, exp.Query) else relation
         ranks = [
@@ -171,7 +178,8 @@ class SQLiteEngine(Engine):
         self._booleans.append((relation.copy(), booleans))
         out = []
         for name, rank in zip(names, row, strict=True):
-            text = "BOOLEAN" if name in booleans else _TYPE_OF_RANK.get(int(rank or 0), "TEXT")
+            text = "BOOLEAN" if name in booleans else _TYPE_OF_RANK.get(
+                int(rank or 0), _affinity(declared.get(name, "")))
             out.append((name, exp.DataType.build(text)))
         return out
 
@@ -251,6 +259,16 @@ class SQLiteEngine(Engine):
         finally:
             if self.owns_connection:
                 self.connection.close()
+
+
+def _affinity(declared: str) -> str:
+    """The type of SQLite's affinity for a declared type (its rules, in their order)."""
+    kind = declared.upper()
+    if "INT" in kind:
+        return "BIGINT"
+    if any(t in kind for t in ("CHAR", "CLOB", "TEXT")) or not kind or "BLOB" in kind:
+        return "TEXT"
+    return "DOUBLE"  # REAL, FLOA, DOUB, and NUMERIC affinity
 
 
 def register_math(connection: sqlite3.Connection, *, force: bool = False) -> list[str]:

@@ -23,7 +23,8 @@ try:
     import sklearn.tree as _sklearn_tree
 except ImportError as error:  # pragma: no cover - exercised only without the extra
     raise ImportError(
-        "sqltree's estimators need scikit-learn: pip install 'sqltree-learn[sklearn]'"
+        "sqltree's estimators need scikit-learn: pip install -e '.[sklearn]' in a clone of "
+        "the sqltree repository"
     ) from error
 
 from ._base import SQLTreeClassifier, SQLTreeEstimator, SQLTreeRegressor

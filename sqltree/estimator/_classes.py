@@ -3,9 +3,7 @@ with J48's."""
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterator
-from contextlib import contextmanager
+import warnings
 from typing import Any, ClassVar
 
 import numpy as np
@@ -13,7 +11,6 @@ from sklearn.utils import Bunch
 from sklearn.utils.validation import check_is_fitted
 
 from ..api import train
-from ..errors import OptionError
 from ..model import Model
 from ..pruning.cost_complexity import cost_complexity_pruning_path, node_numbering
 from ..tree import Node
@@ -261,10 +258,12 @@ class C45Classifier(SQLTreeClassifier):
 
     Parameters
     ----------
-    confidence_factor : float, default=0.25
-        J48 ``-C``: confidence of the error-based pruning, in (0, 0.5].
-    min_objects : float, default=2
-        J48 ``-M``: least weight in at least two branches of a split.
+    cf : float, default=0.25
+        J48 ``-C``: confidence of the error-based pruning, in (0, 0.5] (``train``'s ``cf``,
+        the command line's ``--cf``).
+    min_cases : float, default=2
+        J48 ``-M``: least weight in at least two branches of a split (``train``'s
+        ``min_cases``, ``--min-cases``).
     unpruned : bool, default=False
         J48 ``-U``: no pruning (subtrees that fix no training error still collapse).
     subtree_raising : bool, default=True
@@ -286,6 +285,8 @@ class C45Classifier(SQLTreeClassifier):
         Exact mode: scan every value, or only the quantile bins whose gain bound can reach
         each feature's best cut (docs/exact-search.md); the same tree. ``"auto"``: the full
         scan.
+    confidence_factor, min_objects : deprecated
+        The former names of ``cf`` and ``min_cases``: still taken, with a FutureWarning.
 
     Notes
     -----
@@ -297,7 +298,7 @@ class C45Classifier(SQLTreeClassifier):
     --------
     >>> import numpy as np
     >>> X = np.array([[1.0], [2.0], [3.0], [4.0], [5.0], [6.0]])
-    >>> clf = C45Classifier(min_objects=1).fit(X, ["no", "no", "no", "yes", "yes", "yes"])
+    >>> clf = C45Classifier(min_cases=1).fit(X, ["no", "no", "no", "yes", "yes", "yes"])
     >>> print(clf.model_.text().splitlines()[0])
     x0 <= 3: no (3.0)
     """
@@ -307,8 +308,8 @@ class C45Classifier(SQLTreeClassifier):
     def __init__(
         self,
         *,
-        confidence_factor: float = 0.25,
-        min_objects: float = 2,
+        cf: float = 0.25,
+        min_cases: float = 2,
         unpruned: bool = False,
         subtree_raising: bool = True,
         pruning: str = "c4.5",
@@ -318,9 +319,11 @@ class C45Classifier(SQLTreeClassifier):
         nominal: list[str] | None = None,
         max_bins: int | None = None,
         threshold_search: str = "auto",
+        confidence_factor: float | str = "deprecated",
+        min_objects: float | str = "deprecated",
     ) -> None:
-        self.confidence_factor = confidence_factor
-        self.min_objects = min_objects
+        self.cf = cf
+        self.min_cases = min_cases
         self.unpruned = unpruned
         self.subtree_raising = subtree_raising
         self.pruning = pruning
@@ -330,6 +333,17 @@ class C45Classifier(SQLTreeClassifier):
         self.nominal = nominal
         self.max_bins = max_bins
         self.threshold_search = threshold_search
+        self.confidence_factor = confidence_factor
+        self.min_objects = min_objects
+
+    def _option(self, name: str, old: str) -> Any:
+        """A parameter's value, from its deprecated name when that was set."""
+        value = getattr(self, old)
+        if isinstance(value, str) and value == "deprecated":
+            return getattr(self, name)
+        warnings.warn(f"C45Classifier({old}=) is deprecated: use {name}= (the name train() "
+                      "and the command line use)", FutureWarning, stacklevel=4)
+        return value
 
     def _check_params(self) -> None:
         if self.pruning not in ("c4.5", "pessimistic"):
@@ -340,8 +354,7 @@ class C45Classifier(SQLTreeClassifier):
     def _train(self, data: TrainingData) -> tuple[Model, list[Node], dict[str, Any]]:
         pruning = None if self.unpruned else self.pruning
         error_based = pruning == "c4.5"
-        with _as_parameters(J48_NAMES):
-            model = self._train_c45(data, pruning, error_based)
+        model = self._train_c45(data, pruning, error_based)
         return model, list(model.root.walk()), {}
 
     def _train_c45(self, data: TrainingData, pruning: str | None, error_based: bool) -> Model:
@@ -355,32 +368,14 @@ class C45Classifier(SQLTreeClassifier):
             nominal=data.nominal,
             continuous=data.continuous,
             weight=data.weight,
-            min_cases=self.min_objects,
+            min_cases=self._option("min_cases", "min_objects"),
             max_depth=self.max_depth,
             min_gain=self.min_gain,
             missing=self.missing,
             max_bins=self.max_bins,
             pruning=pruning,
-            cf=self.confidence_factor if error_based else 0.25,
+            cf=self._option("cf", "confidence_factor") if error_based else 0.25,
             subtree_raising=bool(self.subtree_raising) if error_based else True,
             threshold_search=self.threshold_search,
         )
 
-
-J48_NAMES = {"cf": "confidence_factor", "min_cases": "min_objects"}
-"""``train``'s option names -> C45Classifier's parameters of the same meaning."""
-
-
-@contextmanager
-def _as_parameters(names: dict[str, str]) -> Iterator[None]:
-    """Re-raise an option error in the estimator's parameter names (``cf`` ->
-    ``confidence_factor``), so the message names what the caller set."""
-    try:
-        yield
-    except OptionError as error:
-        text = str(error)
-        for option, parameter in names.items():
-            text = re.sub(rf"\b{option}\b", parameter, text)
-        if text == str(error):
-            raise
-        raise type(error)(text) from error

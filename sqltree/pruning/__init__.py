@@ -60,7 +60,8 @@ def prune(
 
     Reported to ``sqltree.progress`` as the phase ``"prune"`` (C4.5's rounds as its steps)."""
     leaves = count_leaves(root)  # a walk of a grown tree's million nodes: once
-    start = f"pruning {leaves:,} leaves ({method or 'collapse only'})"
+    start = (f"pruning {reporting.count(leaves, 'leaf', 'leaves')} "
+             f"({method or 'collapse only'})")
     with reporting.phase("prune", start) as phase:
         if method == "cost-complexity":
             stats = prune_cost_complexity(root, criterion, ccp_alpha, max_leaf_nodes)
@@ -68,7 +69,8 @@ def prune(
             stats = _prune(root, data, method, cf=cf, subtree_raising=subtree_raising,
                            validation=validation, rows=rows, leaves=leaves)
         phase.done(
-            f"pruned: {stats.leaves_before:,} -> {stats.leaves_after:,} leaves, "
+            f"pruned: {stats.leaves_before:,} -> "
+            f"{reporting.count(stats.leaves_after, 'leaf', 'leaves')}, "
             f"{phase.seconds:.2f} s", **vars(stats),
         )
     return stats

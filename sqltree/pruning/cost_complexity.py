@@ -16,9 +16,8 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Sequence
 
-from ..criteria import TIE_TOLERANCE
+from ..criteria import TIE_TOLERANCE, impurity
 from ..tree import Node
 from .c45 import PruneStats, count_leaves
 
@@ -26,25 +25,6 @@ CRITERIA = ("gini", "entropy", "log_loss")
 REGRESSION_CRITERIA = ("squared_error", "friedman_mse", "poisson")
 """Regression: a node's impurity is the one kept on it (``Node.impurity``: the variance, or
 the half Poisson deviance)."""
-
-
-# -- impurity ----------------------------------------------------------------------------------
-def impurity(counts: Sequence[float], criterion: str = "gini") -> float:
-    """Gini or entropy (bits) of weighted class counts, computed as scikit-learn does."""
-    w = sum(counts)
-    if w <= 0:
-        return 0.0
-    if criterion == "gini":
-        sq = 0.0
-        for c in counts:
-            sq += c * c
-        return 1.0 - sq / (w * w)
-    out = 0.0
-    for c in counts:
-        if c > 0:
-            p = c / w
-            out -= p * (math.log(p) / math.log(2.0))
-    return out
 
 
 # -- cost-complexity pruning -------------------------------------------------------------------

@@ -20,7 +20,9 @@ from sqlglot import exp
 from .. import queries as q
 from ..criteria import J48_SMALL
 from ..dataset import Dataset, resolve_relation
+from ..errors import DataError
 from ..fixed_point import training_weight_bits
+from ..source_check import check_features, check_target
 from ..tree import CONTINUOUS, Node, normalise
 
 __all__ = ["known_counts", "recount_raised", "route_counts"]
@@ -66,6 +68,7 @@ class _Router:
              in_memory: Any = None) -> _Router:
         if source is not None:
             relation = resolve_relation(source, data.engine)
+            _check_validation(data, relation)
             data = dataclasses.replace(data, relation=relation)
             in_memory = None
         return cls(data, materialize, in_memory)
@@ -84,6 +87,24 @@ class _Router:
         if self._table is not None:
             self.data.engine.drop(self._table)
             self._table = None
+
+
+def _check_validation(data: Dataset, relation: exp.Expression) -> None:
+    """Refuse a validation source without a column training read, or holding another type
+    family there, before any query reads its rows."""
+    engine = data.engine
+    types = dict(engine.columns(relation))
+    needed = [data.target, *([data.weight] if data.weight else []),
+              *(f.name for f in data.features)]
+    missing = [c for c in needed if c not in types]
+    if missing:
+        raise DataError(f"the validation source lacks columns the training source has: "
+                        f"{missing}; columns: {list(types)}")
+    flag = engine.BOOLEANS_AS_INTEGERS
+    check_features(data.features, [f.name for f in data.features], types, engine.dialect,
+                   integer_booleans=flag)
+    check_target(data.target, data.classes, not data.classes, types, engine.dialect,
+                 integer_booleans=flag)
 
 
 def route_counts(

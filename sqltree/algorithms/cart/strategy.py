@@ -415,6 +415,11 @@ def class_weights(data: Dataset, class_weight: Any) -> list[float] | None:
         n = sum(counts)
         return [n / (k * c) if c > 0 else 1.0 for c in counts]
     if isinstance(class_weight, Mapping):
+        known = {*data.classes, *(str(c) for c in data.classes)}
+        unknown = [key for key in class_weight if key not in known]
+        if unknown:  # scikit-learn refuses them too: a misspelt label would weigh nothing
+            raise DataError(f"class_weight names classes the target does not hold: {unknown}; "
+                            f"the classes are {list(data.classes)}")
         out = []
         for c in data.classes:
             w = class_weight.get(c, class_weight.get(str(c), 1.0))
