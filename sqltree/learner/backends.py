@@ -158,28 +158,38 @@ class SqlBackend(Backend):
         self._drop_pairs()
         table = self.engine.load_rows("trees", ["root", "a", "b", "k", "d"], [INT] * 5, trees)
         rid = _c("rid", "c")
-        if sampling.everything:
-            count: exp.Expression = num(1)
-        else:
+        h: exp.Expression = num(0)
+        bounds: list[int] = []
+        if not sampling.everything:
             h = exp.Mod(this=exp.paren(rid * _c("a", "t") + _c("b", "t")),
                         expression=num(2_147_483_647))
             h = exp.Mod(this=exp.paren(h * h.copy()), expression=num(2_147_483_647))
             h = exp.Mod(this=exp.paren(h * _c("k", "t") + _c("d", "t")),
                         expression=num(2_147_483_647))
             bounds = sampling.thresholds()
-            count = case(*[(exp.LT(this=h, expression=num(b)), num(k))
-                           for k, b in enumerate(bounds)], default=num(len(bounds)))
         drawn = exp.select(
-            alias(rid.copy(), "rid"), alias(_c("root", "t"), "node"), alias(count, "cnt"),
+            alias(rid.copy(), "rid"), alias(_c("root", "t"), "node"),
+            alias(h, "h"),
         ).from_(exp.alias_(self.codes.copy(), "c")).join(
             exp.alias_(table, "t"), join_type="CROSS")
+        # narrow columns: the pairs are many (a row per drawn row and tree)
+        count: exp.Expression = num(1)
+        kept: exp.Expression | None = None
+        if not sampling.everything:
+            hashed = _c("h")
+            count = case(*[(exp.LT(this=hashed.copy(), expression=num(b)), num(k))
+                           for k, b in enumerate(bounds)], default=num(len(bounds)))
+            drew = exp.GTE(this=hashed.copy(), expression=num(bounds[0]))
+            kept = exp.Not(this=exp.paren(drew)) if out_of_bag else drew
         query = exp.select(
-            _c("rid"), _c("node"),
-            alias(exp.cast(num(1) if out_of_bag else _c("cnt"), "DOUBLE"), "cnt"),
-            alias(num(1), "scan"),
-        ).from_(drawn.subquery("d")).where(
-            exp.EQ(this=_c("cnt"), expression=num(0)) if out_of_bag
-            else exp.GT(this=_c("cnt"), expression=num(0)))
+            _c("rid"), alias(exp.cast(_c("node"), "INT"), "node"),
+            alias(exp.cast(num(1) if out_of_bag else count, "SMALLINT"), "cnt"),
+            alias(exp.cast(num(1), "SMALLINT"), "scan"),
+        ).from_(drawn.subquery("d"))
+        if kept is not None:
+            query = query.where(kept)
+        elif out_of_bag:
+            query = query.where(exp.false())
         self.pairs = self.engine.materialize("pairs", query)
         self.engine.drop(table)
 
@@ -322,9 +332,10 @@ class SqlBackend(Backend):
             child = exp.func("COALESCE", child, _c("node", "a"))
         moved = exp.select(
             alias(_c("rid", "a"), "rid"),
-            alias(child, "node"),
+            alias(exp.cast(child, "INT"), "node"),
             alias(_c("cnt", "a"), "cnt"),
-            alias(exp.If(this=left.copy(), true=_c("sl", "s"), false=_c("sr", "s")), "scan"),
+            alias(exp.cast(exp.If(this=left.copy(), true=_c("sl", "s"), false=_c("sr", "s")),
+                           "SMALLINT"), "scan"),
         ).from_(exp.alias_(self.pairs.copy(), "a")).join(
             exp.alias_(splits, "s"), on=exp.EQ(this=_c("node", "a"), expression=_c("node", "s")),
             join_type="LEFT" if keep else None,
