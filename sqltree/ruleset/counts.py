@@ -87,7 +87,10 @@ class Counter:
 
     def class_index(self, value: Value) -> int:
         """The model's index of a class value, -1 for a class it does not know."""
-        return self._index.get(sort_key(value), -1)
+        found = self._index.get(sort_key(value))
+        if found is None and type(value) is int and value in (0, 1):
+            found = self._index.get(sort_key(bool(value)))  # SQLite's booleans
+        return -1 if found is None else found
 
     # -- building blocks ---------------------------------------------------------------------
     def _weight(self) -> exp.Expression:

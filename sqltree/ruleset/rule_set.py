@@ -116,7 +116,7 @@ class RuleSet:
             advantage = f"{_w(t.gain[i] - t.loss[i])} ({_w(t.gain[i])}|{_w(t.loss[i])})"
             lines.append(
                 f"{i + 1:>4}  {len(r.conditions):>4}  {100 * r.error:>4.1f}%  "
-                f"{_w(t.used[i]):>4}  {_w(t.wrong[i]):>5} ({share:.1f}%)  "
+                f"{_w(t.used[i]):>4}  {_w(t.wrong[i]):>5} {f'({share:.1f}%)':<8}"
                 f"{advantage:>12}  {format_value(self.classes[r.label])}"
             )
         share = 100 * t.errors / t.rows if t.rows else 0.0
