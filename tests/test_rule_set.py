@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import sqlite3
 import warnings
 
 import duckdb
@@ -12,20 +13,25 @@ import pandas as pd
 import pytest
 import sqlglot
 from hypothesis import event, given, settings
+from sqlglot import exp
 
 import sqltree
 from sqltree.criteria import add_errs
+from sqltree.engines.duckdb import DuckDBEngine
 from sqltree.model import FeatureInfo, Model
 from sqltree.readers import read_arff
-from sqltree.ruleset.conditions import Condition, without_redundant
+from sqltree.ruleset import Rule, RuleSet
+from sqltree.ruleset.conditions import Condition, leaf_paths, without_redundant
+from sqltree.ruleset.counts import MAX_COLUMNS, Counter
 from sqltree.ruleset.generalise import default_error, pessimistic_rate
-from sqltree.ruleset.selection import Coding, exception_bits
+from sqltree.ruleset.selection import Coding, RuleUse, exception_bits
 from sqltree.tree import Node, Split
 from tests.conftest import ENGINES, SQLITE, EngineFactory
 from tests.helpers import GOLF, ROOT
 from tests.strategies import TableSpec, trained_cases
 from tests.test_cli import refused, run
 from tests.test_properties import duckdb_with, examples, sqlite_with
+from tests.test_scoring_limits import model_of, python_rows, wide, wide_rows
 
 DATA = ROOT / "tests" / "data"
 
@@ -298,3 +304,70 @@ def test_rule_set_sql_is_the_python_evaluation_on_duckdb_and_sqlite(case) -> Non
         built = model.rule_set("t", connection=lite)
         assert [dataclasses.astuple(r) for r in built.rules] == [
             dataclasses.astuple(r) for r in rule_set.rules]
+
+
+# -- engine limits -------------------------------------------------------------------------------
+def every_leaf(model: Model) -> RuleSet:
+    """The largest rule set a tree can give: every leaf's path, none generalised."""
+    rules = [Rule(conditions, leaf.label, 0.5, 0.0, 0.0, leaf.node_id)
+             for leaf, conditions in leaf_paths(model.root) if conditions]
+    use = RuleUse([0.0] * len(rules), [0.0] * len(rules), [0.0] * len(rules),
+                  [0.0] * len(rules), [[0.0] * len(model.classes)] * len(model.classes), 0, 0)
+    return RuleSet(rules, 0, model.classes, model.target, 0.25, use)
+
+
+def test_four_thousand_rules_score_as_python_on_duckdb_and_sqlite() -> None:
+    model = model_of(wide(4000, fractional=False, k=3), 3)
+    rule_set = every_leaf(model)
+    assert rule_set.n_rules == 4000
+    frame = wide_rows(300)
+    expected = [rule_set.predict_row(r) for r in python_rows(frame)]
+    with contextlib.closing(duckdb.connect()) as con:
+        con.register("t", frame)
+        got = con.execute(rule_set.to_sql("duckdb", table="t")).fetchall()
+        assert [r[-1] for r in got] == expected
+    with contextlib.closing(sqlite3.connect(":memory:")) as lite:
+        frame.to_sql("t", lite, index=False)
+        got = lite.execute(rule_set.to_sql("sqlite", table="t")).fetchall()
+        assert [r[-1] for r in got] == expected
+    for dialect in ("postgres", "spark"):
+        sqlglot.parse_one(rule_set.to_sql(dialect, table="t"), read=dialect)
+
+
+def test_a_rule_of_1200_conditions_nests_by_their_logarithm_on_sqlite() -> None:
+    """SQLite refuses expressions nested deeper than 1,000; the AND of a rule's conditions is
+    balanced, so 1,200 conditions nest about 11 deep."""
+    conditions = tuple(c for j in range(600) for c in (
+        Condition(f"c{j}", ">", float(-j - 1)), Condition(f"c{j}", "<=", float(j + 1))))
+    rule_set = RuleSet([Rule(conditions, 1, 0.1, 1.0, 0.0, 0)], 0, ["no", "yes"], "y", 0.25,
+                       RuleUse([0.0], [0.0], [0.0], [0.0], [[0.0, 0.0], [0.0, 0.0]], 0, 0))
+    frame = pd.DataFrame({f"c{j}": [0.0, float(j + 2), None] for j in range(600)})
+    expected = [rule_set.predict_row(r) for r in python_rows(frame)]
+    assert expected == ["yes", "no", "no"]
+    with contextlib.closing(sqlite3.connect(":memory:")) as lite:
+        frame.to_sql("t", lite, index=False)
+        got = lite.execute(rule_set.to_sql("sqlite", table="t")).fetchall()
+    assert [r[-1] for r in got] == expected
+
+
+def test_counts_of_many_rules_take_a_few_queries_and_equal_python() -> None:
+    """400 rules of about 10 conditions each: over ``MAX_COLUMNS`` aggregates, the round's
+    counts take a few queries, and every count is the Python count."""
+    model = model_of(wide(400, fractional=False, k=2), 2, ["a", "b"])
+    paths = [c for _, c in leaf_paths(model.root) if c]
+    frame = wide_rows(200).assign(y=lambda f: ["a" if i % 3 else "b" for i in f["rid"]])
+    with contextlib.closing(duckdb.connect()) as con:
+        con.register("t", frame)
+        engine = DuckDBEngine(con)
+        counter = Counter(engine, exp.to_table("t"), "y", ["a", "b"])
+        counts, totals = counter.round_counts(paths)
+        engine.cleanup()
+    assert counter.queries == math.ceil(sum(len(c) + 1 for c in paths) / MAX_COLUMNS)
+    rows = python_rows(frame)
+    assert totals == [sum(r["y"] == "a" for r in rows), sum(r["y"] == "b" for r in rows), 0]
+    for conditions, per_d in zip(paths, counts):
+        for d in range(len(conditions) + 1):
+            kept = [c for j, c in enumerate(conditions, start=1) if j != d]
+            hit = [r for r in rows if all(c.holds(r) for c in kept)]
+            assert per_d[d] == [sum(r["y"] == "a" for r in hit),
+                                sum(r["y"] == "b" for r in hit), 0]
