@@ -12,6 +12,7 @@ from sqlglot import exp
 from sqlglot.errors import ErrorLevel
 
 from .. import progress as reporting
+from ..compiler import collector_paused
 from ..compiler.blocks import column, literal
 from ..dataset import resolve_relation, sort_key
 from ..engines import get_engine
@@ -161,15 +162,17 @@ class RuleSet:
         """The rule set as SQL for any sqlglot dialect: the CASE expression, or with
         ``table`` the query that adds it to the table's rows as ``column``."""
         check_dialect(dialect)
-        expression = (self.to_expression() if table is None
-                      else self.scoring_query(exp.to_table(table, dialect=dialect), column))
-        if dialect == "sqlite":  # SQLite's own text-to-double is not correctly rounded
-            expression = exact_numbers(expression.copy())
         limit = sys.getrecursionlimit()
         sys.setrecursionlimit(max(limit, 20_000))
         try:
-            return expression.sql(dialect=dialect, unsupported_level=ErrorLevel.RAISE,
-                                  pretty=pretty)
+            with collector_paused():
+                expression = (self.to_expression() if table is None else
+                              self.scoring_query(exp.to_table(table, dialect=dialect), column))
+                if dialect == "sqlite":  # SQLite's text-to-double is not correctly rounded
+                    expression = exact_numbers(expression)
+                # built for this call: rendered without a copy
+                return expression.sql(dialect=dialect, unsupported_level=ErrorLevel.RAISE,
+                                      pretty=pretty, copy=False)
         finally:
             sys.setrecursionlimit(limit)
 
