@@ -132,7 +132,7 @@ class Model:
         >>> model = sqltree.train("examples/data/golf.csv", target="play")
         >>> rules = model.rule_set("examples/data/golf.csv")
         >>> print(rules.to_sql())  # doctest: +ELLIPSIS
-        CASE WHEN "outlook" = 'overcast' THEN 'yes' ...
+        CASE WHEN "outlook" = 'sunny' AND "humidity" = 'high' THEN 'no' ...
         """
         from .ruleset import build_rule_set
 
