@@ -19,7 +19,7 @@ and the same conditions, the first stays.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .. import progress as reporting
 from ..criteria import add_errs
@@ -73,7 +73,6 @@ class GeneraliseStats:
     inaccurate: int = 0  # not better than the default error, or never firing
     merged: int = 0  # duplicates of an earlier rule
     kept: int = 0
-    counts: list[float] = field(default_factory=list)  # class weights of all rows
 
 
 def pessimistic_rate(counts: Sequence[float], label: int, cf: float, default: float) -> float:
@@ -114,7 +113,6 @@ def generalise(
         while pending:
             stats.rounds += 1
             counts, totals = counter.round_counts([p.conditions for _, p in pending])
-            stats.counts = totals
             still = []
             for (i, p), per_d in zip(pending, counts):
                 default = default_error(totals, p.label)

@@ -199,7 +199,7 @@ class RuleSet:
         """Evaluate the rule set on ``source`` with one ``GROUP BY actual, predicted`` query
         in the engine (as ``Model.evaluate``; a rule set gives each row one class, with
         probability 1)."""
-        weight_column = model_weight(_Weighted(self.weight), weight)
+        weight_column = self.weight if weight is True else _weight_column(weight)
         engine = get_engine(connection)
         try:
             relation = resolve_relation(source, engine)
@@ -243,15 +243,13 @@ class RuleSet:
             a.copy(), p.copy(), copy=False)
 
 
-@dataclass
-class _Weighted:
-    """What ``evaluation.model_weight`` reads of a model: its training weight column."""
-
-    weight: str | None
-
-    @property
-    def options(self) -> dict[str, Any]:
-        return {"weight": self.weight}
+def _weight_column(weight: str | bool) -> str | None:
+    """A weight column named by the caller (False: count rows)."""
+    if weight is False:
+        return None
+    if not isinstance(weight, str) or not weight:
+        raise OptionError(f"weight must be True, False or a column name, not {weight!r}")
+    return weight
 
 
 def _check_columns(names: Sequence[str], needed: Sequence[str], what: str) -> None:
