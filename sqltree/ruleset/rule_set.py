@@ -109,7 +109,8 @@ class RuleSet:
         """C4.5rules' evaluation on training data: per rule its size, error estimate, the rows
         it classifies, how many wrongly, and its advantage over the next rule or default."""
         t = self.training
-        lines = [f"Evaluation on training data ({_w(t.rows)} rows):", "",
+        size = f"weight {_w(t.rows)}" if self.weight else f"{_w(t.rows)} rows"
+        lines = [f"Evaluation on training data ({size}):", "",
                  "Rule  Size  Error  Used  Wrong          Advantage",
                  "----  ----  -----  ----  -----          ---------"]
         for i, r in enumerate(self.rules):
