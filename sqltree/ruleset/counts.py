@@ -222,9 +222,8 @@ class Counter:
             for more in chunk[1:]:
                 query = exp.Union(this=query, expression=more, distinct=False)
             for f, n in self._run(query):
-                name = names[int(f)]
-                if name in frequencies and int(f) < len(nominal):
-                    frequencies[name].append(float(n))
+                if int(f) < len(nominal):
+                    frequencies[names[int(f)]].append(float(n))
                 else:
-                    distinct[name] = int(n)
+                    distinct[names[int(f)]] = int(n)
         return frequencies, distinct
