@@ -149,10 +149,14 @@ class _Cover:
     def __init__(self, patterns: Patterns, focus: int, bits: np.ndarray,
                  fires: np.ndarray) -> None:
         self.rows = patterns.rows
-        self.w = patterns.weight
-        self.focus = patterns.label == focus
+        # Only whether a group is of the class and which of the class's rules fire on it
+        # matter here: groups alike in both are merged, their weights added.
+        keys = np.column_stack([patterns.label == focus, fires])
+        unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+        self.w = np.bincount(inverse.ravel(), weights=patterns.weight, minlength=len(unique))
+        self.focus = unique[:, 0]
+        self.fires = unique[:, 1:]
         self.bits = bits
-        self.fires = fires
         self.best_value = math.inf
         self.best: np.ndarray = np.zeros(len(bits), dtype=bool)
         self.evaluations = 0
