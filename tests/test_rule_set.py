@@ -371,3 +371,34 @@ def test_counts_of_many_rules_take_a_few_queries_and_equal_python() -> None:
             hit = [r for r in rows if all(c.holds(r) for c in kept)]
             assert per_d[d] == [sum(r["y"] == "a" for r in hit),
                                 sum(r["y"] == "b" for r in hit), 0]
+
+
+def test_more_than_ten_rules_are_searched_by_seeded_hill_climbing() -> None:
+    frame = read_arff(DATA / "diabetes.arff")
+    model = sqltree.train(frame, target="class")
+    first, again = model.rule_set(frame, seed=1), model.rule_set(frame, seed=1)
+    assert first.stats["search"]["tested_negative"].startswith("hill climbing")
+    assert first.stats["search"]["tested_positive"] == "exhaustive"
+    assert str(first) == str(again)
+    rows = frame.astype(object).where(frame.notna(), None).to_dict("records")
+    assert first.predict(frame)["prediction"].tolist() == [first.predict_row(r) for r in rows]
+
+
+def test_exhaustive_search_is_never_beaten_by_hill_climbing() -> None:
+    import random
+
+    import numpy as np
+
+    from sqltree.ruleset.selection import Patterns, _Cover
+
+    rng = random.Random(3)
+    groups = [(rng.randrange(2), rng.getrandbits(8), float(rng.randint(1, 5)))
+              for _ in range(60)]
+    patterns = Patterns.of(groups, 8)
+    bits = np.array([rng.uniform(2, 9) for _ in range(8)])
+    exhaustive = _Cover(patterns, 0, bits, patterns.fires)
+    exhaustive.exhaustive()
+    climbing = _Cover(patterns, 0, bits, patterns.fires)
+    climbing.spot_search(random.Random(1))
+    assert exhaustive.evaluations == 256
+    assert exhaustive.best_value <= climbing.best_value + 1e-9
