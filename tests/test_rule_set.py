@@ -402,3 +402,18 @@ def test_exhaustive_search_is_never_beaten_by_hill_climbing() -> None:
     climbing.spot_search(random.Random(1))
     assert exhaustive.evaluations == 256
     assert exhaustive.best_value <= climbing.best_value + 1e-9
+
+
+@pytest.mark.parametrize("engine_factory", [*ENGINES, SQLITE], indirect=True)
+def test_two_thousand_rules_predict_as_python_on_every_engine(engine_factory: EngineFactory
+                                                              ) -> None:
+    """The benchmark's 1M-row tree has 2,167 leaves of at most 10 conditions: a rule set of
+    2,000 unsimplified paths is about as large as its rule set could be."""
+    model = model_of(wide(2000, fractional=False, k=3), 3)
+    rule_set = every_leaf(model)
+    frame = wide_rows(150)
+    engine, source = engine_factory(frame, "wide")
+    got = rule_set.predict(source, connection=engine)
+    order = got.sort_values("rid")
+    expected = {r["rid"]: rule_set.predict_row(r) for r in python_rows(frame)}
+    assert order["prediction"].tolist() == [expected[i] for i in order["rid"]]
