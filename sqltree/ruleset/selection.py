@@ -38,6 +38,7 @@ import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -96,21 +97,29 @@ class Coding:
                 - log2_factorial(n))
 
 
-def _biased(n: float, e: float, expected: float) -> float:
-    if expected <= 1e-6:
-        return 0.0 if abs(e) < 1e-9 else 1e6
-    if expected >= n - 1e-6:
-        return 0.0 if abs(e - n) < 1e-9 else 1e6
-    rate = expected / n
-    return -e * log2(rate) - (n - e) * log2(1 - rate)
+def _biased(n: np.ndarray, e: np.ndarray, expected: np.ndarray) -> np.ndarray:
+    """Bits for ``e`` errors among ``n`` coded at the rate ``expected / n`` (C4.5rules'
+    ``Biased``), elementwise."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rate = expected / n
+        bits = -e * np.log2(rate) - (n - e) * np.log2(1 - rate)
+    none = np.where(np.abs(e) < 1e-9, 0.0, 1e6)
+    every = np.where(np.abs(e - n) < 1e-9, 0.0, 1e6)
+    return np.where(expected <= 1e-6, none, np.where(expected >= n - 1e-6, every, bits))
 
 
-def exception_bits(rows: float, fires: float, fp: float, fn: float) -> float:
+def exception_bits(rows: float, fires: Any, fp: Any, fn: Any) -> Any:
     """Bits to say which of ``rows`` rows are false positives among the ``fires`` covered
-    and false negatives among the others (C4.5rules' ``ExceptionBits``)."""
-    if fires > 0.5 * rows:
-        return log2(rows) + _biased(fires, fp, 0.5 * (fp + fn)) + _biased(rows - fires, fn, fn)
-    return log2(rows) + _biased(fires, fp, fp) + _biased(rows - fires, fn, 0.5 * (fp + fn))
+    and false negatives among the others (C4.5rules' ``ExceptionBits``); elementwise over
+    arrays, a float for numbers."""
+    fires, fp, fn = (np.asarray(x, dtype=np.float64) for x in (fires, fp, fn))
+    rest = rows - fires
+    half = 0.5 * (fp + fn)
+    more = fires > 0.5 * rows
+    bits = log2(rows) + np.where(
+        more, _biased(fires, fp, half) + _biased(rest, fn, fn),
+        _biased(fires, fp, fp) + _biased(rest, fn, half))
+    return float(bits) if bits.ndim == 0 else bits
 
 
 # -- the training rows as patterns -------------------------------------------------------------
@@ -173,23 +182,19 @@ class _Cover:
         fn = float(w[~any_cover & focus].sum())
         alone = (covered == 0)[:, None] | ((covered == 1)[:, None] & rule_in[None, :])
         eligible = self.fires & alone
-        right = (eligible * (w * focus)[:, None]).sum(axis=0)
-        wrong = (eligible * (w * ~focus)[:, None]).sum(axis=0)
+        right = (w * focus) @ eligible
+        wrong = (w * ~focus) @ eligible
         selected = int(rule_in.sum())
         rule_bits = float(self.bits[rule_in].sum()) - log2_factorial(selected)
         base = CODE_WEIGHT * rule_bits + exception_bits(self.rows, sum_cover, fp, fn)
-        values = np.empty(len(self.bits))
-        for r in range(len(self.bits)):
-            if rule_in[r]:
-                new = exception_bits(self.rows, sum_cover - right[r] - wrong[r],
-                                     fp - wrong[r], fn + right[r]) + CODE_WEIGHT * (
-                    rule_bits - self.bits[r] + log2(selected))
-                values[r] = new - base
-            else:
-                new = exception_bits(self.rows, sum_cover + right[r] + wrong[r],
-                                     fp + wrong[r], fn - right[r]) + CODE_WEIGHT * (
-                    rule_bits + self.bits[r] - log2(selected + 1))
-                values[r] = base - new
+        # each rule in: the bits without it; each rule out: the bits with it
+        without = exception_bits(self.rows, sum_cover - right - wrong, fp - wrong,
+                                 fn + right) + CODE_WEIGHT * (
+            rule_bits - self.bits + log2(selected))
+        with_it = exception_bits(self.rows, sum_cover + right + wrong, fp + wrong,
+                                 fn - right) + CODE_WEIGHT * (
+            rule_bits + self.bits - log2(selected + 1))
+        values = np.where(rule_in, without - base, base - with_it)
         if base < self.best_value:
             self.best_value = base
             self.best = rule_in.copy()
