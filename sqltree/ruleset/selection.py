@@ -182,8 +182,8 @@ class _Cover:
         fn = float(w[~any_cover & focus].sum())
         alone = (covered == 0)[:, None] | ((covered == 1)[:, None] & rule_in[None, :])
         eligible = self.fires & alone
-        right = (w * focus) @ eligible
-        wrong = (w * ~focus) @ eligible
+        right = (eligible * (w * focus)[:, None]).sum(axis=0)
+        wrong = (eligible * (w * ~focus)[:, None]).sum(axis=0)
         selected = int(rule_in.sum())
         rule_bits = float(self.bits[rule_in].sum()) - log2_factorial(selected)
         base = CODE_WEIGHT * rule_bits + exception_bits(self.rows, sum_cover, fp, fn)
