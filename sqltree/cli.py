@@ -40,7 +40,8 @@ COMMAND_EXAMPLES = {
     "sql": ["sqltree sql golf.json --dialect snowflake --unknown majority",
             "sqltree sql golf.json -d postgres --table sales --view scored_sales"],
     "show": ["sqltree show golf.json --max-depth 1", "sqltree show golf.json --summary"],
-    "rules": ["sqltree rules golf.json --ids"],
+    "rules": ["sqltree rules golf.json --ids",
+              "sqltree rules golf.json --simplify examples/data/golf.csv"],
     "dot": ["sqltree dot golf.json -o tree.svg --filled"],
     "evaluate": ["sqltree evaluate golf.json examples/data/golf.csv --unknown majority"],
     "scores": ["sqltree scores examples/data/golf.csv --target play"],
@@ -196,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--quiet", "-q", action="store_true", help="print no progress")
     _add_deploy_flags(s)
 
-    _add_reading_parsers(sub)
+    add_connection(_add_reading_parsers(sub))  # rules --simplify reads the training rows
     add_connection(sub.choices["importances"])
 
     add_connection(_add_evaluate_parser(sub))
@@ -320,8 +321,9 @@ def _add_cart_and_engine_flags(t: argparse.ArgumentParser) -> None:
                       help="DuckDB memory_limit, e.g. 4GB: larger data spills to disk")
 
 
-def _add_reading_parsers(sub: Any) -> None:
-    """``show``, ``rules`` and ``dot``: a saved tree as text, rules or a picture."""
+def _add_reading_parsers(sub: Any) -> argparse.ArgumentParser:
+    """``show``, ``rules`` and ``dot``: a saved tree as text, rules or a picture; returns
+    ``rules``' parser."""
     show = _command(sub, "show", help="print a saved tree as text")
     show.add_argument("model")
     _add_max_depth(show)
@@ -346,6 +348,13 @@ def _add_reading_parsers(sub: Any) -> None:
     _add_max_depth(r)
     r.add_argument("--ids", action="store_true",
                    help="start each rule with its leaf's id (what 'sqltree sql --leaf' gives)")
+    r.add_argument("--simplify", metavar="SOURCE",
+                   help="C4.5rules: generalise, select and order the rules on the training "
+                        "rows in SOURCE, print them with their training evaluation")
+    r.add_argument("--cf", type=float, default=0.25,
+                   help="with --simplify: confidence of the pessimistic error (default 0.25)")
+    r.add_argument("--sql", metavar="DIALECT",
+                   help="with --simplify: print the rule set as an ordered CASE in DIALECT")
 
     d = _command(sub, "dot", help="print the tree as Graphviz DOT, or draw it",
                        description="Print the tree as Graphviz DOT text, or with -o write it "
@@ -357,6 +366,7 @@ def _add_reading_parsers(sub: Any) -> None:
     d.add_argument("--output", "-o", metavar="FILE",
                    help="write FILE: .dot text, or .svg/.png/.pdf drawn by Graphviz (needs "
                         "the graphviz Python package and Graphviz's dot program)")
+    return r
 
 
 def _add_deploy_flags(s: argparse.ArgumentParser) -> None:
@@ -848,7 +858,16 @@ def _reading_command(args: argparse.Namespace) -> int:
         print(model.summary())
     elif args.command == "show":
         print(model.text(max_depth=args.max_depth))
+    elif args.command == "rules" and args.simplify is not None:
+        if args.ids or args.max_depth is not None:
+            raise OptionError("--simplify prints a rule set, not the leaves: it does not go "
+                              "with --ids or --max-depth")
+        rule_set = model.rule_set(args.simplify, cf=args.cf,
+                                  connection=_connection(args.connect, args.create_db))
+        print(rule_set.to_sql(args.sql, pretty=True) if args.sql else rule_set)
     elif args.command == "rules":
+        if args.sql or args.cf != 0.25 or args.connect:
+            raise OptionError("--sql, --cf and --connect go with --simplify SOURCE")
         print(model.rules(max_depth=args.max_depth, ids=args.ids))
     elif args.output is None:
         print(model.graphviz(max_depth=args.max_depth, filled=args.filled))

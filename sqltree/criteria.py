@@ -6,8 +6,10 @@ more for tests, pruning and explanation. Logarithms are base 2.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
+from statistics import NormalDist
 
 TIE_TOLERANCE = 1e-9
 """Scores closer than this are ties; ties go to the earlier feature, then the lower threshold."""
@@ -92,3 +94,35 @@ def impurity(counts: Sequence[float], criterion: str = "gini") -> float:
             p = c / w
             out -= p * (math.log(p) / math.log(2.0))
     return out
+
+
+# -- C4.5's pessimistic error: J48's pruning and C4.5rules' rule generalisation --------------
+def add_errs(n: float, e: float, cf: float = 0.25) -> float:
+    """Extra errors C4.5 adds to ``e`` observed errors among ``n`` cases (J48's Stats.addErrs).
+
+    The upper limit of the binomial confidence interval at confidence ``cf``: exact for
+    ``e == 0`` (``n * (1 - cf ** (1 / n))``), interpolated linearly for ``0 < e < 1``, the
+    normal approximation with continuity correction above, and ``n - e`` once ``e + 0.5 >= n``.
+    """
+    if cf > 0.5:
+        return 0.0  # J48 refuses to modify the estimate for a confidence this high
+    if e < 1:
+        base = n * (1 - cf ** (1 / n))
+        if e == 0:
+            return base
+        return base + e * (add_errs(n, 1, cf) - base)
+    if e + 0.5 >= n:
+        return max(n - e, 0.0)
+    z = _z(cf)
+    f = (e + 0.5) / n
+    r = (f + z * z / (2 * n) + z * math.sqrt(f / n - f * f / n + z * z / (4 * n * n))) / (
+        1 + z * z / n
+    )
+    return r * n - e
+
+
+@functools.lru_cache(maxsize=8)
+def _z(cf: float) -> float:
+    """The normal quantile of ``1 - cf`` (once per confidence: a grown tree has a million
+    leaves to estimate)."""
+    return NormalDist().inv_cdf(1 - cf)

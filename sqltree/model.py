@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
     from .evaluation import Evaluation
     from .regression_evaluation import RegressionEvaluation
+    from .ruleset import RuleSet
 
 
 @dataclass
@@ -114,6 +115,30 @@ class Model:
         from .export import rules
 
         return rules(self, decimals=decimals, max_depth=max_depth, ids=ids)
+
+    def rule_set(self, source: Any, *, connection: Any = None, cf: float = 0.25,
+                 weight: str | bool = True, seed: int = 1) -> RuleSet:
+        """C4.5rules: the leaves' rules generalised, selected and ordered, counted in SQL.
+
+        ``source`` holds the training rows (as for ``train``); each leaf's rule loses
+        conditions while C4.5's pessimistic error rate at ``cf`` does not rise, then each
+        class keeps the subset of its rules with the shortest description, classes are
+        ordered by false positives and the default class is the most frequent among rows no
+        rule covers (``seed`` drives the search for classes with more than ten rules).
+        An unknown value satisfies no condition. See ``docs/rules.md``.
+
+        Examples
+        --------
+        >>> import sqltree
+        >>> model = sqltree.train("examples/data/golf.csv", target="play")
+        >>> rules = model.rule_set("examples/data/golf.csv")
+        >>> print(rules.to_sql())  # doctest: +ELLIPSIS
+        CASE WHEN "outlook" = 'sunny' AND "humidity" = 'high' THEN 'no' ...
+        """
+        from .ruleset import build_rule_set
+
+        return build_rule_set(self, source, connection=connection, cf=cf, weight=weight,
+                              seed=seed)
 
     def graphviz(self, decimals: int | None = 6, *, max_depth: int | None = None,
                  filled: bool = False) -> str:

@@ -12,18 +12,16 @@ validation rows at every node, counted the same way over the validation source.
 
 from __future__ import annotations
 
-import functools
 import gc
 import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from statistics import NormalDist
 from typing import Any
 
 from .. import progress as reporting
 from ..compiler import collector_paused
-from ..criteria import J48_SMALL
+from ..criteria import J48_SMALL, add_errs
 from ..dataset import Dataset
 from ..tree import Node
 from .recount import _apply_counts, _Router, known_counts, recount_raised, route_counts
@@ -58,38 +56,7 @@ class PruneStats:
     queries: int = 0
 
 
-# -- C4.5's error estimate ---------------------------------------------------------------------
-def add_errs(n: float, e: float, cf: float = 0.25) -> float:
-    """Extra errors C4.5 adds to ``e`` observed errors among ``n`` cases (J48's Stats.addErrs).
-
-    The upper limit of the binomial confidence interval at confidence ``cf``: exact for
-    ``e == 0`` (``n * (1 - cf ** (1 / n))``), interpolated linearly for ``0 < e < 1``, the
-    normal approximation with continuity correction above, and ``n - e`` once ``e + 0.5 >= n``.
-    """
-    if cf > 0.5:
-        return 0.0  # J48 refuses to modify the estimate for a confidence this high
-    if e < 1:
-        base = n * (1 - cf ** (1 / n))
-        if e == 0:
-            return base
-        return base + e * (add_errs(n, 1, cf) - base)
-    if e + 0.5 >= n:
-        return max(n - e, 0.0)
-    z = _z(cf)
-    f = (e + 0.5) / n
-    r = (f + z * z / (2 * n) + z * math.sqrt(f / n - f * f / n + z * z / (4 * n * n))) / (
-        1 + z * z / n
-    )
-    return r * n - e
-
-
-@functools.lru_cache(maxsize=8)
-def _z(cf: float) -> float:
-    """The normal quantile of ``1 - cf`` (once per confidence: a grown tree has a million
-    leaves to estimate)."""
-    return NormalDist().inv_cdf(1 - cf)
-
-
+# -- C4.5's error estimate (``add_errs`` lives in ``criteria``, shared with rule sets) ------
 def _incorrect(counts: Sequence[float]) -> float:
     """Weight a leaf with these counts misclassifies (J48's Distribution.numIncorrect)."""
     best = 0.0
