@@ -16,11 +16,12 @@ regression value), ``proba_<class>`` with ``proba=True``, ``raw_<i>`` with ``raw
 The query is a chain of steps (common table expressions), each ``SELECT *, <new columns>``
 over the step before:
 
-1. **bins**: each numeric feature's distinct thresholds, sorted, are compared once per row: the
-   feature's bin is the number of thresholds below the value (``x <= t_j`` exactly when
-   ``bin <= j``), found by a CASE that nests 8 ways at a level (about log8(thresholds) deep).
-   The trees then compare small integers, and a threshold shared by many trees (LightGBM's
-   and XGBoost's histogram bins) is compared once per row, not once per node.
+1. **bins**: a numeric feature whose tests share thresholds (``BIN_SHARING``: LightGBM's,
+   XGBoost's and HistGradientBoosting's histogram bins) has its distinct thresholds compared
+   once per row: its bin is the number of thresholds below the value (``x <= t_j`` exactly
+   when ``bin <= j``), found by a CASE that nests 8 ways at a level (about log8(thresholds)
+   deep), and its tests compare small integers. A feature whose thresholds are nearly all
+   distinct (a random forest's) is compared in the tests themselves.
 2. **sums**: each tree is the walk of ``sqltree.compiler``: at every test the smaller child is a
    WHEN and the larger child's tests fold into the same CASE, so a CASE nests about
    log2(leaves) deep; subtrees whose leaves all hold one value are one leaf. A step adds a
