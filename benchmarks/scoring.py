@@ -330,7 +330,7 @@ def run_ensembles(args: argparse.Namespace) -> list[dict[str, Any]]:
     frame.iloc[:lite_rows].to_sql("bench", lite, index=False)
     results = []
     for n_trees in args.trees:
-        for kind in ("forest", "lightgbm"):
+        for kind in args.kinds:
             est = fit_ensemble(kind, n_trees, x_train, train[TARGET])
             model = (sqltree.from_sklearn(est) if kind == "forest"
                      else sqltree.from_lightgbm(est))
@@ -436,6 +436,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="time forests and LightGBM models instead")
     parser.add_argument("--trees", type=int, action="append",
                         help="with --ensembles: trees per model (repeatable; default 100)")
+    parser.add_argument("--kinds", nargs="+", default=["forest", "lightgbm"],
+                        choices=["forest", "lightgbm"], help="with --ensembles: the models")
     parser.add_argument("--train-rows", type=int, default=100_000,
                         help="with --ensembles: rows the models are trained on")
     parser.add_argument("--sqlite-rows", type=int, default=1_000_000)

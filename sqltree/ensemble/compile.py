@@ -3,18 +3,25 @@
 The API, for the trainers and importers that produce ensembles::
 
     sql = ensemble.to_sql("duckdb", table="events", proba=True)   # text, any sqlglot dialect
-    query = build_ensemble_query(ensemble, relation, columns)    # the same as a sqlglot Select
+    report = {}
+    ensemble.to_sql("postgres", table="events", report=report)   # form, reason, length
+    query = ensemble.scoring_query(relation, columns)            # a sqlglot Select
     frame = ensemble.predict("events.parquet", proba=True)       # scored in the engine
-    report = describe_sql(ensemble, "duckdb")                    # form, reason, length
+    ensemble.to_dbt("events", "snowflake")                       # a dbt model file
+    ensemble.save("model.json"); sqltree.load("model.json")      # the model file
+
+Columns out: the kept source columns, ``prediction`` (the first most probable class, or the
+regression value), ``proba_<class>`` with ``proba=True``, ``raw_<i>`` with ``raw=True``.
 
 The query is a chain of steps (common table expressions), each ``SELECT *, <new columns>``
 over the step before:
 
-1. **bins**: each numeric feature's distinct thresholds, sorted, are compared once per row: the
-   feature's bin is the number of thresholds below the value (``x <= t_j`` exactly when
-   ``bin <= j``), found by a CASE that nests 8 ways at a level (about log8(thresholds) deep).
-   The trees then compare small integers, and a threshold shared by many trees (LightGBM's
-   and XGBoost's histogram bins) is compared once per row, not once per node.
+1. **bins**: a numeric feature whose tests share thresholds (``BIN_SHARING``: LightGBM's,
+   XGBoost's and HistGradientBoosting's histogram bins) has its distinct thresholds compared
+   once per row: its bin is the number of thresholds below the value (``x <= t_j`` exactly
+   when ``bin <= j``), found by a CASE that nests 8 ways at a level (about log8(thresholds)
+   deep), and its tests compare small integers. A feature whose thresholds are nearly all
+   distinct (a random forest's) is compared in the tests themselves.
 2. **sums**: each tree is the walk of ``sqltree.compiler``: at every test the smaller child is a
    WHEN and the larger child's tests fold into the same CASE, so a CASE nests about
    log2(leaves) deep; subtrees whose leaves all hold one value are one leaf. A step adds a
@@ -34,7 +41,7 @@ Steps end in ``OFFSET 0`` (as in ``compiler.scoring``): PostgreSQL would otherwi
 step into the next and compute each bin once per use.
 
 Very large models get the **table** form instead (``form="auto"`` picks it above
-``TABLE_FORM_LEAVES`` leaves; ``describe_sql`` gives the reason): the leaves are rows of a
+``TABLE_FORM_LEAVES`` leaves; ``to_sql(report=...)`` gives the reason): the leaves are rows of a
 ``VALUES`` table, one per (tree, leaf), holding each feature's interval of bins and the leaf's
 values; every row is joined to the leaves whose intervals hold it and the values are added by
 ``GROUP BY``. The SQL grows with the leaves only as a table of numbers, which every parser
@@ -43,7 +50,6 @@ takes at any size, but the sum's order is the engine's (equal to 1e-12, not bit 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -52,7 +58,17 @@ import numpy as np
 from sqlglot import exp
 
 from ..compiler import collector_paused
-from ..compiler.blocks import cases, column, dnum, in_values, inum, is_null, literal, or_
+from ..compiler.blocks import (
+    cases,
+    column,
+    dnum,
+    in_values,
+    inum,
+    is_null,
+    literal,
+    literal_table,
+    or_,
+)
 from ..compiler.scoring import Names
 from ..errors import DataError, OptionError
 from ..tree import format_value
@@ -257,7 +273,9 @@ def _float32(e: exp.Expression) -> exp.Expression:
     return exp.Cast(this=e, to=exp.DataType.build("FLOAT"))
 
 
-def _batches(ensemble: Ensemble, leaves: list[int]) -> list[list[int]]:
+def _batches(leaves: list[int]) -> list[list[int]]:
+    """Consecutive trees in steps of at most ``MAX_TREES_PER_STEP`` trees and
+    ``MAX_LEAVES_PER_STEP`` leaves (a larger tree gets a step of its own)."""
     out: list[list[int]] = [[]]
     held = 0
     for i, n in enumerate(leaves):
@@ -266,7 +284,6 @@ def _batches(ensemble: Ensemble, leaves: list[int]) -> list[list[int]]:
             held = 0
         out[-1].append(i)
         held += n
-    del ensemble
     return out
 
 
@@ -374,7 +391,7 @@ def _expression_steps(ensemble: Ensemble, relation: exp.Expression, nm: Names,
     if ensemble.aggregation == "sum":
         current = [dnum(float(np.float32(b)) if f32 else float(b)) for b in ensemble.base_score]
     leaves = [t.n_leaves for t in ensemble.trees]
-    batches = _single_additions(ensemble) if arith else _batches(ensemble, leaves)
+    batches = _single_additions(ensemble) if arith else _batches(leaves)
     previous = nm.ident("bins")
     for k, batch in enumerate(batches):
         terms: list[exp.Expression | None] = list(current)
@@ -528,11 +545,10 @@ def build_first_max(values: Sequence[exp.Expression], labels: Sequence[exp.Expre
 
 
 # -- the table form ----------------------------------------------------------------------------
-def _leaf_boxes(tree: TreeArrays, bins: Bins, n_features: int
+def _leaf_boxes(tree: TreeArrays, bins: Bins
                 ) -> list[tuple[int, list[tuple[int, int, int]], list[tuple[int, Any]]]]:
-    """Each leaf's box: per numeric feature (bin low, bin high, NULL allowed: 1/0/-1 for
-    only-NULL), and its categorical conditions (node, side)."""
-    del n_features
+    """Each leaf's box: per numeric feature on its path (lowest bin, highest bin, 1 where
+    NULL reaches the leaf, else 0), and its categorical conditions (node, side)."""
     out = []
     stack: list[tuple[int, dict[int, tuple[int, int, int]], list[tuple[int, bool]]]] = [
         (0, {}, [])]
@@ -573,7 +589,7 @@ def _table_steps(ensemble: Ensemble, relation: exp.Expression, nm: Names
         exp.Table(this=nm.ident("bins")), copy=False)
     rows = []
     for t in ensemble.trees:
-        for node, box, _ in _leaf_boxes(t, bins, len(ensemble.features)):
+        for node, box, _ in _leaf_boxes(t, bins):
             values = [0.0] * n_out
             for c, v in _outputs(ensemble, t):
                 values[c] = float(v[node])
@@ -586,8 +602,6 @@ def _table_steps(ensemble: Ensemble, relation: exp.Expression, nm: Names
     names = [f"{p}{f}" for f in feats for p in ("lo", "hi", "nl")] + [
         f"v{c}" for c in range(n_out)]
     types = ["INT"] * (3 * len(feats)) + ["DOUBLE"] * n_out
-    from ..compiler.blocks import literal_table
-
     leaves = literal_table(f"{nm.prefix}leaves", [nm.prefix + n for n in names], rows, types)
     on: exp.Expression = exp.Boolean(this=True)
     for f in feats:
@@ -635,7 +649,3 @@ def sql_report(ensemble: Ensemble, compiled: Compiled, sql: str, dialect: str) -
         "thresholds": compiled.n_thresholds,
         "trees": ensemble.n_trees,
     }
-
-
-def finite(x: float) -> bool:
-    return math.isfinite(x)
