@@ -126,9 +126,9 @@ def test_quality_near_scikit_learns_histogram_boosting():
     from sklearn.ensemble import HistGradientBoostingClassifier
     from sklearn.metrics import log_loss
 
-    frame = mixed_table(6000, seed=2)
+    frame = mixed_table(3000, seed=2)
     test = mixed_table(4000, seed=9)
-    model = _boost(frame, "label", max_iter=60, max_leaf_nodes=15, early_stopping=False,
+    model = _boost(frame, "label", max_iter=30, max_leaf_nodes=8, early_stopping=False,
                    in_memory=True)
     proba = model.predict_proba_frame(test)
     ours = log_loss(test["label"], proba, labels=model.classes)
@@ -141,7 +141,7 @@ def test_quality_near_scikit_learns_histogram_boosting():
         return x
 
     theirs_model = HistGradientBoostingClassifier(
-        max_iter=60, max_leaf_nodes=15, early_stopping=False, categorical_features="from_dtype",
+        max_iter=30, max_leaf_nodes=8, early_stopping=False, categorical_features="from_dtype",
         random_state=0).fit(matrix(frame), frame["label"])
     theirs = log_loss(test["label"], theirs_model.predict_proba(matrix(test)))
     assert ours == pytest.approx(theirs, rel=0.05)
