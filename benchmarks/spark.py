@@ -135,7 +135,8 @@ def mllib_side(spark: Any, depth: int) -> dict[str, Any]:
     return {
         "side": f"MLlib DecisionTreeClassifier maxBins {MLLIB_BINS}",
         "seconds": round(seconds, 1),
-        "leaves": int(tree._call_java("numLeaves")) if hasattr(tree, "_call_java") else None,
+        "leaves": (int(tree.numNodes) + 1) // 2,  # a binary tree: one leaf more than tests
+        "depth": int(tree.depth),
         "accuracy": round(float(accuracy), 4),
         "python_peak_mb": peak_rss_mb(),
         "jvm_peak_mb": peak_rss_mb(jvm_pid(spark) or 0),
@@ -156,10 +157,10 @@ def in_group(spark: Any, group: str, work: Any) -> dict[str, Any]:
     return result
 
 
-def markdown(results: list[dict[str, Any]], rows: int, master: str) -> str:
+def markdown(results: list[dict[str, Any]], rows: int, master: str, depth: int) -> str:
     mllib = next((r for r in results if r["side"].startswith("MLlib")), None)
     lines = [
-        f"{human_rows(rows)} rows, {master}, depth 10",
+        f"{human_rows(rows)} rows, {master}, depth {depth}",
         "",
         "| side | seconds | / MLlib | jobs | held-out accuracy | leaves | JVM peak MB |",
         "| --- | --- | --- | --- | --- | --- | --- |",
@@ -168,7 +169,7 @@ def markdown(results: list[dict[str, Any]], rows: int, master: str) -> str:
         ratio = f"{r['seconds'] / mllib['seconds']:.2f}x" if mllib else ""
         lines.append(
             f"| {r['side']} | {r['seconds']} | {ratio} | {r['jobs']} | "
-            f"{r['accuracy']} | {r['leaves']} | {r['jvm_peak_mb'] or ''} |"
+            f"{r['accuracy']} | {r['leaves']} | {r['jvm_peak_mb'] or 0:.0f} |"
         )
     for r in results:
         if "levels" in r:
@@ -205,7 +206,7 @@ def main(argv: list[str] | None = None) -> None:
     if "mllib" in sides:
         results.append(in_group(spark, "mllib", lambda: mllib_side(spark, args.depth)))
         print(json.dumps(results[-1]), flush=True)
-    print(markdown(results, args.rows, args.master))
+    print(markdown(results, args.rows, args.master, args.depth))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rows": args.rows, "master": args.master, "results": results}, f,
