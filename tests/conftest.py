@@ -254,7 +254,8 @@ def _start_spark_cluster() -> SparkCluster:
 @pytest.fixture(scope="session")
 def spark_cluster() -> Iterator[SparkCluster]:
     """A standalone Spark cluster on this machine (a master and two workers), stopped when
-    the session ends."""
+    the session ends; ``SQLTREE_SPARK_KEEP=1`` keeps its folder (the daemons' logs, and the
+    executors' in ``work-*``) for a look afterwards."""
     try:
         _spark_home()
     except ImportError:
@@ -269,7 +270,8 @@ def spark_cluster() -> Iterator[SparkCluster]:
         yield cluster
     finally:
         cluster.stop()
-        shutil.rmtree(cluster.root, ignore_errors=True)
+        if not os.environ.get("SQLTREE_SPARK_KEEP"):
+            shutil.rmtree(cluster.root, ignore_errors=True)
 
 
 def _executors(session: Any) -> int:

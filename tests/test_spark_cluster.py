@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 
 import sqltree
-from sqltree.engines.spark import SHUFFLE_PARTITIONS, SparkEngine
+from sqltree.engines.spark import ADAPTIVE, SHUFFLE_PARTITIONS, SparkEngine
 from tests.helpers import mixed_table
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -54,6 +54,11 @@ def leftovers(spark: Any) -> dict[str, Any]:
     }
 
 
+def settings(spark: Any) -> dict[str, Any]:
+    """The session settings training changes (and gives back)."""
+    return {key: spark.conf.get(key, None) for key in (SHUFFLE_PARTITIONS, ADAPTIVE)}
+
+
 @pytest.mark.parametrize(("algorithm", "options"), ALGORITHMS)
 def test_every_algorithm_trains_and_scores_on_the_cluster(
     spark: Any, parquet: str, algorithm: str, options: dict[str, Any]
@@ -62,7 +67,7 @@ def test_every_algorithm_trains_and_scores_on_the_cluster(
     target = options.pop("target", "label")
     if target != "label":
         options["features"] = ["a", "b", "d", "e"]
-    before = spark.conf.get(SHUFFLE_PARTITIONS)
+    before = settings(spark)
     engine = SparkEngine(spark)
     engine.keep_sql = True
     model = sqltree.train(parquet, target=target, algorithm=algorithm, connection=engine,
@@ -70,7 +75,7 @@ def test_every_algorithm_trains_and_scores_on_the_cluster(
     want = sqltree.train(parquet, target=target, algorithm=algorithm, plan="tables", **options)
     assert model.text() == want.text()
     assert leftovers(spark) == {"views": [], "stored": 0}
-    assert spark.conf.get(SHUFFLE_PARTITIONS) == before
+    assert settings(spark) == before
     # jobs: every level ran some, and growth's count is that of its statements
     levels = model.stats["levels"]
     assert all(level["jobs"] >= 1 for level in levels)
@@ -117,7 +122,7 @@ def test_ctrl_c_cancels_the_cluster_jobs_and_cleans_up(
     """A Ctrl-C while a statement runs on the executors comes out as KeyboardInterrupt; its
     jobs are cancelled, sqltree's views and blocks are gone, the settings are back, and the
     session trains again."""
-    before = spark.conf.get(SHUFFLE_PARTITIONS)
+    before = settings(spark)
     engine = SparkEngine(spark)
     started = threading.Event()
 
@@ -148,7 +153,7 @@ def test_ctrl_c_cancels_the_cluster_jobs_and_cleans_up(
         time.sleep(0.1)  # a cancelled job ends when its running tasks have stopped
     assert tracker.getActiveJobsIds() == []
     assert leftovers(spark) == {"views": [], "stored": 0}
-    assert spark.conf.get(SHUFFLE_PARTITIONS) == before
+    assert settings(spark) == before
     model = sqltree.train(parquet, target="label", algorithm="cart", max_depth=1,
                           connection=spark, plan="tables")
     assert model.n_leaves >= 2
