@@ -62,6 +62,10 @@ class SparkEngine(Engine):
     statement runs under a job group of its own, counted from the status tracker as soon as
     the statement returns.
 
+    From the source's description to ``cleanup``, ``spark.sql.shuffle.partitions`` follows
+    the number of rows and adaptive execution is off (``expect_rows``); a Ctrl-C cancels the
+    running statement's jobs in the executors.
+
     Engines of several threads on one session take turns a statement at a time (see
     ``sqltree.engines.base``; ``spark.newSession()`` per thread runs their statements side by
     side). ``spark.sql.codegen.wholeStage`` is turned off for a large statement and restored
