@@ -2,10 +2,13 @@
 and two workers, whose executors are JVMs of their own (nothing the driver holds in its
 process or temporary folder reaches them).
 
-Every algorithm trains from a Parquet file in the cluster's shared folder to DuckDB's tree
-and scores as DuckDB does; training leaves no view, no stored block and no changed setting
-behind; the small tables of a level are broadcast; jobs are counted per level; a Ctrl-C
-stops the cluster's jobs and cleans up, and the session trains again afterwards.
+C4.5, binned CART and a regression tree train from a Parquet file in the cluster's shared
+folder to DuckDB's tree and score as DuckDB does; training leaves no view, no stored block and
+no changed setting behind; the small tables of a level are broadcast; jobs are counted per
+level; a Ctrl-C stops the cluster's jobs and cleans up, and the session trains again
+afterwards. Every other Spark test (ID3 and the rest of ``tests/test_engines.py``, the select
+plan in ``tests/test_select_plan.py``, scoring, cleanup after errors) runs on the same
+cluster session.
 """
 
 from __future__ import annotations
@@ -22,14 +25,13 @@ import pandas as pd
 import pytest
 
 import sqltree
-from sqltree.engines.spark import ADAPTIVE, SHUFFLE_PARTITIONS, SparkEngine
+from sqltree.engines.spark import SHUFFLE_PARTITIONS, SparkEngine
 from tests.helpers import mixed_table
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 ALGORITHMS = [
     pytest.param("c4.5", {}, id="c4.5"),
-    pytest.param("id3", {"max_depth": 2}, id="id3"),
     pytest.param("cart", {"max_bins": 16}, id="cart-binned"),
     pytest.param("cart", {"criterion": "squared_error", "target": "c"}, id="cart-regression"),
 ]
@@ -56,11 +58,11 @@ def leftovers(spark: Any) -> dict[str, Any]:
 
 def settings(spark: Any) -> dict[str, Any]:
     """The session settings training changes (and gives back)."""
-    return {key: spark.conf.get(key, None) for key in (SHUFFLE_PARTITIONS, ADAPTIVE)}
+    return {SHUFFLE_PARTITIONS: spark.conf.get(SHUFFLE_PARTITIONS, None)}
 
 
 @pytest.mark.parametrize(("algorithm", "options"), ALGORITHMS)
-def test_every_algorithm_trains_and_scores_on_the_cluster(
+def test_trees_train_and_score_on_the_cluster(
     spark: Any, parquet: str, algorithm: str, options: dict[str, Any]
 ) -> None:
     options = {"max_depth": 3, **options}
@@ -96,16 +98,6 @@ def test_shuffle_partitions_follow_the_rows(spark: Any) -> None:
     assert engine.shuffle_partitions(engine.ROWS_PER_SHUFFLE_PARTITION * cores) == cores
     assert engine.shuffle_partitions(engine.ROWS_PER_SHUFFLE_PARTITION * cores + 1) == 2 * cores
     engine.cleanup()
-
-
-def test_the_select_plan_creates_nothing_on_the_cluster(spark: Any, parquet: str) -> None:
-    engine = SparkEngine(spark)
-    model = sqltree.train(parquet, target="label", algorithm="cart", max_depth=2,
-                          connection=engine, plan="select")
-    assert model.stats["plan"] == "select"
-    assert model.text() == sqltree.train(parquet, target="label", algorithm="cart",
-                                         max_depth=2, plan="select").text()
-    assert leftovers(spark) == {"views": [], "stored": 0}
 
 
 @pytest.fixture

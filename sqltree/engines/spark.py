@@ -27,7 +27,6 @@ from .select_plan import TABLES
 _CSV_KEPT_TYPES = ("IntegerType", "LongType", "DoubleType")
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
-ADAPTIVE = "spark.sql.adaptive.enabled"
 
 # The local properties SparkContext.setJobGroup sets; restored after each statement so the
 # caller's own jobs keep their group and description.
@@ -63,8 +62,8 @@ class SparkEngine(Engine):
     the statement returns.
 
     From the source's description to ``cleanup``, ``spark.sql.shuffle.partitions`` follows
-    the number of rows and adaptive execution is off (``expect_rows``); a Ctrl-C cancels the
-    running statement's jobs in the executors.
+    the number of rows (``expect_rows``); a Ctrl-C cancels the running statement's jobs in the
+    executors.
 
     Engines of several threads on one session take turns a statement at a time (see
     ``sqltree.engines.base``; ``spark.newSession()`` per thread runs their statements side by
@@ -131,9 +130,8 @@ class SparkEngine(Engine):
             self._remember("progress_bar", True)
 
     def _restore_settings(self, saved: dict[str, Any]) -> None:
-        for key in (SHUFFLE_PARTITIONS, ADAPTIVE):
-            if key in saved:
-                _set_conf(self.spark, key, saved[key])
+        if SHUFFLE_PARTITIONS in saved:
+            _set_conf(self.spark, SHUFFLE_PARTITIONS, saved[SHUFFLE_PARTITIONS])
         if self._context is None:
             return
         if "progress_bar" in saved:
@@ -145,27 +143,26 @@ class SparkEngine(Engine):
     """Source rows per shuffle partition of training's aggregates (``expect_rows``)."""
 
     def expect_rows(self, rows: int) -> None:
-        """Settings for training, given back at ``cleanup``.
+        """Set ``spark.sql.shuffle.partitions`` for training, given back at ``cleanup``.
 
-        ``spark.sql.shuffle.partitions`` from the number of rows: a multiple of the cores
-        (every core takes a part of each aggregate), one part per
-        ``ROWS_PER_SHUFFLE_PARTITION`` rows and more cores. Spark's default of 200 made every
-        aggregate of a small table 200 tasks; the shuffles of training carry histograms and
-        counts, whose rows grow with the nodes and values, not the rows.
+        From the number of rows: a multiple of the cores (every core takes a part of each
+        aggregate), one part per ``ROWS_PER_SHUFFLE_PARTITION`` rows and more cores. Spark's
+        default of 200 made every aggregate of a small table 200 tasks; the shuffles of
+        training carry histograms and counts, whose rows grow with the nodes and values, not
+        the rows.
 
-        ``spark.sql.adaptive.enabled`` off: adaptive execution runs each exchange of a
-        statement as a job of its own (a CART level's scoring statement, with its windows,
-        was 14 jobs), and what it adapts is already decided here (the partitions above, the
-        small tables broadcast by hint). On 200,000 rows of the benchmark file (binned CART,
-        depth 4, ``local[2]``) a training ran 55 jobs instead of 110, in 61-80 s instead of
-        91-133 s, the same tree.
+        Adaptive execution stays as the session has it. It runs each exchange of a statement
+        as a job of its own (a CART level's scoring statement, with its windows, is 14 jobs),
+        but turning it off was slower at scale: binned CART at depth 5 on the 1M-row benchmark
+        file (``local[2]``, one session, off first, the load average at 11) took 158.3 s
+        with it off (75 jobs; levels 1 to 5, 14.3-18.7 s each) and 91.0 s with it on (140
+        jobs; 9.1-10.1 s each), the same tree; only on 200,000 cached rows was it faster off.
         """
         self.begin()
-        settings = {SHUFFLE_PARTITIONS: str(self.shuffle_partitions(rows)), ADAPTIVE: "false"}
+        partitions = self.shuffle_partitions(rows)
         with self._statement():
-            for key, value in settings.items():
-                self._remember(key, self.spark.conf.get(key, None))
-                self.spark.conf.set(key, value)
+            self._remember(SHUFFLE_PARTITIONS, self.spark.conf.get(SHUFFLE_PARTITIONS, None))
+            self.spark.conf.set(SHUFFLE_PARTITIONS, str(partitions))
 
     def shuffle_partitions(self, rows: int) -> int:
         """The shuffle partitions training takes for a source of ``rows`` rows."""
