@@ -373,6 +373,7 @@ def describe(
     row = dict(zip(checks, engine.execute(exp.select(*checks.values()).from_(relation))[0]))
     infinite = _check_rows(row, feats, target, weight)
     n_rows = int(row["rows"])
+    engine.expect_rows(n_rows)
     if untyped:
         raise UnsupportedError(
             f"target {target!r} has a type the engine does not name; cast it to text or integer"

@@ -86,6 +86,8 @@ class LevelStats:
     search: str = "full"
     """How the level's continuous cuts were searched: "full", "bounded" or "binned"
     (``Strategy.level_search``)."""
+    jobs: int | None = None
+    """Jobs the engine ran for the level, where it counts them (Spark), else None."""
 
 
 @dataclass
@@ -98,6 +100,8 @@ class GrowStats:
     """The training plan the engine used (``sqltree.engines.select_plan``)."""
     memory_from_level: int | None = None
     """The first level grown in memory after levels in the engine, if any."""
+    jobs: int | None = None
+    """Jobs the engine ran for growth (level 0's table included), where it counts them."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -105,6 +109,7 @@ class GrowStats:
             "memory_from_level": self.memory_from_level,
             "queries": self.queries,
             "scans": self.scans,
+            "jobs": self.jobs,
             "seconds": round(self.seconds, 6),
             "levels": [vars(level) for level in self.levels],
         }
@@ -164,6 +169,7 @@ class Strategy:
         self.data = data
         self.options = options
         self.n_classes = len(data.classes)
+        self._partition_tables: list[exp.Table] = []
 
     @property
     def max_depth(self) -> int | None:
@@ -280,8 +286,15 @@ class Strategy:
         self, level: exp.Table, features: list[Feature], tests: list[TestRow],
         routes: list[RouteRow],
     ) -> exp.Expression:
-        """The next level's rows (``queries.build_partition``)."""
-        return q.build_partition(level, features, tests, routes)
+        """The next level's rows (``queries.build_partition``), over tests and routes loaded
+        as tables where the engine takes small rows as data (``Engine.LOADS_SMALL_ROWS``)."""
+        engine = self.data.engine
+        if not (engine.LOADS_SMALL_ROWS and engine.plan == TABLES):
+            return q.build_partition(level, features, tests, routes)
+        tests_table = load_rows(engine, "tests", q.TESTS_COLUMNS, tests)
+        routes_table = load_rows(engine, "routes", q.ROUTES_COLUMNS, routes)
+        self._partition_tables += [tests_table, routes_table]
+        return q.build_partition(level, features, tests_table, routes_table)
 
     def on_child(self, parent: Pending, branch: int, child: Node) -> None:
         """Called for every child made, before it joins the frontier."""
@@ -324,7 +337,10 @@ class Strategy:
         partition = self.build_partition(level, self.data.features, tests, routes)
         if ordered:
             partition = q.ordered_by_node(partition)
-        return self.data.engine.materialize("level", partition)
+        table = self.data.engine.materialize("level", partition)
+        while self._partition_tables:  # the level is stored: its tests and routes are done
+            self.data.engine.drop(self._partition_tables.pop())
+        return table
 
     def drop(self, table: Any) -> None:
         """Let go of a level or histogram made by the methods above."""
@@ -347,7 +363,9 @@ def _level_line(level: LevelStats, weight: float | None = None) -> str:
     return (
         f"level {level.depth}: {reporting.count(level.nodes, 'node')}, {rows}"
         f"{reporting.count(level.splits, 'split')}, "
-        f"{reporting.count(level.queries, 'query', 'queries')}, {level.seconds:.2f} s"
+        f"{reporting.count(level.queries, 'query', 'queries')}, "
+        f"{'' if level.jobs is None else reporting.count(level.jobs, 'job') + ', '}"
+        f"{level.seconds:.2f} s"
     )
 
 
@@ -416,7 +434,7 @@ def _grow(strategy: Strategy, progress: Progress | None) -> tuple[Node, GrowStat
     root = Node(counts=[0.0] * len(strategy.data.classes), proba=prior, node_id=0)
     frontier: dict[int, Pending] = {0: Pending(root, 0, frozenset(), prior)}
     grower = _LevelGrower(strategy)
-    queries_before = engine.stats.queries
+    queries_before, jobs_before = engine.stats.queries, engine.stats.jobs
     level: exp.Table | None = strategy.materialize_level0()
     # the select plan reads the source in every statement; the memory plan reads it once here
     stats.scans += engine.plan == TABLES or strategy.plan_name is not None
@@ -426,6 +444,7 @@ def _grow(strategy: Strategy, progress: Progress | None) -> tuple[Node, GrowStat
             assert level is not None
             start = time.perf_counter()
             queries_at_start, scans_at_start = engine.stats.queries, engine.stats.scans
+            jobs_at_start = engine.stats.jobs
             splits, next_frontier, new_level, scans = grower.grow_level(level, frontier, depth)
             if engine.plan != TABLES or strategy.plan_name:
                 scans = engine.stats.scans - scans_at_start
@@ -437,6 +456,7 @@ def _grow(strategy: Strategy, progress: Progress | None) -> tuple[Node, GrowStat
                 scans=scans,
                 seconds=round(time.perf_counter() - start, 6),
                 search=strategy.level_search(),
+                jobs=_since(engine.stats.jobs, jobs_at_start),
             )
             stats.levels.append(level_stats)
             stats.scans += scans
@@ -453,8 +473,14 @@ def _grow(strategy: Strategy, progress: Progress | None) -> tuple[Node, GrowStat
             strategy.drop(level)
         strategy.close(engine)
     stats.queries = engine.stats.queries - queries_before
+    stats.jobs = _since(engine.stats.jobs, jobs_before)
     stats.seconds = time.perf_counter() - start_all
     return root, stats
+
+
+def _since(now: int | None, before: int | None) -> int | None:
+    """A counter's growth, or None where the engine keeps no such counter."""
+    return None if now is None or before is None else now - before
 
 
 class _LevelGrower:

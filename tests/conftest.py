@@ -1,6 +1,6 @@
-"""Shared fixtures: a throwaway PostgreSQL cluster, one local Spark session, and
-``engine_factory``, which loads a pandas DataFrame into DuckDB, PostgreSQL or Spark (or SQLite,
-for tests that list ``SQLITE``).
+"""Shared fixtures: a throwaway PostgreSQL cluster, a Spark standalone cluster on this machine
+(a master and two workers) with one session, and ``engine_factory``, which loads a pandas
+DataFrame into DuckDB, PostgreSQL or Spark (or SQLite, for tests that list ``SQLITE``).
 
 An engine that cannot start is skipped locally and is an error when ``CI=true``, so that CI
 never passes by skipping. ``pytest -m "not spark and not postgres"`` runs the fast subset.
@@ -8,13 +8,17 @@ never passes by skipping. ``pytest -m "not spark and not postgres"`` runs the fa
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -137,9 +141,151 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 # -- Spark -----------------------------------------------------------------------------------
+SPARK_WORKERS = 2
+"""Standalone workers of the test cluster, one core and one executor each."""
+
+SPARK_START_SECONDS = 120.0
+"""How long the master, the workers and the executors may take to come up."""
+
+
+@dataclass
+class SparkCluster:
+    """A Spark standalone master and its workers, each a JVM started by ``spark-class``.
+
+    ``root`` holds their logs and work folders, and ``shared``, the folder for files that
+    the driver and every executor read (on this machine any local path is shared; on a real
+    cluster it would be a network file system).
+    """
+
+    master_url: str
+    root: Path
+    shared: Path
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def stop(self) -> None:
+        """Stop the workers (which stop their executors), then the master."""
+        for process in reversed(self.processes):
+            if process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGTERM)
+        for process in reversed(self.processes):
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        self.processes.clear()
+
+
+def _spark_home() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent
+
+
+def _wait_for_line(process: subprocess.Popen[bytes], log: Path, text: str,
+                   deadline: float) -> None:
+    """Wait until ``text`` appears in ``log``; fail if the daemon exits or time runs out."""
+    while time.monotonic() < deadline:
+        if log.exists() and text in log.read_text(errors="replace"):
+            return
+        if process.poll() is not None:
+            break
+        time.sleep(0.2)
+    tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+    raise RuntimeError(f"{log.name}: no {text!r} (exit status {process.poll()}): {tail}")
+
+
+def _start_spark_cluster() -> SparkCluster:
+    """A master and ``SPARK_WORKERS`` workers on the loopback interface, sized for a
+    two-core machine (one core and 1 GB per worker, 256 MB per daemon)."""
+    home = _spark_home()
+    launcher = home / "bin" / "spark-class"
+    root = Path(tempfile.mkdtemp(prefix="sqltree-spark-"))
+    (root / "conf").mkdir()  # no spark-defaults.conf or spark-env.sh of the machine's
+    env = {
+        **os.environ,
+        "SPARK_HOME": str(home),
+        "SPARK_CONF_DIR": str(root / "conf"),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_DAEMON_MEMORY": "256m",
+        "PYSPARK_PYTHON": sys.executable,
+    }
+    port = _free_port()
+    cluster = SparkCluster(f"spark://127.0.0.1:{port}", root, root / "shared")
+    cluster.shared.mkdir()
+    deadline = time.monotonic() + SPARK_START_SECONDS
+
+    def daemon(name: str, *args: str) -> tuple[subprocess.Popen[bytes], Path]:
+        log = root / f"{name}.log"
+        with open(log, "wb") as out:
+            # a session of its own: stopping the worker's group stops its executors too
+            process = subprocess.Popen(
+                [str(launcher), *args], env=env, stdout=out, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True,
+            )
+        cluster.processes.append(process)
+        return process, log
+
+    try:
+        master, log = daemon(
+            "master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+            "--port", str(port), "--webui-port", str(_free_port()),
+        )
+        _wait_for_line(master, log, "I have been elected leader", deadline)
+        workers = [
+            daemon(
+                f"worker-{i}", "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
+                "--cores", "1", "--memory", "1g", "--webui-port", str(_free_port()),
+                "--work-dir", str(root / f"work-{i}"), cluster.master_url,
+            )
+            for i in range(SPARK_WORKERS)
+        ]
+        for worker, log in workers:
+            _wait_for_line(worker, log, "Successfully registered with master", deadline)
+    except BaseException:
+        cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
+        raise
+    return cluster
+
+
 @pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    """One local[2] SparkSession for the whole run."""
+def spark_cluster() -> Iterator[SparkCluster]:
+    """A standalone Spark cluster on this machine (a master and two workers), stopped when
+    the session ends; ``SQLTREE_SPARK_KEEP=1`` keeps its folder (the daemons' logs, and the
+    executors' in ``work-*``) for a look afterwards."""
+    try:
+        _spark_home()
+    except ImportError:
+        unavailable("pyspark is not installed")
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        unavailable("Spark needs Java: no java on PATH and no JAVA_HOME")
+    try:
+        cluster = _start_spark_cluster()
+    except (OSError, RuntimeError) as error:
+        unavailable(f"could not start a Spark standalone cluster: {error}")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+        if not os.environ.get("SQLTREE_SPARK_KEEP"):
+            shutil.rmtree(cluster.root, ignore_errors=True)
+
+
+def _executors(session: Any) -> int:
+    """Executors registered with the driver (its status list also names the driver)."""
+    infos = session.sparkContext._jsc.sc().statusTracker().getExecutorInfos()
+    return max(0, len(infos) - 1)
+
+
+@pytest.fixture(scope="session")
+def spark(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """One SparkSession for the whole run, the driver of the test cluster (``spark_cluster``),
+    whose two executors run in JVMs of their own: nothing the driver keeps in its process or
+    its temporary folder is seen by the tasks. ``SQLTREE_SPARK_MASTER=local[2]`` runs the
+    tests in local mode instead."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     try:
         from pyspark.sql import SparkSession
@@ -147,21 +293,46 @@ def spark() -> Iterator[Any]:
         unavailable("pyspark is not installed")
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         unavailable("Spark needs Java: no java on PATH and no JAVA_HOME")
+    master = os.environ.get("SQLTREE_SPARK_MASTER")
+    executors = 0
+    if master is None:
+        master = request.getfixturevalue("spark_cluster").master_url
+        executors = SPARK_WORKERS
     try:
         session = (
-            SparkSession.builder.master("local[2]")
+            SparkSession.builder.master(master)
             .appName("sqltree-tests")
             .config("spark.ui.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false")
             .config("spark.sql.shuffle.partitions", "4")
-            .config("spark.driver.memory", "2g")
+            .config("spark.driver.memory", "1g")
+            .config("spark.executor.memory", "768m")
+            .config("spark.executor.cores", "1")
+            .config("spark.cores.max", str(SPARK_WORKERS))
+            .config("spark.pyspark.python", sys.executable)
             .getOrCreate()
         )
     except Exception as error:
         unavailable(f"could not start Spark: {error}")
     session.sparkContext.setLogLevel("ERROR")
+    deadline = time.monotonic() + SPARK_START_SECONDS
+    while _executors(session) < executors:  # tasks would wait for them anyway
+        if time.monotonic() > deadline:
+            session.stop()
+            unavailable(f"the Spark cluster gave {_executors(session)} of {executors} executors")
+        time.sleep(0.2)
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_shared_folder(request: pytest.FixtureRequest,
+                        tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder that the driver and every executor read: the cluster's shared folder, or a
+    temporary one in local mode."""
+    if os.environ.get("SQLTREE_SPARK_MASTER"):
+        return tmp_path_factory.mktemp("spark")
+    return Path(request.getfixturevalue("spark_cluster").shared)
 
 
 # -- one DataFrame on any engine -------------------------------------------------------------

@@ -284,7 +284,7 @@ def temp_objects(engine: Engine) -> list[str]:
         return [r[0] for r in rows]
     spark = engine.spark  # type: ignore[attr-defined]
     views = [t.name for t in spark.catalog.listTables() if t.name.startswith("sqltree_")]
-    cached = [name for name in engine._cached]  # type: ignore[attr-defined]
+    cached = [name for name in engine._stored]  # type: ignore[attr-defined]
     return views + cached
 
 

@@ -51,6 +51,11 @@ class EngineStats:
     """Statements that read the source through the select plan's definitions (on the tables
     plan the grower counts the statements that read a level table)."""
 
+    @property
+    def jobs(self) -> int | None:
+        """Jobs the engine's statements ran, where the engine counts them (Spark), else None."""
+        return None
+
 
 class _Shared:
     """What the engines on one connection share: the turn to run a statement, how many of
@@ -127,6 +132,10 @@ class Engine(ABC):
     BOOLEANS_AS_INTEGERS: ClassVar[bool] = False
     """Whether booleans are stored as the integers 1 and 0 (SQLite has no boolean type): an
     integer column then scores where the model was trained on a boolean one."""
+    LOADS_SMALL_ROWS: ClassVar[bool] = False
+    """Whether a level's tests and routes reach the engine as loaded tables (``load_rows``)
+    in every algorithm, rather than as literal rows in the partition statement: for an
+    engine whose parser and planner pay for every literal row (Spark)."""
 
     KEEPS_ROW_ORDER: ClassVar[bool] = False
     """Whether a table made from an ordered query is stored, and scanned, in that order."""
@@ -172,6 +181,12 @@ class Engine(ABC):
         elif self._select is None:  # definitions made before (a source's) stay readable
             self._select = SelectPlan(self.SUPPORTS_MATERIALIZED_CTE)
         return reason
+
+    def expect_rows(self, rows: int) -> None:
+        """Told the number of rows of the source once it is described, before training
+        reads it again: engines that size their work from it (Spark's shuffle partitions)
+        change their settings here; the others do nothing."""
+        return None
 
     def tables_plan_refusal(self) -> str | None:
         """Why the tables plan cannot run on this connection (it may not create temporary

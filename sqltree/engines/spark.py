@@ -26,6 +26,8 @@ from .select_plan import TABLES
 # same features and the same values on every engine.
 _CSV_KEPT_TYPES = ("IntegerType", "LongType", "DoubleType")
 
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+
 # The local properties SparkContext.setJobGroup sets; restored after each statement so the
 # caller's own jobs keep their group and description.
 _JOB_PROPERTIES = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
@@ -59,6 +61,10 @@ class SparkEngine(Engine):
     statement runs under a job group of its own, counted from the status tracker as soon as
     the statement returns.
 
+    From the source's description to ``cleanup``, ``spark.sql.shuffle.partitions`` follows
+    the number of rows (``expect_rows``); a Ctrl-C cancels the running statement's jobs in the
+    executors.
+
     Engines of several threads on one session take turns a statement at a time (see
     ``sqltree.engines.base``; ``spark.newSession()`` per thread runs their statements side by
     side). ``spark.sql.codegen.wholeStage`` is turned off for a large statement and restored
@@ -78,6 +84,7 @@ class SparkEngine(Engine):
     NAME: ClassVar[str] = "Spark"
     SUPPORTS_MATERIALIZED_CTE: ClassVar[bool] = False
     ONE_PASS_HISTOGRAM: ClassVar[bool] = True
+    LOADS_SMALL_ROWS: ClassVar[bool] = True
     SMALL_TABLE_ROWS: ClassVar[int] = 1_000_000
     """Temp tables up to this many rows are coalesced to the default parallelism."""
 
@@ -85,7 +92,10 @@ class SparkEngine(Engine):
         super().__init__()
         self.spark = spark
         self._views: list[str] = []
-        self._cached: dict[str, Any] = {}
+        self._stored: dict[str, list[Any]] = {}
+        """The checkpointed frames of each temp table (``_store``), freed when it is dropped."""
+        self._small: set[str] = set()
+        """Names of the tables made by ``load_rows``, joined with a broadcast hint."""
         self._group_ids = itertools.count()
         try:
             self._context = spark.sparkContext
@@ -120,11 +130,51 @@ class SparkEngine(Engine):
             self._remember("progress_bar", True)
 
     def _restore_settings(self, saved: dict[str, Any]) -> None:
-        assert self._context is not None
+        if SHUFFLE_PARTITIONS in saved:
+            _set_conf(self.spark, SHUFFLE_PARTITIONS, saved[SHUFFLE_PARTITIONS])
+        if self._context is None:
+            return
         if "progress_bar" in saved:
             _start_progress_bar(self._context)
         if "log_level" in saved:
             self._context.setLogLevel(saved["log_level"])
+
+    ROWS_PER_SHUFFLE_PARTITION: ClassVar[int] = 2_000_000
+    """Source rows per shuffle partition of training's aggregates (``expect_rows``)."""
+
+    def expect_rows(self, rows: int) -> None:
+        """Set ``spark.sql.shuffle.partitions`` for training, given back at ``cleanup``.
+
+        From the number of rows: a multiple of the cores (every core takes a part of each
+        aggregate), one part per ``ROWS_PER_SHUFFLE_PARTITION`` rows and more cores. Spark's
+        default of 200 made every aggregate of a small table 200 tasks; the shuffles of
+        training carry histograms and counts, whose rows grow with the nodes and values, not
+        the rows.
+
+        Adaptive execution stays as the session has it. It runs each exchange of a statement
+        as a job of its own (a CART level's scoring statement, with its windows, is 14 jobs),
+        but turning it off was slower at scale: binned CART at depth 5 on the 1M-row benchmark
+        file (``local[2]``, one session, off first, the load average at 11) took 158.3 s
+        with it off (75 jobs; levels 1 to 5, 14.3-18.7 s each) and 91.0 s with it on (140
+        jobs; 9.1-10.1 s each), the same tree; only on 200,000 cached rows was it faster off.
+        """
+        self.begin()
+        partitions = self.shuffle_partitions(rows)
+        with self._statement():
+            self._remember(SHUFFLE_PARTITIONS, self.spark.conf.get(SHUFFLE_PARTITIONS, None))
+            self.spark.conf.set(SHUFFLE_PARTITIONS, str(partitions))
+
+    def shuffle_partitions(self, rows: int) -> int:
+        """The shuffle partitions training takes for a source of ``rows`` rows."""
+        cores = self._parallelism
+        parts = -(-max(rows, 1) // self.ROWS_PER_SHUFFLE_PARTITION)
+        return cores * -(-parts // cores)
+
+    def render(self, query: exp.Expression) -> str:
+        """Spark SQL, with a ``BROADCAST`` hint for each small table a query joins (a level's
+        tests and routes, ``load_rows``): every executor gets a copy of it, and the level's
+        rows are joined where they are, never shuffled by node."""
+        return super().render(_broadcast(query, self._small))
 
     def explain(self, error: BaseException) -> str:
         """Spark's message up to its query context (the plan it appends runs to pages), or a
@@ -148,6 +198,13 @@ class SparkEngine(Engine):
         self._context.setJobGroup(group, "sqltree", interruptOnCancel=True)
         try:
             yield
+        except BaseException as error:
+            if isinstance(error, KeyboardInterrupt) or self._interrupted(error):
+                # A Ctrl-C stops Python waiting, not the cluster: the statement's jobs would
+                # go on in the executors, beside the statements that clean up.
+                with contextlib.suppress(Exception):
+                    self._context.cancelJobGroup(group)
+            raise
         finally:
             for key, value in previous.items():
                 self._context.setLocalProperty(key, value)
@@ -207,17 +264,15 @@ class SparkEngine(Engine):
         # that have been dropped by then).
         frame = self.spark.sql(self._sending(self.render(query)))
         with self._job_group():
-            frame = self._store(frame)
-            # counted (a job reading the stored blocks) only where it could be coalesced
-            if (_partitions(frame) > self._parallelism
-                    and frame.count() <= self.SMALL_TABLE_ROWS):
+            frame, rows = self._store(name, frame)
+            if _partitions(frame) > self._parallelism and rows <= self.SMALL_TABLE_ROWS:
                 # A few rows spread over many shuffle partitions: every later query would
                 # pay a task for each.
-                small = self._store(frame.coalesce(self._parallelism))
+                small, _ = self._store(name, frame.coalesce(self._parallelism))
+                self._stored[name].pop(0)  # frame, the first stored
                 _release(frame, self._context)
                 frame = small
         frame.createOrReplaceTempView(name)
-        self._cached[name] = frame
 
     def load_rows(
         self, hint: str, columns: Sequence[str], types: Sequence[str], rows: Sequence[Sequence[Any]]
@@ -237,18 +292,29 @@ class SparkEngine(Engine):
         with self._statement():
             frame = self.spark.createDataFrame(arrow_rows(columns, types, rows))
             frame.createOrReplaceTempView(name)
+        self._small.add(name)
         return _table(name)
 
-    def _store(self, frame: Any) -> Any:
-        """Compute ``frame`` now and return it with a plan that no longer holds its lineage."""
+    def _store(self, name: str, frame: Any) -> tuple[Any, int]:
+        """Compute ``frame`` now and return it with a plan that no longer holds its lineage,
+        and its number of rows.
+
+        The checkpoint is marked first and noted as ``name``'s, then filled by counting its
+        rows: a Ctrl-C during the count (its job runs in the executors) still leaves the
+        engine holding the frame, whose stored blocks ``cleanup`` frees.
+        """
         if self._context is not None and self._context.getCheckpointDir():
-            return frame.checkpoint(eager=True)  # reliable storage: survives lost executors
-        return frame.localCheckpoint(eager=True)
+            stored = frame.checkpoint(eager=False)  # reliable storage: survives lost executors
+        else:
+            stored = frame.localCheckpoint(eager=False)
+        self._stored.setdefault(name, []).append(stored)
+        return stored, _fill(stored)
 
     def _drop_temp_table(self, name: str) -> None:
-        frame = self._cached.pop(name, None)
+        self._small.discard(name)
+        frames = self._stored.pop(name, [])
         self.spark.catalog.dropTempView(name)
-        if frame is not None:
+        for frame in frames:
             _release(frame, self._context)
 
     def relation_for_path(self, path: str) -> exp.Expression:
@@ -337,6 +403,35 @@ def _start_progress_bar(context: Any) -> None:
         _progress_bar_field(context).set(java_context, context._jvm.scala.Option.apply(bar))
 
 
+def _set_conf(spark: Any, key: str, value: str | None) -> None:
+    """Give a session setting ``value`` back (None: it was not set, so unset it again)."""
+    if value is None:
+        spark.conf.unset(key)
+    else:
+        spark.conf.set(key, value)
+
+
+def _broadcast(query: exp.Expression, small: set[str]) -> exp.Expression:
+    """``query`` with ``/*+ BROADCAST(alias) */`` on each SELECT that joins one of the
+    ``small`` tables (a copy; ``query`` itself when it joins none)."""
+    if not small or not any(
+        isinstance(j.this, exp.Table) and j.this.name in small for j in query.find_all(exp.Join)
+    ):
+        return query
+    query = query.copy()
+    for select in query.find_all(exp.Select):
+        names = [
+            j.this.alias_or_name
+            for j in select.args.get("joins") or []
+            if isinstance(j.this, exp.Table) and j.this.name in small
+        ]
+        if names:
+            hints = [exp.Anonymous(this="BROADCAST", expressions=[exp.to_identifier(n)])
+                     for n in names]
+            select.set("hint", exp.Hint(expressions=hints))
+    return query
+
+
 def _table(name: str) -> exp.Table:
     return exp.Table(this=exp.to_identifier(name, quoted=True))
 
@@ -346,6 +441,16 @@ def _partitions(frame: Any) -> int:
         return int(frame.rdd.getNumPartitions())
     except Exception:  # Spark Connect has no RDDs: leave the partitioning alone
         return 0
+
+
+def _fill(frame: Any) -> int:
+    """Count the rows of a lazily checkpointed DataFrame, which stores them: one job over its
+    RDD, as an eager checkpoint runs (``DataFrame.count`` would add a shuffle and a job)."""
+    try:
+        rdd = frame._jdf.queryExecution().analyzed().rdd()
+    except Exception:  # Spark Connect: no JVM handle
+        return int(frame.count())
+    return int(rdd.count())
 
 
 def _release(frame: Any, context: Any) -> None:

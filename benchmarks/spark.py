@@ -1,0 +1,218 @@
+"""Benchmark sqltree's CART against Spark MLlib's DecisionTreeClassifier on one SparkSession.
+
+Both sides read the same Parquet file (``benchmarks/generate.py``) as a user would: sqltree
+trains on a temp view over it (``sqltree.train(view, connection=spark)``, binned CART), MLlib
+fits the pipeline a user writes for a table of numbers and text with NULLs (``StringIndexer``
+for the nominal features and the label, ``Imputer`` for the continuous ones,
+``VectorAssembler``, ``DecisionTreeClassifier(maxDepth, maxBins)``). For each side: the wall
+time of training, the Spark jobs it ran (each side runs under a job group of its own, counted
+by the status tracker), the accuracy on the held-out file, and the peak resident memory of the
+Python driver and of the driver's JVM after it; for sqltree also the seconds, jobs and nodes
+of every level.
+
+MLlib's ``maxBins`` must exceed the values of every nominal feature (``n5`` has 50, and the
+indexer adds one for NULL), so MLlib runs at 64 bins only; sqltree at each ``--bins``.
+
+Usage::
+
+    python benchmarks/spark.py --rows 1000000
+    python benchmarks/spark.py --rows 1000000 --bins 32 64 --master local[2] --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(1, os.path.dirname(HERE))  # the sqltree checkout this script belongs to
+
+import generate  # noqa: E402
+from run import DEFAULT_DATA, NOMINAL, TARGET, ensure_data, human_rows  # noqa: E402
+
+CONTINUOUS = [f"x{j}" for j in range(16 - len(generate.NOMINAL_LEVELS))]
+MLLIB_BINS = 64
+
+
+def peak_rss_mb(pid: int | str = "self") -> float | None:
+    """Peak resident set size (VmHWM) of a process, in MB, or None if it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def jvm_pid(spark: Any) -> int | None:
+    """The process id of the driver's JVM (started by pyspark), if this process started it."""
+    proc = getattr(spark.sparkContext._gateway, "proc", None)
+    return getattr(proc, "pid", None)
+
+
+def session(master: str, driver_memory: str) -> Any:
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    spark = (
+        SparkSession.builder.master(master)
+        .appName("sqltree-bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.memory", driver_memory)
+        .config("spark.ui.retainedJobs", "100000")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def jobs_of(spark: Any, group: str) -> int:
+    return len(spark.sparkContext.statusTracker().getJobIdsForGroup(group))
+
+
+def sqltree_side(spark: Any, bins: int, depth: int) -> dict[str, Any]:
+    import sqltree
+    from sqltree.engines.spark import SparkEngine
+
+    engine = SparkEngine(spark)
+    start = time.perf_counter()
+    model = sqltree.train("bench_train", target=TARGET, algorithm="cart", max_depth=depth,
+                          max_bins=bins, connection=engine)
+    seconds = time.perf_counter() - start
+    scored = model.predict("bench_test", connection=spark)
+    accuracy = float((scored["prediction"] == scored[TARGET]).mean())
+    stats = model.stats
+    return {
+        "side": f"sqltree cart binned {bins}",
+        "seconds": round(seconds, 1),
+        "jobs": engine.stats.jobs,
+        "growth_jobs": stats["jobs"],
+        "queries": engine.stats.queries,
+        "plan": stats["plan"],
+        "leaves": model.n_leaves,
+        "accuracy": round(accuracy, 4),
+        "levels": [
+            {"depth": lv["depth"], "nodes": lv["nodes"], "seconds": round(lv["seconds"], 2),
+             "jobs": lv["jobs"], "queries": lv["queries"]}
+            for lv in stats["levels"]
+        ],
+        "shuffle_partitions": engine.shuffle_partitions(stats["rows"]),
+        "python_peak_mb": peak_rss_mb(),
+        "jvm_peak_mb": peak_rss_mb(jvm_pid(spark) or 0),
+    }
+
+
+def mllib_side(spark: Any, depth: int) -> dict[str, Any]:
+    from pyspark.ml import Pipeline
+    from pyspark.ml.classification import DecisionTreeClassifier
+    from pyspark.ml.feature import Imputer, StringIndexer, VectorAssembler
+
+    indexed = [f"{c}_index" for c in NOMINAL]
+    imputed = [f"{c}_imputed" for c in CONTINUOUS]
+    pipeline = Pipeline(stages=[
+        StringIndexer(inputCols=[*NOMINAL, TARGET], outputCols=[*indexed, "label"],
+                      handleInvalid="keep"),
+        Imputer(inputCols=CONTINUOUS, outputCols=imputed),
+        VectorAssembler(inputCols=[*imputed, *indexed], outputCol="features"),
+        DecisionTreeClassifier(labelCol="label", featuresCol="features", maxDepth=depth,
+                               maxBins=MLLIB_BINS),
+    ])
+    train = spark.table("bench_train").where(f"{TARGET} IS NOT NULL")
+    start = time.perf_counter()
+    model = pipeline.fit(train)
+    seconds = time.perf_counter() - start
+    scored = model.transform(spark.table("bench_test"))
+    accuracy = scored.selectExpr("avg(CAST(prediction = label AS DOUBLE))").first()[0]
+    tree = model.stages[-1]
+    return {
+        "side": f"MLlib DecisionTreeClassifier maxBins {MLLIB_BINS}",
+        "seconds": round(seconds, 1),
+        "leaves": (int(tree.numNodes) + 1) // 2,  # a binary tree: one leaf more than tests
+        "depth": int(tree.depth),
+        "accuracy": round(float(accuracy), 4),
+        "python_peak_mb": peak_rss_mb(),
+        "jvm_peak_mb": peak_rss_mb(jvm_pid(spark) or 0),
+    }
+
+
+def in_group(spark: Any, group: str, work: Any) -> dict[str, Any]:
+    """Run ``work()`` under the job group ``group``; its result with the jobs it ran."""
+    context = spark.sparkContext
+    context.setJobGroup(group, group)
+    try:
+        result = work()
+    finally:
+        context.setLocalProperty("spark.jobGroup.id", None)
+        context.setLocalProperty("spark.job.description", None)
+    # sqltree's engine runs each statement under a group of its own and counts them itself
+    result.setdefault("jobs", jobs_of(spark, group))
+    return result
+
+
+def markdown(results: list[dict[str, Any]], rows: int, master: str, depth: int) -> str:
+    mllib = next((r for r in results if r["side"].startswith("MLlib")), None)
+    lines = [
+        f"{human_rows(rows)} rows, {master}, depth {depth}",
+        "",
+        "| side | seconds | / MLlib | jobs | held-out accuracy | leaves | JVM peak MB |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in results:
+        ratio = f"{r['seconds'] / mllib['seconds']:.2f}x" if mllib else ""
+        lines.append(
+            f"| {r['side']} | {r['seconds']} | {ratio} | {r['jobs']} | "
+            f"{r['accuracy']} | {r['leaves']} | {r['jvm_peak_mb'] or 0:.0f} |"
+        )
+    for r in results:
+        if "levels" in r:
+            lines += ["", f"{r['side']}: per level (seconds / jobs / nodes)", ""]
+            lines.append(", ".join(
+                f"{lv['depth']}: {lv['seconds']} s / {lv['jobs']} / {lv['nodes']}"
+                for lv in r["levels"]))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--bins", type=int, nargs="+", default=[32, 64])
+    parser.add_argument("--depth", type=int, default=10)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--driver-memory", default="4g")
+    parser.add_argument("--sides", default="sqltree,mllib")
+    parser.add_argument("--data-dir", default=DEFAULT_DATA)
+    parser.add_argument("--json", help="also write the results to this file")
+    args = parser.parse_args(argv)
+
+    train_path, test_path = ensure_data(args.rows, args.data_dir)
+    spark = session(args.master, args.driver_memory)
+    spark.read.parquet(train_path).createOrReplaceTempView("bench_train")
+    spark.read.parquet(test_path).createOrReplaceTempView("bench_test")
+    sides = args.sides.split(",")
+    results = []
+    if "sqltree" in sides:
+        for bins in args.bins:
+            results.append(in_group(spark, f"sqltree-{bins}",
+                                    lambda b=bins: sqltree_side(spark, b, args.depth)))
+            print(json.dumps(results[-1]), flush=True)
+    if "mllib" in sides:
+        results.append(in_group(spark, "mllib", lambda: mllib_side(spark, args.depth)))
+        print(json.dumps(results[-1]), flush=True)
+    print(markdown(results, args.rows, args.master, args.depth))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"rows": args.rows, "master": args.master, "results": results}, f,
+                      indent=2)
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()
