@@ -228,12 +228,16 @@ def _check_tree(
     n = len(tree)
     parent = [-1] * n
     ids: dict[int, int] = {}
+    # a file either numbers every node or none (they are then numbered by their place)
+    numbered = any(isinstance(item, dict) and "id" in item for item in tree)
     for i, item in enumerate(tree):
         where = _node_name(i, item)
         if not isinstance(item, dict):
             _fail(where, f"is {_type(item)}; expected an object")
         _known_fields(where, item, known)
-        node_id = item.get("id", 0)
+        if numbered and "id" not in item:
+            _fail(where, "has no id, where the other nodes have theirs")
+        node_id = item.get("id", i)
         if not _is_int(node_id) or node_id < 0:
             _fail(where, f"id is {_show(node_id)}; expected a whole number >= 0")
         if "id" in item and ids.setdefault(node_id, i) != i:

@@ -283,7 +283,7 @@ class Node:
     @classmethod
     def from_dict(cls, data: list[dict[str, Any]]) -> Node:
         nodes = []
-        for item in data:
+        for place, item in enumerate(data):
             split = None
             if "split" in item:
                 s = item["split"]
@@ -301,7 +301,7 @@ class Node:
                     shares=[float(x) for x in item["shares"]] if item.get("shares")
                     else NO_BRANCHES,
                     unknown_branch=item.get("unknown_branch"),
-                    node_id=int(item.get("id", 0)),
+                    node_id=int(item.get("id", place)),
                     n_samples=_optional(int, item.get("n_samples")),
                     impurity=_optional(float, item.get("impurity")),
                     improvement=_optional(float, item.get("improvement")),

@@ -273,8 +273,9 @@ RULES = [
     (_set(("tree", 0, "children"), [1, 2, 5.0]), r"node 0: child 5.0 is not a node index"),
     (_set(("tree", 2, "children"), [2, 4]), r"node 2: child 2 is the node itself"),
     (_set(("tree", 2, "children"), [5, 4]), r"node 2: child 5 is already a child of node 0"),
-    (lambda d: d["tree"].append({"counts": [1.0, 0.0], "proba": [1.0, 0.0]}),
+    (lambda d: d["tree"].append({"id": 8, "counts": [1.0, 0.0], "proba": [1.0, 0.0]}),
      r"node 8 is not reachable from the root \(no node's child\)"),
+    (lambda d: d["tree"][3].pop("id"), r"node 3: has no id, where the other nodes have theirs"),
     # numbers that contradict each other
     (_set(("tree", 1, "proba"), [0.9, 0.9]), r"node 1: proba adds up to 1.8; probabilities "),
     (_set(("tree", 1, "proba"), [0.0, 0.0]), r"node 1: proba adds up to 0; "),
