@@ -27,7 +27,6 @@ from ..ensemble import Ensemble, TreeArrays
 from ..errors import OptionError
 from ..model import features_info
 from ..sqlexpr import alias, case, num
-from ..tree import CONTINUOUS
 from .encode import Encoded, encode
 from .gains import ROWS, Newton
 from .losses import Loss, loss_for
@@ -600,17 +599,7 @@ def _no_improvement(history: list[dict[str, Any]], options: BoostingOptions) -> 
 
 
 def _arrays(tree: TreeOverCodes, output: int | None, encoded: Encoded) -> TreeArrays:
-    n = len(tree.feature)
-    threshold = np.zeros(n)
-    categories: dict[int, tuple[Any, ...]] = {}
-    for i in range(n):
-        pos = tree.feature[i]
-        if pos < 0:
-            continue
-        if encoded.features[pos].kind == CONTINUOUS:
-            threshold[i] = encoded.threshold(pos, tree.upto[i])
-        else:
-            categories[i] = encoded.values(pos, tree.left_codes[i])
+    threshold, categories = encoded.tests(tree.feature, tree.upto, tree.left_codes)
     stats = np.stack(tree.stats)
     return TreeArrays(
         feature=np.asarray(tree.feature), threshold=threshold, left=np.asarray(tree.left),

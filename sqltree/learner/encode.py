@@ -52,6 +52,21 @@ class Encoded:
         """The value a continuous test ``code <= upto`` compares with: bin ``upto``'s top edge."""
         return float(self.edges[self.data.features[position].index][upto - 1])
 
+    def tests(self, feature: list[int], upto: list[int], left_codes: list[tuple[int, ...]]
+              ) -> tuple[np.ndarray, dict[int, tuple[Any, ...]]]:
+        """A grown tree's tests in the data's terms: each continuous test's threshold (0 at
+        leaves and nominal tests) and each nominal test's values that go left."""
+        threshold = np.zeros(len(feature))
+        categories: dict[int, tuple[Any, ...]] = {}
+        for i, pos in enumerate(feature):
+            if pos < 0:
+                continue
+            if self.data.features[pos].kind == CONTINUOUS:
+                threshold[i] = self.threshold(pos, upto[i])
+            else:
+                categories[i] = self.values(pos, left_codes[i])
+        return threshold, categories
+
     def values(self, position: int, codes: tuple[int, ...]) -> tuple[Any, ...]:
         domain = self.data.features[position].values
         return tuple(domain[c - 1] for c in codes)

@@ -22,7 +22,6 @@ from ..dataset import Dataset
 from ..ensemble import Ensemble, TreeArrays
 from ..errors import OptionError, UnsupportedOptionError
 from ..model import features_info
-from ..tree import CONTINUOUS
 from .backends import Backend, Route, Start
 from .encode import Encoded, encode
 from .gains import ROWS, Criterion, criterion
@@ -273,16 +272,7 @@ def to_arrays(grown: Grown, encoded: Encoded, crit: Criterion) -> TreeArrays:
     value = crit.value(stats)
     if encoded.centre is not None:
         value = value + encoded.centre
-    threshold = np.zeros(n)
-    categories: dict[int, tuple[Any, ...]] = {}
-    for i in range(n):
-        pos = grown.feature[i]
-        if pos < 0:
-            continue
-        if encoded.features[pos].kind == CONTINUOUS:
-            threshold[i] = encoded.threshold(pos, grown.upto[i])
-        else:
-            categories[i] = encoded.values(pos, grown.left_codes[i])
+    threshold, categories = encoded.tests(grown.feature, grown.upto, grown.left_codes)
     return TreeArrays(
         feature=np.asarray(grown.feature),
         threshold=threshold,
