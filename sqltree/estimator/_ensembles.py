@@ -310,6 +310,8 @@ class _Boosting(_Ensemble):
             raise ValueError("warm_start=True is not supported: fit trains every round")
         if self.interaction_cst is not None or self.monotonic_cst is not None:
             raise ValueError("interaction_cst and monotonic_cst are not supported")
+        if self.max_features != 1.0:
+            raise ValueError("only max_features=1.0 is supported")
 
     def _options(self) -> dict[str, Any]:
         return {
@@ -397,10 +399,6 @@ class HistGradientBoostingClassifier(_Classifier, _Boosting):
         self.max_features = max_features
         self.class_weight = class_weight
 
-    def _check_params(self) -> None:
-        super()._check_params()
-        if self.max_features != 1.0:
-            raise ValueError("only max_features=1.0 is supported")
 
 
 class HistGradientBoostingRegressor(_Regressor, _Boosting):
@@ -427,10 +425,6 @@ class HistGradientBoostingRegressor(_Regressor, _Boosting):
         self.quantile = quantile
         self.max_features = max_features
 
-    def _check_params(self) -> None:
-        super()._check_params()
-        if self.max_features != 1.0:
-            raise ValueError("only max_features=1.0 is supported")
 
 
 def _plain(value: Any) -> Any:
