@@ -501,7 +501,7 @@ def parser() -> argparse.ArgumentParser:
         "comma-separated (each its own sqltree run) (default: %(default)s)",
     )
     p.add_argument(
-        "--plan", default="auto", choices=["auto", "tables", "select", "memory"],
+        "--plan", default="auto", choices=["auto", "tables", "select", "scan", "memory"],
         help="sqltree's training plan: temporary tables, single SELECTs over the source, or "
         "the rows read into numpy once (default: %(default)s, sqltree's choice: memory for "
         "classification up to half of the machine's memory at 25 bytes a cell, else tables)",

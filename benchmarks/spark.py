@@ -78,20 +78,20 @@ def jobs_of(spark: Any, group: str) -> int:
     return len(spark.sparkContext.statusTracker().getJobIdsForGroup(group))
 
 
-def sqltree_side(spark: Any, bins: int, depth: int) -> dict[str, Any]:
+def sqltree_side(spark: Any, bins: int, depth: int, plan: str = "auto") -> dict[str, Any]:
     import sqltree
     from sqltree.engines.spark import SparkEngine
 
     engine = SparkEngine(spark)
     start = time.perf_counter()
     model = sqltree.train("bench_train", target=TARGET, algorithm="cart", max_depth=depth,
-                          max_bins=bins, connection=engine)
+                          max_bins=bins, connection=engine, plan=plan)
     seconds = time.perf_counter() - start
     scored = model.predict("bench_test", connection=spark)
     accuracy = float((scored["prediction"] == scored[TARGET]).mean())
     stats = model.stats
     return {
-        "side": f"sqltree cart binned {bins}",
+        "side": f"sqltree cart binned {bins}, {stats['plan']} plan",
         "seconds": round(seconds, 1),
         "jobs": engine.stats.jobs,
         "growth_jobs": stats["jobs"],
@@ -188,6 +188,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--driver-memory", default="4g")
     parser.add_argument("--sides", default="sqltree,mllib")
+    parser.add_argument("--plans", default="auto",
+                        help="sqltree's training plans, comma-separated (auto, scan, tables)")
     parser.add_argument("--data-dir", default=DEFAULT_DATA)
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args(argv)
@@ -200,9 +202,11 @@ def main(argv: list[str] | None = None) -> None:
     results = []
     if "sqltree" in sides:
         for bins in args.bins:
-            results.append(in_group(spark, f"sqltree-{bins}",
-                                    lambda b=bins: sqltree_side(spark, b, args.depth)))
-            print(json.dumps(results[-1]), flush=True)
+            for plan in args.plans.split(","):
+                results.append(in_group(
+                    spark, f"sqltree-{bins}-{plan}",
+                    lambda b=bins, p=plan: sqltree_side(spark, b, args.depth, p)))
+                print(json.dumps(results[-1]), flush=True)
     if "mllib" in sides:
         results.append(in_group(spark, "mllib", lambda: mllib_side(spark, args.depth)))
         print(json.dumps(results[-1]), flush=True)

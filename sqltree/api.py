@@ -12,20 +12,21 @@ from sqlglot import exp
 
 from . import progress as reporting
 from . import queries as q
-from .algorithms import grow_and_prune
+from .algorithms import SCAN_REASON, grow_and_prune
 from .algorithms.c45 import score_options
 from .algorithms.c45_scores import SCORE_COLUMNS, build_split_scores
 from .algorithms.memory import (
     LOCAL_FILE,
     MEMORY,
     PYTHON_MEMORY,
+    SCAN,
     check_train_plan,
     memory_reason,
 )
 from .compiler import collector_paused
 from .dataset import Dataset, describe, describe_source, is_pandas_frame
 from .engines import get_engine
-from .engines.select_plan import AUTO, check_plan
+from .engines.select_plan import AUTO, TABLES, check_plan
 from .errors import OptionError, UnsupportedOptionError
 from .grower import GrowOptions
 from .model import Model, features_info
@@ -197,7 +198,7 @@ def _fit(
         engine = get_engine(connection)
         started = time.perf_counter()
         try:
-            engine.use_plan(AUTO if plan == MEMORY else plan)
+            engine.use_plan({MEMORY: AUTO, SCAN: TABLES}.get(plan, plan))
             data = _read(source, engine, target, roles, options.task)
             memory = memory_reason(plan, rows_held_by(source, engine), data.n_rows,
                                    len(data.features), options.strategy_name)
@@ -206,7 +207,7 @@ def _fit(
             # s at 1M rows, between growth and pruning) comes after pruning freed most of it.
             with collector_paused():
                 root, grow_stats, prune_stats, rows = grow_and_prune(data, options,
-                                                                     memory=memory)
+                                                                     memory=memory, plan=plan)
                 if options.algorithm == "c4.5" or post.method is not None:
                     prune_stats = prune(root, data, post.method, cf=post.cf,
                                         subtree_raising=post.subtree_raising,
@@ -220,7 +221,9 @@ def _fit(
         "rows_null_target": data.n_null_target,
         "training_weight": sum(data.class_weights),
         **grow_stats.to_dict(),
-        "plan_reason": memory if grow_stats.plan == MEMORY else _sql_reason(engine, memory),
+        "plan_reason": memory if grow_stats.plan == MEMORY else
+        (("asked for" if plan == SCAN else SCAN_REASON) if grow_stats.plan == SCAN
+         else _sql_reason(engine, memory)),
         "pruning": vars(prune_stats) if prune_stats is not None else None,
         "seconds": round(time.perf_counter() - started, 6),
         "sqltree_version": __version__,

@@ -16,15 +16,20 @@ from collections.abc import Callable
 from typing import Any
 
 from ..dataset import Dataset
+from ..errors import UnsupportedOptionError
 from ..grower import GrowOptions, GrowStats, Progress, Strategy, grow_with
 from ..pruning import PruneStats, prune
 from ..tree import Node
 from .c45 import C45Strategy
 from .cart import CARTStrategy
 from .cart.regression import RegressionStrategy
-from .memory import DEEP_STRATEGIES, MEMORY_STRATEGIES, memory_strategy
+from .level_scan import LevelScanCARTStrategy, scan_applies
+from .memory import DEEP_STRATEGIES, MEMORY_STRATEGIES, SCAN, memory_strategy
 from .memory.recount import RowsInMemory
 from .memory.stages import InMemoryStages
+
+SCAN_REASON = ("binned CART classification: histograms summed in the engine, splits chosen "
+               "in Python")
 
 STRATEGIES: dict[str, type[Strategy]] = {
     "c4.5": C45Strategy,
@@ -78,6 +83,7 @@ given to ``sqltree.pruning.prune``)."""
 def grow_and_prune(
     data: Dataset, options: GrowOptions, progress: Progress | None = None,
     memory: str | None = None,
+    plan: str = "auto",
 ) -> tuple[Node, GrowStats, PruneStats | None, Any]:
     """Grow a tree with ``options.algorithm``, then prune it as its grow options say (as
     scikit-learn's ``fit`` builds, then ``_prune_tree``): for CART, the ``max_leaf_nodes``
@@ -88,6 +94,13 @@ def grow_and_prune(
     training rows as pruning recounts them: held by the memory plan, else read from the engine
     once a recount's rows are few (``memory.recount.RowsInMemory``)."""
     strategy = memory_strategy(data, options, memory) if memory is not None else None
+    if strategy is None and plan in (SCAN, "auto") and scan_applies(options, data):
+        strategy = LevelScanCARTStrategy(data, options)
+        strategy.plan_reason = "asked for" if plan == SCAN else SCAN_REASON
+    elif plan == SCAN and strategy is None:
+        raise UnsupportedOptionError(
+            "plan='scan' grows binned CART classification trees (max_bins) on an engine that "
+            "stores tables; use plan='tables' or 'auto'")
     if strategy is None and options.strategy_name in DEEP_STRATEGIES:
         strategy = DEEP_STRATEGIES[options.strategy_name](data, options)
     root, stats = grow(data, options, progress, strategy)

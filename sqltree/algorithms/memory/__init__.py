@@ -32,8 +32,9 @@ from .level import Histogram, Level, as_weight
 from .stages import InMemoryStages
 
 MEMORY = "memory"
-PLANS = (*SQL_PLANS, MEMORY)
-"""The values of ``train(plan=...)``: the SQL plans and memory."""
+SCAN = "scan"
+PLANS = (*SQL_PLANS, SCAN, MEMORY)
+"""The values of ``train(plan=...)``: the SQL plans, the level scan and memory."""
 
 
 def check_train_plan(plan: str) -> str:

@@ -1,0 +1,140 @@
+"""The level scan grows the tables and memory plans' binned CART tree on every engine.
+
+Its histograms are summed in the engine over stored codes and narrow (row, node) pairs, the
+larger child of a split derived as its parent less its sibling, and scored in numpy: the
+trees must be the tables plan's node for node (``test_memory_plan.both_plans``' facts).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import sqltree
+from tests.helpers import assert_same_tree
+from tests.test_engines import DATASETS, frame_of
+
+TOL = 1e-9
+NODE_FACTS = ("n_samples", "impurity", "improvement", "tied", "value")
+
+
+def assert_same_model(a: Any, b: Any) -> None:
+    assert_same_tree(a.root.to_dict(), b.root.to_dict(), TOL, a.text())
+    for x, y in zip(a.root.walk(), b.root.walk(), strict=True):
+        for fact in NODE_FACTS:
+            u, v = getattr(x, fact, None), getattr(y, fact, None)
+            if isinstance(u, float) and isinstance(v, float):
+                assert math.isclose(u, v, rel_tol=TOL, abs_tol=TOL), (fact, u, v)
+            else:
+                assert u == v, (fact, u, v)
+
+
+def train(source: Any, target: str, plan: str, **options: Any) -> Any:
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*NULL target")
+        return sqltree.train(source, target, algorithm="cart", plan=plan, **options)
+
+
+def messy(n: int = 400, seed: int = 5) -> pd.DataFrame:
+    """Nominal features of few and many values with NULLs, continuous ones with NULLs and
+    ties, a weight column, three classes with noise."""
+    rng = np.random.default_rng(seed)
+    frame = pd.DataFrame({
+        "colour": rng.choice([f"c{i}" for i in range(14)], n),
+        "shape": rng.choice(["a", "b", "c", "d", None], n),
+        "size": np.where(rng.random(n) < 0.1, np.nan, rng.normal(0, 1, n).round(2)),
+        "age": rng.integers(0, 40, n).astype(float),
+        "w": rng.uniform(0.2, 2.0, n),
+    })
+    frame["y"] = np.where(frame["colour"].isin(["c1", "c3", "c5"]), "setosa",
+                          np.where(frame["size"] > 0.3, "virginica", "versicolor"))
+    flip = rng.random(n) < 0.2
+    frame.loc[flip, "y"] = rng.choice(["setosa", "virginica", "versicolor"], flip.sum())
+    return frame
+
+
+CASES = {
+    "three-classes": {"max_bins": 16},
+    "depth-limit": {"max_bins": 8, "max_depth": 3},
+    "entropy-leaf": {"max_bins": 32, "criterion": "entropy", "min_samples_leaf": 5},
+    "class-weight": {"max_bins": 16, "class_weight": "balanced", "max_depth": 5},
+    "sample-weight": {"max_bins": 16, "weight": "w", "max_depth": 6},
+    "best-first": {"max_bins": 16, "max_leaf_nodes": 9},
+    "two-classes": {"max_bins": 10, "two_classes": True},
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_tables_plans_tree_on_duckdb(case: str) -> None:
+    options = dict(CASES[case])
+    frame = messy()
+    if options.pop("two_classes", False):
+        frame = frame[frame["y"] != "setosa"]
+    import duckdb
+
+    con = duckdb.connect()
+    con.register("src", frame)
+    con.execute("CREATE TABLE t AS SELECT * FROM src")
+    scan = train("t", "y", "scan", connection=con, **options)
+    tables = train("t", "y", "tables", connection=con, **options)
+    memory = train("t", "y", "memory", connection=con, **options)
+    assert (scan.stats["plan"], tables.stats["plan"]) == ("scan", "tables")
+    assert_same_model(scan, tables)
+    assert_same_model(scan, memory)
+    assert scan.predict(frame)["prediction"].tolist() == \
+        tables.predict(frame)["prediction"].tolist()
+    # nothing of the scan's is left in the connection
+    assert con.execute("SELECT count(*) FROM duckdb_tables() WHERE temporary").fetchone() == (0,)
+
+
+def test_auto_takes_the_scan_on_a_users_connection_for_binned_cart() -> None:
+    import duckdb
+
+    con = duckdb.connect()
+    con.register("src", messy())
+    con.execute("CREATE TABLE t AS SELECT * FROM src")
+    model = sqltree.train("t", "y", algorithm="cart", max_bins=16, connection=con)
+    assert model.stats["plan"] == "scan"
+    assert "histograms summed in the engine" in model.stats["plan_reason"]
+    # exact thresholds and other algorithms keep the tables plan
+    assert sqltree.train("t", "y", algorithm="cart", connection=con).stats["plan"] == "tables"
+    assert sqltree.train("t", "y", connection=con, max_bins=16).stats["plan"] == "tables"
+
+
+@pytest.mark.parametrize("options", [
+    {"algorithm": "c4.5", "max_bins": 16},
+    {"algorithm": "cart"},
+    {"algorithm": "cart", "max_bins": 16, "task": "regression", "target": "age"},
+])
+def test_scan_refuses_what_it_does_not_grow(options: dict[str, Any]) -> None:
+    target = options.pop("target", "y")
+    with pytest.raises(sqltree.SqlTreeError, match="plan='scan' grows binned CART"):
+        sqltree.train(messy(), target, plan="scan", **options)
+
+
+def test_scan_needs_tables() -> None:
+    import sqlite3
+
+    frame = messy().drop(columns=["w"])
+    con = sqlite3.connect(":memory:")
+    frame.to_sql("t", con, index=False)
+    with pytest.raises(sqltree.SqlTreeError, match="cannot run here"):
+        sqltree.train("t", "y", algorithm="cart", max_bins=16, connection=con, plan="scan")
+
+
+@pytest.mark.parametrize("name", ["iris", "golf"])
+def test_every_engine_grows_the_same_tree(engine_factory: Any, name: str) -> None:
+    """PostgreSQL and Spark (a standalone cluster in CI) grow DuckDB's memory plan's tree;
+    SQLite, which trains on the select plan, too."""
+    target = DATASETS[name][1]
+    engine, source = engine_factory(frame_of(name), name)
+    model = train(source, target, "auto", connection=engine, max_bins=8)
+    # SQLite stores no tables here: it trains on the select plan
+    assert model.stats["plan"] == ("select" if engine.dialect == "sqlite" else "scan")
+    reference = train(frame_of(name), target, "memory", max_bins=8)
+    assert_same_model(model, reference)
