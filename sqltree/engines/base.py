@@ -134,10 +134,11 @@ class Engine(ABC):
     integer column then scores where the model was trained on a boolean one."""
     LOADS_SMALL_ROWS: ClassVar[bool] = False
     LEVEL_SCAN_WIDE: ClassVar[bool] = True
-    HISTOGRAM_GROUPING_SETS: ClassVar[bool] = True
-    """A level's histogram of every feature is one ``GROUP BY GROUPING SETS`` (one pass over
-    the rows), else a ``UNION ALL`` of a ``GROUP BY`` per feature (PostgreSQL: 5.7 s against
-    8.5 s at 1M rows of 16 features and 256 nodes; SQLite has no grouping sets)."""
+    HISTOGRAM_FORM: ClassVar[str] = "grouping sets"
+    """How a level's histogram of every feature is summed (``learner.backends``): one
+    ``GROUP BY GROUPING SETS`` (one pass over the rows), a ``"union"`` of a ``GROUP BY`` per
+    feature (PostgreSQL: 5.7 s against 8.5 s at 1M rows of 16 features and 256 nodes; SQLite
+    has no grouping sets), or each row's codes ``"unpivot"``-ed and grouped once."""
     """The level scan's pairs carry every code column and are rewritten whole each level
     (no join of the codes per statement), rather than narrow (row, node) pairs joined to the
     stored codes."""

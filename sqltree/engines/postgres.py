@@ -76,7 +76,7 @@ class PostgresEngine(Engine):
     dialect: ClassVar[str] = "postgres"
     NAME: ClassVar[str] = "PostgreSQL"
     FENCES_DERIVED_TABLES: ClassVar[bool] = True
-    HISTOGRAM_GROUPING_SETS: ClassVar[bool] = False
+    HISTOGRAM_FORM: ClassVar[str] = "union"
 
     def __init__(
         self, connection: Any, *, owns_connection: bool = False, close_on_cleanup: bool = False

@@ -85,6 +85,9 @@ class SparkEngine(Engine):
     SUPPORTS_MATERIALIZED_CTE: ClassVar[bool] = False
     ONE_PASS_HISTOGRAM: ClassVar[bool] = True
     LOADS_SMALL_ROWS: ClassVar[bool] = True
+    # the grouping sets' Expand copies every column of a row once per feature: 31.4 s of
+    # levels at 1M rows (CART binned 64, depth 10) against 22.2 s unpivoted
+    HISTOGRAM_FORM: ClassVar[str] = "unpivot"
     SMALL_TABLE_ROWS: ClassVar[int] = 1_000_000
     """Temp tables up to this many rows are coalesced to the default parallelism."""
 

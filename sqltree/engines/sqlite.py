@@ -73,7 +73,7 @@ class SQLiteEngine(Engine):
     dialect: ClassVar[str] = "sqlite"
     NAME: ClassVar[str] = "SQLite"
     SUPPORTS_GROUPING_SETS: ClassVar[bool] = False
-    HISTOGRAM_GROUPING_SETS: ClassVar[bool] = False
+    HISTOGRAM_FORM: ClassVar[str] = "union"
     BOOLEANS_AS_INTEGERS: ClassVar[bool] = True
 
     def __init__(self, connection: sqlite3.Connection | None = None) -> None:

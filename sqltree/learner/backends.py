@@ -31,6 +31,11 @@ from .splitter import Histograms, Layout
 
 INT = "BIGINT"
 
+GROUPING_SETS, UNION, UNPIVOT = "grouping sets", "union", "unpivot"
+"""How an engine sums a level's histogram of every feature (``Engine.HISTOGRAM_FORM``): one
+``GROUP BY GROUPING SETS``, a ``UNION ALL`` of a ``GROUP BY`` per feature, or each row's codes
+unpivoted (``EXPLODE``) and grouped once."""
+
 
 @dataclass(frozen=True)
 class Route:
@@ -149,7 +154,7 @@ class SqlBackend(Backend):
         self.scale = scale
         self.pairs: exp.Table | None = None
         self.votes: list[exp.Table] = []
-        self.grouping_sets = engine.HISTOGRAM_GROUPING_SETS
+        self.form = engine.HISTOGRAM_FORM
 
     @staticmethod
     def _in_pairs(node: exp.Expression) -> exp.Expression:
@@ -230,7 +235,7 @@ class SqlBackend(Backend):
         names = self._code_columns()[:n_features]
         node = _c("node", "a")
         keys = [node, *self._class_key()]
-        if self.grouping_sets:
+        if self.form == GROUPING_SETS:
             code = exp.func("COALESCE", *[
                 exp.Add(this=_c(n, self.cv), expression=num(o))
                 for n, o in zip(names, offsets)
@@ -243,6 +248,26 @@ class SqlBackend(Backend):
                 for n in names])
             select.set("group", exp.Group(grouping_sets=[sets]))
             return select
+        if self.form == UNPIVOT:
+            # each row's class weights side by side before it is unpivoted: a CASE per
+            # class and row, not per row and feature, and a third of the groups to read
+            values = list(self.summed)
+            if self.n_classes:
+                weight = self.summed[-1]
+                y = self._class_key()[0]
+                values = [self.summed[0]] + [
+                    case((exp.EQ(this=y.copy(), expression=num(k)), weight.copy()),
+                         default=num(0)) for k in range(self.n_classes)]
+            codes = exp.Array(expressions=[exp.Add(this=_c(n, self.cv), expression=num(o))
+                                           for n, o in zip(names, offsets)])
+            rows = self._joined().select(
+                alias(node.copy(), "node"),
+                *[alias(v.copy(), f"v{i}") for i, v in enumerate(values)],
+                alias(exp.Explode(this=codes), "code"), copy=False)
+            return exp.select(_c("node"), _c("code"), *[
+                alias(exp.func("SUM", _c(f"v{i}")), f"s{i}") for i in range(len(values))
+            ]).from_(rows.subquery("u", copy=False), copy=False).group_by(
+                _c("node"), _c("code"), copy=False)
         parts = []
         for n, o in zip(names, offsets):
             code = exp.Add(this=_c(n, self.cv), expression=num(o))
@@ -261,13 +286,27 @@ class SqlBackend(Backend):
         """The scanned nodes' histograms as long rows sorted by (node, code), their sums
         whole numbers as summed (the row count, then each class's weight or each statistic);
         ``n_features``: the first that many features' only."""
-        keys = ["node", "code"]
-        cols = self._fetch(self._pivot(self.histogram_query(n_features), keys))
+        empty = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64),
+                 np.zeros((0, self.n_stats), dtype=np.int64))
+        cols = self._fetch(self.histogram_query(n_features))
         if cols is None:
-            return (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64),
-                    np.zeros((0, self.n_stats), dtype=np.int64))
+            return empty
         node, code = (c.astype(np.int64) for c in cols[:2])
-        sums = np.nan_to_num(np.stack(cols[2:], axis=1), nan=0.0).astype(np.int64)
+        by_class = self.n_classes and self.form != UNPIVOT  # else the classes are columns
+        summed = np.nan_to_num(np.stack(cols[2 + by_class:], axis=1),
+                               nan=0.0).astype(np.int64)
+        if by_class:
+            # classes side by side, in numpy: the grouping's rows are few, and a second
+            # aggregate in the engine was one more shuffle a level on Spark
+            y = cols[2].astype(np.int64)
+            keys, at = np.unique(np.stack([node, code], axis=1), axis=0, return_inverse=True)
+            at = at.ravel()
+            sums = np.zeros((len(keys), 1 + self.n_classes), dtype=np.int64)
+            np.add.at(sums[:, 0], at, summed[:, 0])
+            np.add.at(sums, (at, 1 + y), summed[:, -1])
+            node, code = keys[:, 0], keys[:, 1]
+        else:
+            sums = summed
         order = np.lexsort((code, node))
         return node[order], code[order], sums[order]
 
@@ -317,7 +356,10 @@ class SqlBackend(Backend):
 
     def histograms(self, allowed: Allowed | None = None) -> Histograms:
         if allowed is None:
-            cols = self._fetch(self._pivot(self.histogram_query(), ["node", "code"]))
+            query = self.histogram_query()
+            if self.form != UNPIVOT:  # unpivoted, the classes are columns already
+                query = self._pivot(query, ["node", "code"])
+            cols = self._fetch(query)
             if cols is None:
                 return Histograms.of_dense(np.zeros(0, dtype=np.int64),
                                            np.zeros((0, self.layout.width, self.n_stats)),
