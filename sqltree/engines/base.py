@@ -133,18 +133,14 @@ class Engine(ABC):
     """Whether booleans are stored as the integers 1 and 0 (SQLite has no boolean type): an
     integer column then scores where the model was trained on a boolean one."""
     LOADS_SMALL_ROWS: ClassVar[bool] = False
-    LEVEL_SCAN_WIDE: ClassVar[bool] = True
+    """Whether a level's tests and routes reach the engine as loaded tables (``load_rows``)
+    in every algorithm, rather than as literal rows in the partition statement: for an
+    engine whose parser and planner pay for every literal row (Spark)."""
     HISTOGRAM_FORM: ClassVar[str] = "grouping sets"
     """How a level's histogram of every feature is summed (``learner.backends``): one
     ``GROUP BY GROUPING SETS`` (one pass over the rows), a ``"union"`` of a ``GROUP BY`` per
     feature (PostgreSQL: 5.7 s against 8.5 s at 1M rows of 16 features and 256 nodes; SQLite
     has no grouping sets), or each row's codes ``"unpivot"``-ed and grouped once."""
-    """The level scan's pairs carry every code column and are rewritten whole each level
-    (no join of the codes per statement), rather than narrow (row, node) pairs joined to the
-    stored codes."""
-    """Whether a level's tests and routes reach the engine as loaded tables (``load_rows``)
-    in every algorithm, rather than as literal rows in the partition statement: for an
-    engine whose parser and planner pay for every literal row (Spark)."""
 
     KEEPS_ROW_ORDER: ClassVar[bool] = False
     """Whether a table made from an ordered query is stored, and scanned, in that order."""
@@ -286,11 +282,6 @@ class Engine(ABC):
         if self.FENCES_DERIVED_TABLES:
             query = fenced(query)
         return query.sql(dialect=self.dialect, unsupported_level=ErrorLevel.RAISE)
-
-    def row_key(self) -> exp.Expression:
-        """A number for each row of a query, unique within it, to key a stored table's rows
-        (the order of the numbers is no one's business)."""
-        return exp.Window(this=exp.RowNumber())
 
     # -- the contract ------------------------------------------------------------------------
     @abstractmethod

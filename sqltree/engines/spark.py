@@ -173,11 +173,6 @@ class SparkEngine(Engine):
         parts = -(-max(rows, 1) // self.ROWS_PER_SHUFFLE_PARTITION)
         return cores * -(-parts // cores)
 
-    def row_key(self) -> exp.Expression:
-        """Spark numbers rows without moving them to one partition (``ROW_NUMBER() OVER ()``
-        does): ids unique per partition, fixed once the table is checkpointed."""
-        return exp.Anonymous(this="monotonically_increasing_id", expressions=[])
-
     def render(self, query: exp.Expression) -> str:
         """Spark SQL, with a ``BROADCAST`` hint for each small table a query joins (a level's
         tests and routes, ``load_rows``): every executor gets a copy of it, and the level's

@@ -138,11 +138,13 @@ class SqlBackend(Backend):
     no expression per class.
     """
 
-    def __init__(self, engine: Any, codes: exp.Table, layout: Layout,
+    def __init__(self, engine: Any, codes: exp.Table | exp.Select, layout: Layout,
                  stats: list[exp.Expression], scale: np.ndarray, n_classes: int = 0,
-                 carried: Sequence[str] = ()) -> None:
+                 carried: Sequence[str] = (), row_ids: bool = True) -> None:
         self.engine = engine
         self.codes = codes
+        # a wide backend whose rows are never joined back nor hashed needs no row number
+        self.ids = ["rid"] if row_ids else []
         self.layout = layout
         self.carried = list(carried)
         # wide: the pairs carry the codes table's columns (``carried``) and are rewritten
@@ -183,11 +185,12 @@ class SqlBackend(Backend):
             h = exp.Mod(this=exp.paren(h * _c("k", "t") + _c("d", "t")),
                         expression=num(2_147_483_647))
             bounds = sampling.thresholds()
+        codes = (self.codes.subquery("c") if isinstance(self.codes, exp.Select)
+                 else exp.alias_(self.codes.copy(), "c"))
         drawn = exp.select(
-            alias(rid.copy(), "rid"), alias(_c("root", "t"), "node"),
+            *[alias(rid.copy(), "rid")][: len(self.ids)], alias(_c("root", "t"), "node"),
             alias(h, "h"), *[_c(n, "c") for n in self.carried],
-        ).from_(exp.alias_(self.codes.copy(), "c")).join(
-            exp.alias_(table, "t"), join_type="CROSS")
+        ).from_(codes).join(exp.alias_(table, "t"), join_type="CROSS")
         # narrow columns: the pairs are many (a row per drawn row and tree)
         count: exp.Expression = num(1)
         kept: exp.Expression | None = None
@@ -198,7 +201,7 @@ class SqlBackend(Backend):
             drew = exp.GTE(this=hashed.copy(), expression=num(bounds[0]))
             kept = exp.Not(this=exp.paren(drew)) if out_of_bag else drew
         query = exp.select(
-            _c("rid"), alias(exp.cast(_c("node"), "INT"), "node"),
+            *[_c(n) for n in self.ids], alias(exp.cast(_c("node"), "INT"), "node"),
             alias(exp.cast(num(1) if out_of_bag else count, "SMALLINT"), "cnt"),
             alias(exp.cast(num(1), "SMALLINT"), "scan"), *[_c(n) for n in self.carried],
         ).from_(drawn.subquery("d"))
@@ -299,12 +302,12 @@ class SqlBackend(Backend):
             # classes side by side, in numpy: the grouping's rows are few, and a second
             # aggregate in the engine was one more shuffle a level on Spark
             y = cols[2].astype(np.int64)
-            keys, at = np.unique(np.stack([node, code], axis=1), axis=0, return_inverse=True)
-            at = at.ravel()
+            width = self.layout.width
+            keys, at = np.unique(node * width + code, return_inverse=True)
             sums = np.zeros((len(keys), 1 + self.n_classes), dtype=np.int64)
-            np.add.at(sums[:, 0], at, summed[:, 0])
-            np.add.at(sums, (at, 1 + y), summed[:, -1])
-            node, code = keys[:, 0], keys[:, 1]
+            sums[:, 0] = np.bincount(at, weights=summed[:, 0], minlength=len(keys))
+            sums[at, 1 + y] = summed[:, -1]  # one row per (node, code, class)
+            node, code = keys // width, keys % width
         else:
             sums = summed
         order = np.lexsort((code, node))
@@ -395,7 +398,7 @@ class SqlBackend(Backend):
         code = case(*[(exp.EQ(this=_c("feature", "s"), expression=num(i)), _c(n, self.cv))
                       for i, n in enumerate(names)], default=num(0))
         keyed = exp.select(
-            _c("rid", "a"), alias(_c("node", "a"), "parent"), _c("cnt", "a"),
+            *[_c(n, "a") for n in self.ids], alias(_c("node", "a"), "parent"), _c("cnt", "a"),
             *[_c(n, "s") for n in ("miss", "upto", "nominal", "lt", "rt", "sl", "sr")],
             alias(code, "k"), *[_c(n, "a") for n in self.carried],
         ).from_(exp.alias_(self.pairs.copy(), "a")).join(
@@ -420,7 +423,7 @@ class SqlBackend(Backend):
         if table is not None:
             # a nominal split's left values as rows: one equality join, not a lookup per row
             sided = exp.select(*[_c(n, "r") for n in [
-                "rid", "parent", "cnt", "lt", "rt", "sl", "sr", *self.carried]],
+                *self.ids, "parent", "cnt", "lt", "rt", "sl", "sr", *self.carried]],
                 alias(goes_left.copy(), "goes_left"),
             ).from_(computed_once(keyed).subquery("r", copy=False), copy=False).join(
                 exp.alias_(table, "m"), join_type="LEFT", on=exp.and_(
@@ -431,12 +434,12 @@ class SqlBackend(Backend):
         if keep:  # a row at a leaf (no split joined) stays there
             child = exp.func("COALESCE", child, _c("parent"))
         moved = exp.select(
-            _c("rid"), alias(exp.cast(child, "INT"), "node"), _c("cnt"),
+            *[_c(n) for n in self.ids], alias(exp.cast(child, "INT"), "node"), _c("cnt"),
             alias(exp.cast(exp.If(this=left.copy(), true=_c("sl"), false=_c("sr")), "SMALLINT"),
                   "scan"),
             *[_c(n) for n in self.carried],
         ).from_(computed_once(sided).subquery("d", copy=False), copy=False)
-        query = exp.select(_c("rid"), _c("node"), _c("cnt"), _c("scan"),
+        query = exp.select(*[_c(n) for n in self.ids], _c("node"), _c("cnt"), _c("scan"),
                            *[_c(n) for n in self.carried]).from_(
             moved.subquery("m")).where(exp.GTE(this=_c("node"), expression=num(0)))
         old = self.pairs
