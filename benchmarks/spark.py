@@ -110,7 +110,7 @@ def sqltree_side(spark: Any, bins: int, depth: int, plan: str = "auto") -> dict[
     }
 
 
-def mllib_side(spark: Any, depth: int) -> dict[str, Any]:
+def mllib_side(spark: Any, depth: int, table: str = "bench_train") -> dict[str, Any]:
     from pyspark.ml import Pipeline
     from pyspark.ml.classification import DecisionTreeClassifier
     from pyspark.ml.feature import Imputer, StringIndexer, VectorAssembler
@@ -125,7 +125,7 @@ def mllib_side(spark: Any, depth: int) -> dict[str, Any]:
         DecisionTreeClassifier(labelCol="label", featuresCol="features", maxDepth=depth,
                                maxBins=MLLIB_BINS),
     ])
-    train = spark.table("bench_train").where(f"{TARGET} IS NOT NULL")
+    train = spark.table(table).where(f"{TARGET} IS NOT NULL")
     start = time.perf_counter()
     model = pipeline.fit(train)
     seconds = time.perf_counter() - start
@@ -191,6 +191,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--plans", default="auto",
                         help="sqltree's training plans, comma-separated (auto, scan, tables)")
     parser.add_argument("--data-dir", default=DEFAULT_DATA)
+    parser.add_argument("--warmup-rows", type=int, default=50_000,
+                        help="train each side once on this many rows first, untimed, so that "
+                        "neither pays alone for the JVM's first compilations (0: no warm-up)")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args(argv)
 
@@ -199,6 +202,15 @@ def main(argv: list[str] | None = None) -> None:
     spark.read.parquet(train_path).createOrReplaceTempView("bench_train")
     spark.read.parquet(test_path).createOrReplaceTempView("bench_test")
     sides = args.sides.split(",")
+    if args.warmup_rows:
+        spark.sql(f"SELECT * FROM bench_train LIMIT {int(args.warmup_rows)}"
+                  ).createOrReplaceTempView("bench_warmup")
+        if "sqltree" in sides:
+            import sqltree
+            sqltree.train("bench_warmup", target=TARGET, algorithm="cart",
+                          max_depth=args.depth, max_bins=args.bins[0], connection=spark)
+        if "mllib" in sides:
+            mllib_side(spark, args.depth, "bench_warmup")
     results = []
     if "sqltree" in sides:
         for bins in args.bins:

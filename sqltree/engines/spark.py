@@ -27,6 +27,13 @@ from .select_plan import TABLES
 _CSV_KEPT_TYPES = ("IntegerType", "LongType", "DoubleType")
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+HUGE_METHOD_LIMIT = "spark.sql.codegen.hugeMethodLimit"
+JIT_METHOD_BYTES = 8000
+"""HotSpot compiles no method of more bytecode than this (``HugeMethodLimit``): a larger
+generated method runs in the bytecode interpreter. Spark's default limit (65535) lets
+whole-stage code of that size through; at this one Spark compiles such a stage expression by
+expression instead. Binning ten columns of 1M rows by CASE over 64 edges: 5.3-6.6 s at
+Spark's default, 0.9-2.1 s at this limit."""
 
 # The local properties SparkContext.setJobGroup sets; restored after each statement so the
 # caller's own jobs keep their group and description.
@@ -121,6 +128,10 @@ class SparkEngine(Engine):
     checkpointed RDD) are about sqltree's own statements, which the user did not write."""
 
     def _apply_settings(self) -> None:
+        limit = self.spark.conf.get(HUGE_METHOD_LIMIT, None)
+        if limit is None or int(limit) > JIT_METHOD_BYTES:
+            self._remember(HUGE_METHOD_LIMIT, limit)
+            self.spark.conf.set(HUGE_METHOD_LIMIT, str(JIT_METHOD_BYTES))
         if self._context is None:  # Spark Connect: the server's console is not the user's
             return
         level = _log_level(self._context)
@@ -133,8 +144,9 @@ class SparkEngine(Engine):
             self._remember("progress_bar", True)
 
     def _restore_settings(self, saved: dict[str, Any]) -> None:
-        if SHUFFLE_PARTITIONS in saved:
-            _set_conf(self.spark, SHUFFLE_PARTITIONS, saved[SHUFFLE_PARTITIONS])
+        for key in (SHUFFLE_PARTITIONS, HUGE_METHOD_LIMIT):
+            if key in saved:
+                _set_conf(self.spark, key, saved[key])
         if self._context is None:
             return
         if "progress_bar" in saved:
