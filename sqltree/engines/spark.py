@@ -241,6 +241,24 @@ class SparkEngine(Engine):
             while batch := list(itertools.islice(rows, size)):
                 yield result.columns, [tuple(_plain(v) for v in row) for row in batch]
 
+    def float_batches(self, query: exp.Expression) -> Iterator[list[Any]]:
+        """As ``Engine.float_batches``, through Arrow where the session gives it
+        (``DataFrame.toArrow``, Spark 4): a level's histogram of 180,000 groups took seconds
+        as Python rows."""
+        if not _collects_arrow():
+            yield from super().float_batches(query)
+            return
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        self.begin()
+        sql = self.render(self._attached(query))
+        with self.counted(sql), self._job_group(), self._codegen_for(sql):
+            table = self.spark.sql(self._sending(sql)).toArrow()
+        for batch in table.to_batches():
+            yield [pc.cast(column, pa.float64()).to_numpy(zero_copy_only=False)
+                   for column in batch.columns]
+
     LARGE_STATEMENT: ClassVar[int] = 50_000
     """Characters of SQL from which a statement runs without whole-stage code generation."""
 
@@ -416,6 +434,13 @@ def _start_progress_bar(context: Any) -> None:
         java_context = context._jsc.sc()
         bar = context._jvm.org.apache.spark.ui.ConsoleProgressBar(java_context)
         _progress_bar_field(context).set(java_context, context._jvm.scala.Option.apply(bar))
+
+
+def _collects_arrow() -> bool:
+    """Whether this pyspark's DataFrames collect as Arrow tables (``toArrow``, Spark 4)."""
+    from pyspark.sql import DataFrame
+
+    return hasattr(DataFrame, "toArrow")
 
 
 def _set_conf(spark: Any, key: str, value: str | None) -> None:
