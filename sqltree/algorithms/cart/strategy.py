@@ -307,7 +307,9 @@ class CARTStrategy(Strategy):
             # each statement.
             nominal = any(f.kind == NOMINAL for f in self.data.features)
             subsets = self.n_classes > 2 and self.criterion not in REGRESSION
-            if nominal and subsets and self.masks is None:
+            # only the scoring query reads them (the memory plan and the level scan score
+            # in numpy)
+            if nominal and subsets and self.masks is None and self.plan_name is None:
                 self.masks = engine.materialize("masks", exp.select("*").from_(
                     subset_masks(self.data.features, "m"), copy=False))
         self._measure_density(engine, hist)
