@@ -119,11 +119,14 @@ def train(
         ``sqltree.progress.Event`` (reading, growth per level with its plan, pruning per round),
         which also go to the ``logging`` logger ``"sqltree"``. What the callable raises stops
         training.
-    plan : {"auto", "tables", "select", "memory"}, default="auto"
+    plan : {"auto", "tables", "select", "scan", "memory"}, default="auto"
         Levels in temporary tables, only SELECTs (a connection that may not create tables),
-        or level 0 read once and the tree grown in Python (CART; others train in SQL).
-        ``"auto"``: memory for a small DataFrame (``docs/memory-plan.md``), else asks the
-        connection. The same tree; ``stats["plan"]`` and ``stats["plan_reason"]`` say which.
+        the level scan (binned CART classification: each level's histograms summed in the
+        engine, the splits chosen in Python; ``docs/engines.md``), or level 0 read once and
+        the tree grown in Python. ``"auto"``: memory for a small DataFrame or a file of
+        sqltree's own DuckDB (``docs/memory-plan.md``), the scan where it applies, else asks
+        the connection. The same tree; ``stats["plan"]`` and ``stats["plan_reason"]`` say
+        which.
     **cart_options
         ``algorithm="cart"`` only, with scikit-learn's names and meanings: ``criterion``,
         ``min_samples_leaf``, ``min_weight_fraction_leaf``, ``min_impurity_decrease``,

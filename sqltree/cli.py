@@ -310,11 +310,14 @@ def _add_cart_and_engine_flags(t: argparse.ArgumentParser) -> None:
                            "quantile bins whose gain bound can reach the best cut (bounded); "
                            "the same tree. auto (the default): bounded for CART classification "
                            "on DuckDB while levels are large enough to pay, else full")
-    t.add_argument("--plan", choices=["auto", "tables", "select", "memory"], default="auto",
+    t.add_argument("--plan", choices=["auto", "tables", "select", "scan", "memory"],
+                   default="auto",
                    help="where each level's rows live: temporary tables, single SELECTs over "
-                        "the source (read-only connections), or memory (rows read once into "
-                        "numpy); auto: memory for small data on sqltree's own DuckDB, else "
-                        "what the connection allows")
+                        "the source (read-only connections), scan (binned CART "
+                        "classification: histograms summed in the engine, splits chosen in "
+                        "Python), or memory (rows read once into numpy); auto: memory for "
+                        "small data on sqltree's own DuckDB, scan where it applies, else what "
+                        "the connection allows")
     duck = t.add_argument_group("DuckDB (the default engine)")
     duck.add_argument("--threads", type=int, metavar="N", help="DuckDB threads (default: cores)")
     duck.add_argument("--memory-limit", metavar="SIZE",

@@ -138,3 +138,18 @@ def test_every_engine_grows_the_same_tree(engine_factory: Any, name: str) -> Non
     assert model.stats["plan"] == ("select" if engine.dialect == "sqlite" else "scan")
     reference = train(frame_of(name), target, "memory", max_bins=8)
     assert_same_model(model, reference)
+
+
+def test_the_command_line_asks_for_the_scan(tmp_path: Any) -> None:
+    import json
+
+    from sqltree.cli import main
+    from tests.helpers import GOLF
+
+    out = tmp_path / "golf.json"
+    assert main(["train", str(GOLF), "--target", "play", "-a", "cart", "--max-bins", "4",
+                 "--plan", "scan", "-o", str(out), "-q"]) == 0
+    saved = json.loads(out.read_text())
+    assert saved["stats"]["plan"] == "scan"
+    memory = train(str(GOLF), "play", "memory", max_bins=4)
+    assert_same_model(sqltree.load(str(out)), memory)
