@@ -27,6 +27,7 @@ from ..ensemble import Ensemble, TreeArrays
 from ..errors import OptionError
 from ..model import features_info
 from ..sqlexpr import alias, case, num
+from .backends import GROUPING_SETS, UNPIVOT
 from .encode import Encoded, encode
 from .gains import ROWS, Newton
 from .losses import Loss, loss_for
@@ -215,7 +216,7 @@ class SqlNewtonBackend(NewtonBackend):
         ).from_(exp.alias_(self.codes.copy(), "c")))
         self.round: exp.Table | None = None
         self.bits: list[tuple[int, int]] = []
-        self.grouping_sets = self.engine.dialect != "sqlite"
+        self.form = self.engine.HISTOGRAM_FORM
 
     def _score_columns(self, table: str) -> list[exp.Expression]:
         return [exp.column(f"s{k}", table=table, quoted=True) for k in range(self.k)]
@@ -261,7 +262,21 @@ class SqlNewtonBackend(NewtonBackend):
         names = [f"c{j}" for j in range(len(self.layout.features))]
         where = _path_sql(path, "t")
         codes = [exp.column(n, table="t", quoted=True) for n in names]
-        if self.grouping_sets:
+        if self.form == UNPIVOT:
+            # each row's three terms once, then a row per feature's code
+            terms = [num(1), exp.func("FLOOR", h * num(float(2**hbits)) + num(0.5)),
+                     exp.func("FLOOR", g * num(float(2**gbits)) + num(0.5))]
+            inner = exp.select(*[alias(t, f"t{j}") for j, t in enumerate(terms)], alias(
+                exp.Explode(this=exp.Array(expressions=[
+                    c.copy() + num(o) for c, o in zip(codes, self.layout.offsets)])), "code")
+            ).from_(exp.alias_(self.round.copy(), "t"))
+            if where is not None:
+                inner = inner.where(where)
+            return exp.select(alias(num(i), "request"), exp.column("code", quoted=True), *[
+                alias(exp.func("SUM", exp.column(f"t{j}", quoted=True)), f"v{j}")
+                for j in range(len(terms))]).from_(inner.subquery("u")).group_by(
+                exp.column("code", quoted=True))
+        if self.form == GROUPING_SETS:
             code = exp.func("COALESCE", *[c.copy() + num(o)
                                           for c, o in zip(codes, self.layout.offsets)])
             select = exp.select(alias(num(i), "request"), alias(code, "code"),
@@ -411,7 +426,9 @@ def _bits(bound: Any, n_rows: int) -> int:
 
 def _hash_sql(rid: exp.Expression, k: tuple[int, int, int, int]) -> exp.Expression:
     a, b, c, d = (num(int(x)) for x in k)
-    h = exp.Mod(this=exp.paren(rid * a + b), expression=num(PRIME))
+    # BIGINT before the first product: Spark numbers rows as INT, and ANSI mode refuses an
+    # INT product past 2**31
+    h = exp.Mod(this=exp.paren(exp.cast(rid, "BIGINT") * a + b), expression=num(PRIME))
     h = exp.Mod(this=exp.paren(h * h.copy()), expression=num(PRIME))
     return exp.Mod(this=exp.paren(h * c + d), expression=num(PRIME))
 
