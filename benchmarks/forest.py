@@ -27,30 +27,25 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(1, os.path.dirname(HERE))
 
-from run import DEFAULT_DATA, NOMINAL, TARGET, ensure_data, human_rows, peak_rss_mb  # noqa: E402
+from run import (  # noqa: E402
+    DEFAULT_DATA,
+    NOMINAL,
+    TARGET,
+    ensure_data,
+    human_rows,
+    ordinal_matrix,
+    peak_rss_mb,
+)
 
 
 def sklearn_worker(args: argparse.Namespace) -> dict[str, Any]:
-    import numpy as np
     import pandas as pd
     from sklearn.ensemble import RandomForestClassifier
-
-    def encode(frame: Any, categories: dict[str, Any]) -> Any:
-        columns = []
-        for name in frame.columns:
-            if name == TARGET:
-                continue
-            if name in categories:
-                codes = pd.Categorical(frame[name], categories=categories[name]).codes
-                columns.append(np.where(codes < 0, np.nan, codes).astype(np.float32))
-            else:
-                columns.append(frame[name].to_numpy(dtype=np.float32, na_value=np.nan))
-        return np.column_stack(columns)
 
     start = time.perf_counter()
     frame = pd.read_parquet(args.train)
     categories = {c: sorted(frame[c].dropna().unique()) for c in NOMINAL}
-    x, y = encode(frame, categories), frame[TARGET].to_numpy()
+    x, y = ordinal_matrix(frame, categories), frame[TARGET].to_numpy()
     del frame
     forest = RandomForestClassifier(n_estimators=args.trees, max_depth=args.max_depth,
                                     max_features="sqrt", n_jobs=args.threads, random_state=0)
@@ -58,7 +53,7 @@ def sklearn_worker(args: argparse.Namespace) -> dict[str, Any]:
     seconds = time.perf_counter() - start
     rss = peak_rss_mb()
     test = pd.read_parquet(args.test)
-    accuracy = float((forest.predict(encode(test, categories)) == test[TARGET]).mean())
+    accuracy = float((forest.predict(ordinal_matrix(test, categories)) == test[TARGET]).mean())
     return {"side": "scikit-learn", "seconds": seconds, "peak_rss_mb": rss,
             "accuracy": accuracy,
             "leaves": int(sum(t.get_n_leaves() for t in forest.estimators_))}

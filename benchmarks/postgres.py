@@ -35,23 +35,18 @@ from run import (  # noqa: E402
     TARGET,
     ensure_data,
     human_rows,
+    ordinal_matrix,
     peak_rss_mb,
     postgres_table,
+    process_peak_mb,
 )
 
 
 def backend_peak_mb(conn: Any) -> float | None:
-    """Peak resident memory (VmHWM) of the PostgreSQL backend serving ``conn``, when the
-    server runs on this machine."""
+    """Peak resident memory of the PostgreSQL backend serving ``conn``, when the server runs
+    on this machine."""
     (pid,) = conn.execute("SELECT pg_backend_pid()").fetchone()
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
+    return process_peak_mb(pid)
 
 
 def sqltree_side(url: str, table: Any, bins: int, depth: int, plan: str, test: str
@@ -84,22 +79,9 @@ def sqltree_side(url: str, table: Any, bins: int, depth: int, plan: str, test: s
 
 
 def copy_sklearn_side(url: str, table: Any, depth: int, test: str) -> dict[str, Any]:
-    import numpy as np
     import pandas as pd
     import psycopg
     from sklearn.tree import DecisionTreeClassifier
-
-    def encode(frame: Any, categories: dict[str, Any]) -> Any:
-        columns = []
-        for name in frame.columns:
-            if name == TARGET:
-                continue
-            if name in categories:
-                codes = pd.Categorical(frame[name], categories=categories[name]).codes
-                columns.append(np.where(codes < 0, np.nan, codes).astype(np.float32))
-            else:
-                columns.append(frame[name].to_numpy(dtype=np.float32, na_value=np.nan))
-        return np.column_stack(columns)
 
     start = time.perf_counter()
     with psycopg.connect(url) as conn:
@@ -114,13 +96,14 @@ def copy_sklearn_side(url: str, table: Any, depth: int, test: str) -> dict[str, 
     del buffer
     frame = frame[frame[TARGET].notna()]
     categories = {c: sorted(frame[c].dropna().unique()) for c in NOMINAL}
-    x, y = encode(frame, categories), frame[TARGET].to_numpy()
+    x, y = ordinal_matrix(frame, categories), frame[TARGET].to_numpy()
     del frame
     read_seconds = time.perf_counter() - start
     clf = DecisionTreeClassifier(max_depth=depth, random_state=0).fit(x, y)
     seconds = time.perf_counter() - start
     held = pd.read_parquet(test)
-    accuracy = float((clf.predict(encode(held, categories)) == held[TARGET].to_numpy()).mean())
+    predicted = clf.predict(ordinal_matrix(held, categories))
+    accuracy = float((predicted == held[TARGET].to_numpy()).mean())
     return {
         "side": "COPY TO STDOUT + pandas + scikit-learn CART",
         "seconds": round(seconds, 1),

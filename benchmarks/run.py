@@ -45,16 +45,43 @@ TARGET = "y"
 NOMINAL = [f"n{j}" for j in range(len(generate.NOMINAL_LEVELS))]
 
 
-def peak_rss_mb() -> float:
-    """This process's peak resident set size so far (VmHWM), in MB."""
+def process_peak_mb(pid: int | str = "self") -> float | None:
+    """A process's peak resident set size so far (VmHWM), in MB; None where it cannot be
+    read (another machine's process, or no /proc)."""
     try:
-        with open("/proc/self/status") as f:
+        with open(f"/proc/{pid}/status") as f:
             for line in f:
                 if line.startswith("VmHWM:"):
                     return int(line.split()[1]) / 1024
     except OSError:
         pass
+    return None
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set size so far (VmHWM), in MB."""
+    found = process_peak_mb()
+    if found is not None:
+        return found
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def ordinal_matrix(frame: Any, categories: dict[str, Any]) -> Any:
+    """The features of ``frame`` (every column but the target) as a float32 matrix for
+    scikit-learn: nominal columns as their index in ``categories``, NaN for NULL."""
+    import numpy as np
+    import pandas as pd
+
+    columns = []
+    for name in frame.columns:
+        if name == TARGET:
+            continue
+        if name in categories:
+            codes = pd.Categorical(frame[name], categories=categories[name]).codes
+            columns.append(np.where(codes < 0, np.nan, codes).astype(np.float32))
+        else:
+            columns.append(frame[name].to_numpy(dtype=np.float32, na_value=np.nan))
+    return np.column_stack(columns)
 
 
 def human_rows(n: int) -> str:
@@ -90,26 +117,13 @@ def held_out(predicted: Any, truth: Any, regression: bool) -> dict[str, float]:
 
 # -- scikit-learn side -------------------------------------------------------------------------
 def sklearn_worker(args: argparse.Namespace) -> dict[str, Any]:
-    import numpy as np
     import pandas as pd
     from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
-
-    def encode(frame: Any, categories: dict[str, Any]) -> Any:
-        out = {}
-        for name in frame.columns:
-            if name == TARGET:
-                continue
-            if name in categories:
-                codes = pd.Categorical(frame[name], categories=categories[name]).codes
-                out[name] = np.where(codes < 0, np.nan, codes).astype(np.float32)
-            else:
-                out[name] = frame[name].to_numpy(dtype=np.float32, na_value=np.nan)
-        return np.column_stack([out[c] for c in frame.columns if c != TARGET])
 
     start = time.perf_counter()
     frame = pd.read_parquet(args.train)
     categories = {c: sorted(frame[c].dropna().unique()) for c in NOMINAL}
-    x = encode(frame, categories)
+    x = ordinal_matrix(frame, categories)
     y = frame[TARGET].to_numpy()
     del frame
     read_seconds = time.perf_counter() - start
@@ -131,7 +145,8 @@ def sklearn_worker(args: argparse.Namespace) -> dict[str, Any]:
     clf.predict(x)
     predict_seconds = time.perf_counter() - t
     test = pd.read_parquet(args.test)
-    scores = held_out(clf.predict(encode(test, categories)), test[TARGET].to_numpy(), regression)
+    scores = held_out(clf.predict(ordinal_matrix(test, categories)), test[TARGET].to_numpy(),
+                      regression)
     return {
         "side": "scikit-learn",
         "seconds": seconds,

@@ -33,22 +33,17 @@ sys.path.insert(0, HERE)
 sys.path.insert(1, os.path.dirname(HERE))  # the sqltree checkout this script belongs to
 
 import generate  # noqa: E402
-from run import DEFAULT_DATA, NOMINAL, TARGET, ensure_data, human_rows  # noqa: E402
+from run import (  # noqa: E402
+    DEFAULT_DATA,
+    NOMINAL,
+    TARGET,
+    ensure_data,
+    human_rows,
+    process_peak_mb,
+)
 
 CONTINUOUS = [f"x{j}" for j in range(16 - len(generate.NOMINAL_LEVELS))]
 MLLIB_BINS = 64
-
-
-def peak_rss_mb(pid: int | str = "self") -> float | None:
-    """Peak resident set size (VmHWM) of a process, in MB, or None if it cannot be read."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
 
 
 def jvm_pid(spark: Any) -> int | None:
@@ -105,8 +100,8 @@ def sqltree_side(spark: Any, bins: int, depth: int, plan: str = "auto") -> dict[
             for lv in stats["levels"]
         ],
         "shuffle_partitions": engine.shuffle_partitions(stats["rows"]),
-        "python_peak_mb": peak_rss_mb(),
-        "jvm_peak_mb": peak_rss_mb(jvm_pid(spark) or 0),
+        "python_peak_mb": process_peak_mb(),
+        "jvm_peak_mb": process_peak_mb(jvm_pid(spark) or 0),
     }
 
 
@@ -138,8 +133,8 @@ def mllib_side(spark: Any, depth: int, table: str = "bench_train") -> dict[str, 
         "leaves": (int(tree.numNodes) + 1) // 2,  # a binary tree: one leaf more than tests
         "depth": int(tree.depth),
         "accuracy": round(float(accuracy), 4),
-        "python_peak_mb": peak_rss_mb(),
-        "jvm_peak_mb": peak_rss_mb(jvm_pid(spark) or 0),
+        "python_peak_mb": process_peak_mb(),
+        "jvm_peak_mb": process_peak_mb(jvm_pid(spark) or 0),
     }
 
 
