@@ -123,6 +123,23 @@ def assert_same_tree(a: Any, b: Any, tol: float = 1e-9, what: str = "") -> None:
     assert _same(a, b, tol), f"trees differ{f' ({what})' if what else ''}:\n{a}\n{b}"
 
 
+NODE_FACTS = ("n_samples", "impurity", "improvement", "tied", "value")
+"""What scikit-learn's tree arrays hold of a node, besides its test."""
+
+
+def assert_same_model(a: Any, b: Any, tol: float = 1e-9) -> None:
+    """Two models grow the same tree (``assert_same_tree``) with the same ``NODE_FACTS`` at
+    every node, floats to ``tol``."""
+    assert_same_tree(a.root.to_dict(), b.root.to_dict(), tol, a.text())
+    for x, y in zip(a.root.walk(), b.root.walk(), strict=True):
+        for fact in NODE_FACTS:
+            u, v = getattr(x, fact, None), getattr(y, fact, None)
+            if isinstance(u, float) and isinstance(v, float):
+                assert math.isclose(u, v, rel_tol=tol, abs_tol=tol), (fact, u, v)
+            else:
+                assert u == v, (fact, u, v)
+
+
 def _same(a: Any, b: Any, tol: float) -> bool:
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(_same(a[k], b[k], tol) for k in a)

@@ -2,12 +2,11 @@
 
 Its histograms are summed in the engine over stored codes and narrow (row, node) pairs, the
 larger child of a split derived as its parent less its sibling, and scored in numpy: the
-trees must be the tables plan's node for node (``test_memory_plan.both_plans``' facts).
+trees must be the tables plan's node for node (``helpers.assert_same_model``).
 """
 
 from __future__ import annotations
 
-import math
 import warnings
 from typing import Any
 
@@ -16,22 +15,8 @@ import pandas as pd
 import pytest
 
 import sqltree
-from tests.helpers import assert_same_tree
+from tests.helpers import assert_same_model
 from tests.test_engines import DATASETS, frame_of
-
-TOL = 1e-9
-NODE_FACTS = ("n_samples", "impurity", "improvement", "tied", "value")
-
-
-def assert_same_model(a: Any, b: Any) -> None:
-    assert_same_tree(a.root.to_dict(), b.root.to_dict(), TOL, a.text())
-    for x, y in zip(a.root.walk(), b.root.walk(), strict=True):
-        for fact in NODE_FACTS:
-            u, v = getattr(x, fact, None), getattr(y, fact, None)
-            if isinstance(u, float) and isinstance(v, float):
-                assert math.isclose(u, v, rel_tol=TOL, abs_tol=TOL), (fact, u, v)
-            else:
-                assert u == v, (fact, u, v)
 
 
 def train(source: Any, target: str, plan: str, **options: Any) -> Any:

@@ -22,13 +22,12 @@ import sqltree
 from sqltree import progress
 from sqltree.algorithms.memory import MEMORY_MAX_CELLS, NO_MEMORY_CRITERIA
 from tests import test_cart, test_regression
-from tests.helpers import assert_same_tree
+from tests.helpers import assert_same_model, assert_same_tree
 from tests.strategies import TableSpec, trained_cases
 from tests.test_engines import API_CASES, DATASETS, frame_of
 from tests.test_properties import duckdb_with, free_name, same_tree
 
 TOL = 1e-9
-NODE_FACTS = ("n_samples", "impurity", "improvement", "tied", "value")
 
 
 def both_plans(source: Any, target: str, **options: Any) -> tuple[Any, Any]:
@@ -39,14 +38,7 @@ def both_plans(source: Any, target: str, **options: Any) -> tuple[Any, Any]:
         memory = sqltree.train(source, target, plan="memory", **options)
     assert sql.stats["plan"] == "tables"
     assert memory.stats["plan"] == "memory"
-    assert_same_tree(memory.root.to_dict(), sql.root.to_dict(), TOL, memory.text())
-    for a, b in zip(memory.root.walk(), sql.root.walk(), strict=True):
-        for fact in NODE_FACTS:
-            x, y = getattr(a, fact, None), getattr(b, fact, None)
-            if isinstance(x, float) and isinstance(y, float):
-                assert math.isclose(x, y, rel_tol=TOL, abs_tol=TOL), (fact, x, y)
-            else:
-                assert x == y, (fact, x, y)
+    assert_same_model(memory, sql, TOL)
     return sql, memory
 
 
@@ -357,7 +349,6 @@ def test_logarithms_of_threads_growing_the_table_at_once_are_the_c_librarys(monk
     """Threads that score features at once may grow the table of whole numbers' logarithms
     at once: every logarithm is still the C library's (a table grown by two threads without
     a lock misplaced one's entries)."""
-    import math
     import threading
 
     from sqltree.algorithms.memory import level
