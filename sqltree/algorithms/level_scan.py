@@ -33,6 +33,7 @@ import numpy as np
 from sqlglot import exp
 
 from ..dataset import Feature
+from ..engines.select_plan import TABLES
 from ..grower import RouteRow, TestRow
 from ..learner.backends import Route, SqlBackend, Start
 from ..learner.rows import Sampling
@@ -41,10 +42,10 @@ from ..queries import UNKNOWN_KEY
 from ..sqlexpr import alias, num
 from ..tree import CONTINUOUS
 from .cart.strategy import INFINITE_THRESHOLD, CARTStrategy
-from .memory import cart_scores
-from .memory.level import Groups
-
-SCAN = "scan"
+from .cart.subsets import orders
+from .memory import SCAN, cart_scores
+from .memory.level import Groups, as_weight
+from .memory.parallel import engine_workers
 
 KEPT_PARENT_BYTES = 256 * 2**20
 """Parents' histograms kept for the next level's subtraction, at most; past it both children
@@ -137,7 +138,7 @@ class LevelScanStages:
 
     @property
     def workers(self) -> int | None:
-        return getattr(self.data.engine, "threads", None)
+        return engine_workers(self.data.engine)
 
     def materialize_level0(self) -> Any:
         engine = self.data.engine
@@ -201,7 +202,7 @@ class LevelScanStages:
 
     def read_counts(self, engine: Any, hist: ScanHistogram) -> dict[int, list[float]]:
         nodes, n, sums = hist.totals()
-        weights = cart_scores.as_weight(sums, self.hist_bits)
+        weights = as_weight(sums, self.hist_bits)
         return self.take_counts(  # type: ignore[attr-defined]
             (int(i), int(c), *row) for i, c, row in zip(nodes.tolist(), n.tolist(),
                                                         weights.tolist(), strict=True))
@@ -214,15 +215,13 @@ class LevelScanStages:
 
     def nominal_ranks(self, engine: Any, hist: ScanHistogram, pairs: list[tuple[int, int]]
                       ) -> dict[tuple[int, int], list[tuple[int, int, int, int]]]:
-        from .cart.subsets import orders
-
         by = self.nominal_orders  # type: ignore[attr-defined]
         features = {f.index: f for f in self.data.features}
         return cart_scores.nominal_ranks(hist, features, pairs,  # type: ignore[arg-type]
                                          orders(self.n_classes) if by is None else by)
 
     def materialize_partition(self, level: Any, tests: list[TestRow], routes: list[RouteRow],
-                              ordered: bool, hist: ScanHistogram | None = None) -> Any:
+                              ordered: bool) -> Any:
         assert self.backend is not None
         moves = self._routes(tests, routes)
         self.backend.route(moves)
@@ -309,4 +308,4 @@ def scan_applies(options: Any, data: Any) -> bool:
     """Whether the level scan grows this tree: binned CART classification on an engine that
     stores tables."""
     return (options.strategy_name == "cart" and bool(options.max_bins)
-            and bool(data.classes) and data.engine.plan == "tables")
+            and bool(data.classes) and data.engine.plan == TABLES)

@@ -418,17 +418,15 @@ class SqlBackend(Backend):
             (exp.EQ(this=_c("nominal", "r"), expression=one.copy()), is_left_nominal),
             default=exp.LTE(this=_c("k", "r"), expression=_c("upto", "r")),
         )
-        sided = exp.select(exp.Star(), alias(goes_left, "goes_left")).from_(
-            computed_once(keyed).subquery("r", copy=False), copy=False)
+        sided = exp.select(*[_c(n, "r") for n in [
+            *self.ids, "parent", "cnt", "lt", "rt", "sl", "sr", *self.carried]],
+            alias(goes_left, "goes_left"),
+        ).from_(computed_once(keyed).subquery("r", copy=False), copy=False)
         if table is not None:
             # a nominal split's left values as rows: one equality join, not a lookup per row
-            sided = exp.select(*[_c(n, "r") for n in [
-                *self.ids, "parent", "cnt", "lt", "rt", "sl", "sr", *self.carried]],
-                alias(goes_left.copy(), "goes_left"),
-            ).from_(computed_once(keyed).subquery("r", copy=False), copy=False).join(
-                exp.alias_(table, "m"), join_type="LEFT", on=exp.and_(
-                    exp.EQ(this=_c("node", "m"), expression=_c("parent", "r")),
-                    exp.EQ(this=_c("code", "m"), expression=_c("k", "r"))))
+            sided = sided.join(exp.alias_(table, "m"), join_type="LEFT", on=exp.and_(
+                exp.EQ(this=_c("node", "m"), expression=_c("parent", "r")),
+                exp.EQ(this=_c("code", "m"), expression=_c("k", "r"))), copy=False)
         left = exp.column("goes_left", quoted=True)
         child: exp.Expression = exp.If(this=left, true=_c("lt"), false=_c("rt"))
         if keep:  # a row at a leaf (no split joined) stays there
