@@ -12,7 +12,7 @@ from sqlglot import exp
 
 from . import progress as reporting
 from . import queries as q
-from .algorithms import SCAN_REASON, grow_and_prune
+from .algorithms import SCAN_REASON, SCAN_REFUSAL, grow_and_prune
 from .algorithms.c45 import score_options
 from .algorithms.c45_scores import SCORE_COLUMNS, build_split_scores
 from .algorithms.memory import (
@@ -167,6 +167,8 @@ def train(
         min_gain=min_gain, missing=missing, max_bins=max_bins, **cart_options,
         min_cases=DEFAULT_MIN_CASES.get(algorithm, 2.0) if min_cases is None else min_cases,
     )
+    if plan == SCAN and not (options.strategy_name == "cart" and options.max_bins):
+        raise UnsupportedOptionError(SCAN_REFUSAL)
     if pruning == "default":
         pruning = "c4.5" if algorithm == "c4.5" else None
     roles = {"features": features, "nominal": nominal, "continuous": continuous, "weight": weight}

@@ -138,3 +138,13 @@ def test_the_command_line_asks_for_the_scan(tmp_path: Any) -> None:
     assert saved["stats"]["plan"] == "scan"
     memory = train(str(GOLF), "play", "memory", max_bins=4)
     assert_same_model(sqltree.load(str(out)), memory)
+
+
+def test_the_refusal_comes_before_any_query() -> None:
+    """Asked of C4.5, the scan is refused before the source is read (here: a table that does
+    not exist, which reading would have reported instead)."""
+    import duckdb
+
+    with pytest.raises(sqltree.SqlTreeError, match="plan='scan' grows binned CART"):
+        sqltree.train("no_such_table", "y", connection=duckdb.connect(), plan="scan",
+                      max_bins=16)

@@ -31,6 +31,9 @@ from .memory.stages import InMemoryStages
 SCAN_REASON = ("binned CART classification: histograms summed in the engine, splits chosen "
                "in Python")
 
+SCAN_REFUSAL = ("plan='scan' grows binned CART classification trees (max_bins) on an engine "
+                "that stores tables; use plan='tables' or 'auto'")
+
 STRATEGIES: dict[str, type[Strategy]] = {
     "c4.5": C45Strategy,
     "id3": C45Strategy,
@@ -98,9 +101,7 @@ def grow_and_prune(
         strategy = LevelScanCARTStrategy(data, options)
         strategy.plan_reason = "asked for" if plan == SCAN else SCAN_REASON
     elif plan == SCAN and strategy is None:
-        raise UnsupportedOptionError(
-            "plan='scan' grows binned CART classification trees (max_bins) on an engine that "
-            "stores tables; use plan='tables' or 'auto'")
+        raise UnsupportedOptionError(SCAN_REFUSAL)
     if strategy is None and options.strategy_name in DEEP_STRATEGIES:
         strategy = DEEP_STRATEGIES[options.strategy_name](data, options)
     root, stats = grow(data, options, progress, strategy)
