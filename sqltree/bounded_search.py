@@ -33,10 +33,6 @@ from .sqlexpr import alias, col, num, window
 SEARCH_BINS = 64
 """Quantile bins per continuous feature of the bounded search."""
 
-SEARCH_SAMPLE_ROWS = 50_000
-"""Rows of the sample the search's bin edges come from: any edges give the same tree, better
-ones only prune more."""
-
 MAX_BOUND_CLASSES = 4
 """Above this many classes the bound's 2^k corners (two unknown sides each) make an expression
 too large to pay; those trees use the full scan."""

@@ -615,46 +615,6 @@ class _Clustering:
         return True
 
 
-BIN_SAMPLE_ROWS = 200_000
-"""Rows sampled for quantile bin edges on engines that sample rows (about 800 per bin at 256)."""
-
-
-def bin_edges(
-    data: Dataset, max_bins: int, min_gap: float = 0.0, sample_rows: int = 0
-) -> dict[int, list[float]] | None:
-    """Quantile bin edges of every continuous feature, from one query over the source.
-
-    An edge within ``min_gap`` of the next one is dropped (its bin joins the next): the
-    scoring query compares bin indexes, not values, and cannot see such gaps. ``sample_rows``:
-    quantiles of a sample of that many rows where the engine samples (default
-    ``BIN_SAMPLE_ROWS``).
-    """
-    if max_bins < 2:
-        raise ValueError(f"max_bins must be at least 2, not {max_bins}")
-    continuous = [f for f in data.features if f.kind == CONTINUOUS]
-    if not continuous:
-        return None
-    sample = (sample_rows or BIN_SAMPLE_ROWS) if data.engine.SUPPORTS_ROW_SAMPLE else None
-    if sample is not None and data.n_rows <= 4 * sample:
-        sample = None  # small data: exact quantiles are cheap
-    (row,) = data.engine.execute(q.build_bin_edges(data, max_bins, sample))
-    edges: dict[int, list[float]] = {}
-    for i, f in enumerate(continuous):
-        quantiles, top = row[2 * i], row[2 * i + 1]
-        values = {float(v) for v in quantiles or [] if v is not None}
-        if top is not None:
-            values.add(float(top))
-        kept: list[float] = []
-        for v in sorted(values):
-            if kept and v - kept[-1] <= min_gap:
-                kept[-1] = v  # the earlier edge goes; the maximum always stays
-            else:
-                kept.append(v)
-        if kept:
-            edges[f.index] = kept
-    return edges
-
-
 def load_rows(
     engine: Any,
     hint: str,

@@ -217,64 +217,6 @@ def bin_by_lookup(value: exp.Expression, edges: Sequence[float]) -> exp.Expressi
     return exp.Cast(this=binned, to=exp.DataType.build("SMALLINT"))
 
 
-def build_bin_edges(
-    data: Dataset, max_bins: int, sample_rows: int | None = None
-) -> exp.Select:
-    """One row: per continuous feature, its quantiles at 1/max_bins, 2/max_bins, ... and max.
-
-    Discrete quantiles are values of the column (``PERCENTILE_DISC``), so bin edges, and the
-    thresholds made from them, are observed values and the compiled tree stays exact. With
-    ``sample_rows`` the quantiles come from a seeded reservoir sample of that many rows (still
-    observed values; DuckDB syntax), as Spark and MADlib estimate theirs: exact quantiles of
-    ten columns cost a sort of each, about 5 s at 1M rows here.
-    """
-    target = exp.column(data.target, quoted=True)
-    fractions = exp.Array(
-        expressions=[num(i / max_bins) for i in range(1, max_bins)]
-    )
-    columns: list[exp.Expression] = []
-    for f in data.features:
-        if f.kind != CONTINUOUS:
-            continue
-        value = as_double(exp.column(f.name, quoted=True))
-        columns.append(
-            exp.WithinGroup(
-                this=exp.PercentileDisc(this=fractions.copy()),
-                expression=exp.Order(expressions=[exp.Ordered(this=value)]),
-            )
-        )
-        columns.append(exp.func("MAX", value.copy()))
-    query = exp.select(*columns).from_(data.relation.copy()).where(
-        target.is_(exp.null()).not_()
-    )
-    if sample_rows:
-        # MAX must see every row (the top edge keeps all values inside a bin), so the
-        # quantiles read the sample in a subquery and the maximum the whole source.
-        quantiles = [c for c in columns if isinstance(c, exp.WithinGroup)]
-        maxima = [c for c in columns if not isinstance(c, exp.WithinGroup)]
-        sampled = exp.select(
-            *[alias(q, f"q{i}") for i, q in enumerate(quantiles)]
-        ).from_(data.relation.copy()).where(target.is_(exp.null()).not_())
-        sampled.set(
-            "sample",
-            exp.TableSample(
-                method=exp.var("RESERVOIR"),
-                size=exp.Literal.number(int(sample_rows)),
-                seed=exp.Literal.number(0),
-            ),
-        )
-        full = exp.select(
-            *[alias(m, f"m{i}") for i, m in enumerate(maxima)]
-        ).from_(data.relation.copy()).where(target.is_(exp.null()).not_())
-        outputs: list[exp.Expression] = []
-        for i in range(len(quantiles)):
-            outputs += [col(f"q{i}", "s"), col(f"m{i}", "m")]
-        query = exp.select(*outputs).from_(sampled.subquery("s")).join(
-            full.subquery("m"), join_type="CROSS"
-        )
-    return query
-
-
 # -- histogram ---------------------------------------------------------------------------------
 MOMENTS = 3
 """A regression histogram's sums in the class columns' place: ``c0`` = SUM(w),

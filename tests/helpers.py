@@ -10,7 +10,7 @@ import duckdb
 import pandas as pd
 import pytest
 
-from tests.conftest import ENGINES
+from tests.conftest import ENGINES, SQLITE
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "examples" / "data"
@@ -38,14 +38,16 @@ def on_engines(
     *,
     exclude: tuple[str, ...] = (),
     xfail: dict[str, tuple[type[BaseException], str]] | None = None,
+    sqlite: bool = False,
 ) -> pytest.MarkDecorator:
-    """``engine_factory`` over every engine but ``exclude``, with strict expected failures.
+    """``engine_factory`` over every engine but ``exclude`` (and SQLite with ``sqlite``), with
+    strict expected failures.
 
     ``xfail`` maps an engine to ``(exception, reason)``: the test must fail there with that
     exception (it is an error if it passes), and the reason says what the engine cannot do.
     """
     params = []
-    for param in ENGINES:
+    for param in [*ENGINES, *([SQLITE] if sqlite else [])]:
         (name,) = param.values
         if name in exclude:
             continue

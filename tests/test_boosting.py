@@ -82,7 +82,7 @@ def test_boosting_is_the_same_in_sql_and_in_memory(case, options):
     assert losses == sorted(losses, reverse=True)  # every round lowers the training loss
 
 
-@on_engines(exclude=("duckdb",))
+@on_engines(exclude=("duckdb",), sqlite=True)
 def test_boosting_is_the_same_on_every_engine(engine_factory):
     frame = mixed_table(1000)
     # validation rows dealt by the row hash in the engine (Spark numbers rows as INT)

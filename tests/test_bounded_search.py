@@ -134,7 +134,7 @@ def binned_histogram(counts: bool) -> tuple[Any, Any, Any, Any, Any]:
 
     from sqltree.dataset import describe
     from sqltree.engines.duckdb import DuckDBEngine
-    from sqltree.grower import bin_edges
+    from sqltree.quantiles import bin_edges
     from sqltree.queries import build_histogram, build_level0
 
     con = duckdb.connect()

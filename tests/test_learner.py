@@ -217,7 +217,7 @@ def test_a_regression_forest_is_the_same_in_sql_and_in_memory():
     assert np.corrcoef(predicted, frame["y"])[0, 1] > 0.8
 
 
-@on_engines(exclude=("duckdb",))
+@on_engines(exclude=("duckdb",), sqlite=True)
 def test_a_forest_is_the_same_on_every_engine(engine_factory):
     frame = mixed_table(1500)
     options = {"n_estimators": 3, "max_depth": 5}

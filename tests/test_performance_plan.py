@@ -177,7 +177,7 @@ def test_histogram_summed_by_class_first_is_the_same(frame):
                                      "bins by lookup", "summed by class"])
 def test_histogram_in_one_pass_is_the_same(frame, variant):
     """The one-aggregate histogram (Spark's) has the UNION's rows, sums and bins exactly."""
-    from sqltree.grower import bin_edges
+    from sqltree.quantiles import bin_edges
 
     engine = DuckDBEngine()
     data = describe(frame, engine, "label")
@@ -397,7 +397,7 @@ def test_ordered_scan_grows_the_windowed_tree(frame, monkeypatch, algorithm):
 def test_bin_edges_closer_than_the_cut_gap_merge():
     import pandas as pd
 
-    from sqltree.grower import bin_edges
+    from sqltree.quantiles import bin_edges
 
     values = [0.0, 1.0, 1.000004, 1.000008, 2.0, 3.0, 3.000001]
     frame = pd.DataFrame({"x": values * 3, "label": ["a", "b", "a"] * len(values)})

@@ -348,8 +348,6 @@ def test_sqlite_refuses_what_it_cannot_do():
     engine, table = sqlite_with(frame_of("golf"))
     with pytest.raises(UnsupportedError, match="select plan only"):
         sqltree.train(table, target="play", connection=engine, plan="tables")
-    with pytest.raises(UnsupportedError, match="PERCENTILE_DISC"):
-        sqltree.train(frame_of("iris"), target="species", connection=engine, max_bins=8)
     with pytest.raises(UnsupportedError, match="load it into a table"):
         sqltree.train(str(DATA / "golf.csv"), target="play", connection=engine)
 

@@ -13,7 +13,7 @@ from typing import Any
 from sqlglot import exp
 
 from .. import queries as q
-from ..bounded_search import SEARCH_BINS, SEARCH_SAMPLE_ROWS
+from ..bounded_search import SEARCH_BINS
 from ..criteria import J48_SMALL, TIE_TOLERANCE
 from ..dataset import Dataset, Feature
 from ..fixed_point import entropy_bound, fixed_point_bits, training_weight_bits
@@ -25,9 +25,9 @@ from ..grower import (
     RouteRow,
     Strategy,
     TestRow,
-    bin_edges,
     load_rows,
 )
+from ..quantiles import bin_edges
 from ..tree import CONTINUOUS, NOMINAL, Node, Split, argmax
 from .c45_bounded import (
     MAX_C45_BOUND_CLASSES,
@@ -103,7 +103,7 @@ class C45Strategy(Strategy):
               # the bounded query reads its CTEs several times: inlined (Spark), they are
               # planned and computed again at each reference
               and self.data.engine.SUPPORTS_MATERIALIZED_CTE):
-            self.search_edges = bin_edges(self.data, SEARCH_BINS, sample_rows=SEARCH_SAMPLE_ROWS)
+            self.search_edges = bin_edges(self.data, SEARCH_BINS)
         return q.build_level0(self.data, self.bins, lookup=self.data.engine.VECTORIZED)
 
     bounded_level = False

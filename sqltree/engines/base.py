@@ -106,9 +106,6 @@ class Engine(ABC):
     SUPPORTS_ASOF_JOIN: ClassVar[bool] = False
     """Whether ``ASOF JOIN`` (nearest earlier match by sort-merge) is available."""
 
-    SUPPORTS_ROW_SAMPLE: ClassVar[bool] = False
-    """Whether ``USING SAMPLE reservoir(n ROWS) REPEATABLE (seed)`` is available."""
-
     SUPPORTS_ORDERED_SCAN: ClassVar[bool] = False
     """Whether a window with an empty ``OVER`` streams over a subquery's ``ORDER BY`` order
     (one pass, in parallel with nothing else) and ``ARG_MIN`` exists."""

@@ -70,7 +70,6 @@ class DuckDBEngine(Engine):
     dialect: ClassVar[str] = "duckdb"
     NAME: ClassVar[str] = "DuckDB"
     SUPPORTS_ASOF_JOIN: ClassVar[bool] = True
-    SUPPORTS_ROW_SAMPLE: ClassVar[bool] = True
     SUPPORTS_ORDERED_SCAN: ClassVar[bool] = True
     KEEPS_ROW_ORDER: ClassVar[bool] = True
     VECTORIZED: ClassVar[bool] = True

@@ -17,7 +17,7 @@ from sqlglot import exp
 
 from .. import queries as q
 from ..dataset import Dataset
-from ..grower import bin_edges
+from ..quantiles import bin_edges
 from ..sqlexpr import alias, as_double, num
 from ..tree import CONTINUOUS
 from .backends import NumpyBackend, SqlBackend

@@ -32,7 +32,8 @@ from ... import queries as q
 from ...criteria import TIE_TOLERANCE
 from ...dataset import Dataset, Feature
 from ...errors import DataError
-from ...grower import GrowOptions, Strategy, bin_edges
+from ...grower import GrowOptions, Strategy
+from ...quantiles import bin_edges
 from ...running_sums import wide_fixed_bits
 from ...sqlexpr import case, col, num, paren
 from ...tree import CONTINUOUS, Node

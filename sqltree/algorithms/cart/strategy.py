@@ -17,14 +17,14 @@ from ...bounded_search import (
     MAX_BOUND_CLASSES,
     MIN_GROUP_VALUES,
     SEARCH_BINS,
-    SEARCH_SAMPLE_ROWS,
 )
 from ...criteria import TIE_TOLERANCE
 from ...dataset import Dataset, Feature
 from ...errors import DataError
 from ...fixed_point import fixed_point_bits
-from ...grower import DENSE_VALUES, GrowOptions, Pending, Plan, Strategy, bin_edges
+from ...grower import DENSE_VALUES, GrowOptions, Pending, Plan, Strategy
 from ...pruning.cost_complexity import CRITERIA, criterion_of, impurity
+from ...quantiles import bin_edges
 from ...sqlexpr import col
 from ...tree import CONTINUOUS, NOMINAL, Node, Split
 from .scores import (
@@ -142,7 +142,7 @@ class CARTStrategy(Strategy):
             # scikit-learn never cuts between values closer than FEATURE_THRESHOLD
             self.bins = bin_edges(self.data, self.options.max_bins, FEATURE_THRESHOLD)
         elif self._bounded_search() and self.n_classes <= MAX_BOUND_CLASSES:
-            self.search_edges = bin_edges(self.data, SEARCH_BINS, sample_rows=SEARCH_SAMPLE_ROWS)
+            self.search_edges = bin_edges(self.data, SEARCH_BINS)
         return q.build_level0(
             self.data,
             self.bins,
