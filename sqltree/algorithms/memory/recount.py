@@ -1,13 +1,15 @@
 """Subtree raising's recount (``pruning.recount.recount_raised``) and its bound
-(``known_counts``) in numpy.
+(``known_counts``) over rows in numpy.
 
 J48's pruning recounts a raised branch under all of its node's rows. In the engine that is a
 few statements per level of the raised branches. The memory plan's level-0 rows are already in
 numpy; on the SQL plans the training rows are read once before pruning where they are few
 enough (``READ_FOR_PRUNING_MAX_CELLS``), else a recount whose rows have become few reads them
-and goes on here. The rows move down the same positions (``_positions``, ``_level_routes``)
-with the grower's partition, and each level's class weights per (position, key) are summed in
-the fixed point ``build_keyed_counts`` picks, so every count is the one the engine returns.
+and goes on here. The recount is ``pruning.recount``'s: the same positions, routes and loop
+(``recount_levels``); here only a level's rows move with the grower's partition and its class
+weights per (position, key) are summed (``keyed_counts``), in the fixed point
+``build_keyed_counts`` picks, so every count is the one the engine returns. What this module
+adds is where a recount's rows start: snapshots, the last path's levels, threads.
 """
 
 from __future__ import annotations
@@ -22,18 +24,27 @@ from sqlglot import exp
 
 from ... import queries as q
 from ...dataset import Dataset
-from ...fixed_point import training_weight_bits
-from ...pruning.recount import _known_routes, _level_routes, _Position, _positions
+from ...pruning.recount import (
+    Entries,
+    Keyed,
+    Levels,
+    NodePath,
+    Position,
+    Routes,
+    Tests,
+    features_by_name,
+    known_routes,
+    positions,
+    recount_levels,
+)
 from ...tree import Node
 from . import parallel
 from .level import Level, exact_parts, read_level0, sum_exactly
 from .routes import partition, test_keys
 
-Entries = Sequence[tuple[Sequence[tuple[Node, int]], Node]]
-
 
 def keyed_counts(level: Level, tests: Sequence[tuple[int, int, float | None]], n_classes: int,
-                 bits: int) -> dict[int, dict[int, list[float]]]:
+                 bits: int) -> Keyed:
     """``queries.build_keyed_counts``: class weights per (node, key of its test), key -1 for
     an unknown value and for the rows of a node without a test; nodes and keys ascending;
     summed in the fixed point of ``bits`` fractional bits."""
@@ -48,7 +59,7 @@ def keyed_counts(level: Level, tests: Sequence[tuple[int, int, float | None]], n
     sums = sum_exactly(group * n_classes + level.y, exact_parts(fixed, True),
                        len(pairs) * n_classes).reshape(len(pairs), n_classes)
     weights = (sums.astype(np.float64) / unit).tolist()
-    out: dict[int, dict[int, list[float]]] = {}
+    out: Keyed = {}
     for pair, counts in zip(pairs.tolist(), weights, strict=True):
         out.setdefault(pair // span, {})[pair % span - 1] = counts
     return out
@@ -81,7 +92,7 @@ SNAPSHOT_MAX_DEPTH = 32
 """No snapshot deeper than this: rows reaching such depths are few."""
 
 
-def _end(path: Sequence[tuple[Node, int]]) -> Node:
+def _end(path: NodePath) -> Node:
     """The node at the end of a (non-empty) path."""
     parent, branch = path[-1]
     return parent.children[branch]
@@ -180,7 +191,7 @@ class RowsInMemory:
             return self._in_parts(lambda part: self._recount_all(part, recompute_shares),
                                   entries)
         counts: dict[int, list[float]] = {}
-        root = _positions(entries)
+        root = positions(entries)
         # One path: its levels hold one position each, numbered by depth, so the rows a
         # recount left at a depth are this one's, where the path above is routed alike.
         path = entries[0][0]
@@ -240,23 +251,23 @@ class RowsInMemory:
             level, nodes = snapshot.rows_at(self.level0, snapshot.nodes), snapshot.nodes
         else:
             level, nodes = self.level0, [root]
-        features = {f.name: f for f in self.data.features}
+        features = features_by_name(self.data)
         for _ in range(SNAPSHOT_EVERY):
-            frontier: dict[int, _Position] = {}
+            frontier: dict[int, Position] = {}
             for local, node in enumerate(nodes):
-                inner = {b: _Position(c, False) for b, c in enumerate(node.children)
+                inner = {b: Position(c, False) for b, c in enumerate(node.children)
                          if c.split is not None}
                 if inner:  # the rows of a node whose branches are leaves stop here
-                    frontier[local] = _Position(node, False, inner)
+                    frontier[local] = Position(node, False, inner)
             # a snapshot is taken for a node at its depth or below: the nodes above it have
             # internal branches
-            tests, routes, below = _known_routes(frontier, features, 0)
+            tests, routes, below = known_routes(frontier, features, 0)
             level = partition(level, tests, routes)
             nodes = [below[label].node for label in range(len(below))]
         self._snapshots[depth] = snapshot = _Snapshot.of(level, nodes)
         return snapshot
 
-    def _starts(self, entries: Entries) -> list[tuple[Level, dict[int, _Position]]]:
+    def _starts(self, entries: Entries) -> list[tuple[Level, dict[int, Position]]]:
         """Where the rows of ``entries`` start: the rows of the deepest snapshot above each
         entry's structure that holds its path (``_start``), else the level-0 rows at
         the root; and the positions of those rows, numbered from 0."""
@@ -271,10 +282,10 @@ class RowsInMemory:
             tops = list(groups.values())
             level = self._snapshots[depth].rows_at(self.level0, [top for top, _ in tops]) \
                 if depth else self.level0
-            starts.append((level, {i: _positions(group) for i, (_, group) in enumerate(tops)}))
+            starts.append((level, {i: positions(group) for i, (_, group) in enumerate(tops)}))
         return starts
 
-    def _start(self, path: Sequence[tuple[Node, int]]) -> tuple[int, Any]:
+    def _start(self, path: NodePath) -> tuple[int, Any]:
         """The depth of the deepest snapshot that holds ``path``'s node at that depth, and
         that node; 0 and the root (None for an empty path) if none does."""
         depth = self._snapshot_depth(len(path))
@@ -318,7 +329,7 @@ class RowsInMemory:
     def known_counts(self, entries: Entries) -> dict[int, list[float]]:
         """``pruning.recount.known_counts`` in numpy: the class weights at every leaf of each
         structure from the rows known and listed at every test on their way there, keyed by
-        ``id()``. The rows move down the same positions and routes (``_known_routes``); a row
+        ``id()``. The rows move down the same positions and routes (``known_routes``); a row
         that reaches a leaf is counted there and goes no further. Summed in DOUBLE, in another
         order than the engine's: the bound's margin covers that (``pruning.c45._settled``).
         A round's entries are counted side by side (``_in_parts``)."""
@@ -331,10 +342,10 @@ class RowsInMemory:
             self._known_from(level, frontier, counts)
         return counts
 
-    def _known_from(self, level: Level, frontier: dict[int, _Position],
+    def _known_from(self, level: Level, frontier: dict[int, Position],
                     counts: dict[int, list[float]]) -> None:
         k = len(self.data.classes)
-        features = {f.name: f for f in self.data.features}
+        features = features_by_name(self.data)
         next_id = len(frontier)
         while frontier:
             leaves = [local for local, at in frontier.items() if not at.children]
@@ -347,7 +358,7 @@ class RowsInMemory:
             inner = {local: at for local, at in frontier.items() if at.children}
             if not inner:
                 break
-            tests, routes, below = _known_routes(inner, features, next_id)
+            tests, routes, below = known_routes(inner, features, next_id)
             next_id += len(below)
             level = partition(level, tests, routes)  # rows at leaves have no test: left out
             frontier = below
@@ -377,46 +388,46 @@ class RowsInMemory:
     def _large(self) -> bool:
         return self.data.n_rows * len(self.data.features) > RECOUNT_MEMORY_MAX_CELLS
 
-    def go_on(self, rows: exp.Expression, tests: Sequence[tuple[int, int, float | None]],
-              routes: Sequence[tuple[int, int, int, float]], frontier: dict[int, _Position],
-              next_id: int, counts: dict[int, list[float]], recompute_shares: bool) -> None:
+    def go_on(self, rows: exp.Expression, tests: Tests, routes: Routes,
+              below: dict[int, Position]) -> Levels:
         """Read a recount's level (``rows``, a stored level table or the level-0 rows) with
-        one statement, route it by ``tests`` and ``routes`` to ``frontier`` (numbered up to
-        ``next_id``) and recount the rest in numpy, into ``counts``. The levels hold the
-        engine's rows, so every count is the one the engine would return."""
+        one statement and route it by ``tests`` and ``routes`` to ``below``, where the recount
+        goes on in numpy. The levels hold the engine's rows, so every count is the one the
+        engine would return."""
         data = self.data
         columns = ["node", "w", "y", *[f.column for f in data.features]]
         level = read_level0(data, exp.select(*columns).from_(rows), False)
-        level = partition(level, tests, routes)
-        self._recount_from(level, frontier, next_id, counts, recompute_shares)
+        return _InMemory(partition(level, tests, routes))
 
-    def _recount_from(self, level: Level, frontier: dict[int, _Position], next_id: int,
+    def _recount_from(self, level: Level, frontier: dict[int, Position], next_id: int,
                       counts: dict[int, list[float]], recompute_shares: bool, *,
                       keys: Sequence[tuple[Any, ...]] = (), depth: int = 0) -> None:
-        """``recount_raised``'s loop, in numpy, from ``level``'s rows at ``frontier``;
-        ``keys``: the route keys of the one entry's path, whose levels below ``depth`` are
-        kept for the next recount (the deepest ``PATH_LEVELS_KEPT``)."""
-        k = len(self.data.classes)
-        features = {f.name: f for f in self.data.features}
-        bits = training_weight_bits(self.data)
-        while frontier:
-            tests = [(local, features[at.node.split.feature].index, at.node.split.threshold)
-                     for local, at in sorted(frontier.items())
-                     if at.children and at.node.split is not None]
-            keyed = keyed_counts(level, tests, k, bits) if any(
-                at.raised for at in frontier.values()) else {}
-            for local, at in frontier.items():
-                if at.raised:
-                    by_key = keyed.get(local, {})
-                    counts[id(at.node)] = [sum((w[c] for w in by_key.values()), 0.0)
-                                           for c in range(k)]
-            routes, below = _level_routes(frontier, keyed, features, recompute_shares, next_id)
-            next_id += len(below)
-            if not routes:
-                break
-            level = partition(level, tests, routes)
-            frontier = below
-            depth += 1
-            if depth <= len(keys):
-                self._path_levels[depth] = (list(keys[:depth]), level)
-                self._path_levels.pop(depth - PATH_LEVELS_KEPT, None)
+        """``recount_levels`` from ``level``'s rows at ``frontier``; ``keys``: the route keys
+        of the one entry's path, whose levels below ``depth`` are kept for the next recount
+        (the deepest ``PATH_LEVELS_KEPT``)."""
+        levels = _InMemory(level, self._path_levels, keys, depth)
+        recount_levels(levels, frontier, next_id, self.data, counts, recompute_shares)
+
+
+@dataclass
+class _InMemory:
+    """A recount's level in numpy (``pruning.recount.Levels``): ``level``'s rows, at
+    ``depth`` of the one entry's path whose route keys are ``keys`` (none: several entries),
+    each level of which down to the path's end is kept in ``path_levels``."""
+
+    level: Level
+    path_levels: dict[int, tuple[list[tuple[Any, ...]], Level]] = field(default_factory=dict)
+    keys: Sequence[tuple[Any, ...]] = ()
+    depth: int = 0
+
+    def keyed_counts(self, tests: Tests, n_classes: int, bits: int) -> Keyed:
+        return keyed_counts(self.level, tests, n_classes, bits)
+
+    def descend(self, tests: Tests, routes: Routes, below: dict[int, Position],
+                keyed: Keyed) -> Levels:
+        self.level = partition(self.level, tests, routes)
+        self.depth += 1
+        if self.depth <= len(self.keys):
+            self.path_levels[self.depth] = (list(self.keys[:self.depth]), self.level)
+            self.path_levels.pop(self.depth - PATH_LEVELS_KEPT, None)
+        return self
