@@ -67,6 +67,9 @@ class Dataset:
     n_null_target: int
     infinite: list[str] = field(default_factory=list)
     """Continuous features holding +infinity (C4.5 takes it as a value; CART cannot)."""
+    value_ranges: dict[int, tuple[float, float]] = field(default_factory=dict)
+    """Each continuous feature's least and greatest value over the source's rows, as DOUBLE,
+    where it has values and no infinity (``quantiles`` lays its grids over them)."""
     target_mean: float | None = None
     """A regression target's weighted mean (None for classes); ``classes`` is then empty and
     ``class_weights`` holds the total weight."""
@@ -403,6 +406,10 @@ def describe(
         n_rows=n_rows,
         n_null_target=n_null,
         infinite=infinite,
+        value_ranges={
+            f.index: (float(row[f"least {f.index}"]), float(row[f"greatest {f.index}"]))
+            for f in feats if f.kind == CONTINUOUS and f.name not in infinite
+            and row[f"least {f.index}"] is not None},
         target_mean=mean,
         target_min=least,
         target_sum=total,
@@ -503,6 +510,8 @@ def _checks(
             checks[f"-inf {f.index}"] = _count_when(_is_special(col(f.name), ("-Infinity",)))
         if f.kind != CONTINUOUS:
             continue
+        checks[f"least {f.index}"] = exp.func("MIN", exp.cast(col(f.name), "DOUBLE"))
+        checks[f"greatest {f.index}"] = exp.func("MAX", exp.cast(col(f.name), "DOUBLE"))
         # Training compares continuous values as DOUBLE, where integers beyond 2^53 merge,
         # while the compiled SQL and the Python walk compare them exactly.
         if types[f.name].is_type(*INTEGER_TYPES):

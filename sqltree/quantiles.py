@@ -6,7 +6,8 @@ million rows and ten columns on DuckDB, 25 s for 1M rows on Spark), Spark's chea
 ``PERCENTILE_APPROX`` is approximate, and SQLite has neither. So a binned tree would differ
 between engines at scale. Here the quantiles are found by counting instead of sorting:
 
-1. One aggregate: each feature's count, least and greatest finite value, and +infinities.
+1. Each feature's least and greatest value, from the source's description (one aggregate
+   more for a feature holding +infinity).
 2. Each feature's rows counted per cell of a grid of ``2**CELL_BITS`` cells laid over
    ``[lo, hi]``: the cell of ``x`` is ``FLOOR((x - lo) * 2**e)``. Floating-point arithmetic is
    monotone, so cells are contiguous runs of the sorted values, and the cumulative counts
@@ -25,12 +26,13 @@ The rank of the quantile ``i / max_bins`` of ``n`` values is ``ceil(i * n / max_
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from sqlglot import exp
 
 from .dataset import Dataset, Feature
+from .engines.base import UNPIVOT
 from .sqlexpr import alias, as_double, col, num, values_table
 from .tree import CONTINUOUS
 
@@ -44,9 +46,8 @@ MAX_DEPTH = 4
 
 @dataclass
 class _Open:
-    """Where an unresolved rank is: the cell of the grid of ``depth`` (-1: the whole column)
-    holding it, its rank among that cell's rows, and whether the cell is few enough rows to
-    be sorted."""
+    """Where an unresolved rank is: the cell of the grid of ``depth`` holding it, its rank
+    among that cell's rows, and whether the cell is few enough rows to be sorted."""
 
     depth: int
     cell: int
@@ -59,15 +60,43 @@ class _Column:
     """One feature's state of the search: its grid and the ranks not yet resolved."""
 
     feature: Feature
-    n: int = 0
-    lo: float = 0.0
-    hi: float = 0.0
-    infinite: int = 0
+    lo: float | None = None
+    """The grid's origin: at most the least finite value (None: no finite value)."""
     exponent: int = 0
+    """The grid of depth 0 has cells of ``2**-exponent``."""
+    infinite: int = 0
+    top: float | None = None
+    """The greatest finite value of the training rows."""
     values: dict[int, float] = field(default_factory=dict)
     """Resolved ranks (1-based) and their values."""
     open: dict[int, _Open] = field(default_factory=dict)
     """Unresolved ranks (1-based)."""
+
+    def set_range(self, lo: float, hi: float) -> None:
+        self.lo = lo
+        # the grid's 2**CELL_BITS cells cover [lo, hi]: (hi - lo) * 2**e < 2**CELL_BITS
+        self.exponent = CELL_BITS - math.frexp(hi - lo)[1] if hi > lo else 0
+
+    def locate(self, rank: int, within: int, cells: Sequence[_Cell], depth: int,
+               last: bool) -> None:
+        """Narrow ``rank``, the ``within``-th row of ``cells`` in order, to its cell."""
+        seen = 0
+        for cell, n, lo, hi in cells:
+            if within <= seen + n:
+                if lo == hi:
+                    self.values[rank] = lo
+                    self.open.pop(rank, None)
+                else:
+                    self.open[rank] = _Open(depth, cell, within - seen,
+                                            settled=last or n <= MAX_CELL_ROWS)
+                return
+            seen += n
+        raise AssertionError(  # pragma: no cover - a parent's cells hold all its rows
+            f"rank {rank} of {self.feature.name!r} is in no cell")
+
+
+_Cell = tuple[int, int, float, float]
+"""A counted cell: (cell, rows, least value, greatest value)."""
 
 
 def bin_edges(data: Dataset, max_bins: int, min_gap: float = 0.0) -> dict[int, list[float]] | None:
@@ -80,24 +109,41 @@ def bin_edges(data: Dataset, max_bins: int, min_gap: float = 0.0) -> dict[int, l
     """
     if max_bins < 2:
         raise ValueError(f"max_bins must be at least 2, not {max_bins}")
-    continuous = [f for f in data.features if f.kind == CONTINUOUS]
-    if not continuous:
+    columns = [_Column(f) for f in data.features if f.kind == CONTINUOUS]
+    if not columns:
         return None
-    columns = _describe(data, continuous)
+    _ranges(data, columns)
+    counted = [c for c in columns if c.lo is not None]
+    grids = _count(data, [(c, None) for c in counted], 0)
     for c in columns:
-        _want(c, [-(-i * c.n // max_bins) for i in range(1, max_bins)])
-    for depth in range(MAX_DEPTH):
-        if all(o.settled for c in columns for o in c.open.values()):
+        cells = grids.pop(0) if c in counted else []
+        finite = sum(n for _, n, _, _ in cells)
+        c.top = max((hi for _, _, _, hi in cells), default=None)
+        n = finite + c.infinite
+        for i in range(1, max_bins):
+            rank = -(-i * n // max_bins)
+            if rank > finite:
+                c.values[rank] = math.inf
+            else:
+                c.locate(rank, rank, cells, 0, last=MAX_DEPTH == 1)
+    for depth in range(1, MAX_DEPTH):
+        searching = [(c, {o.cell for o in c.open.values() if not o.settled}) for c in columns]
+        searching = [(c, cells) for c, cells in searching if cells]
+        if not searching:
             break
-        _count(data, columns, depth, last=depth == MAX_DEPTH - 1)
+        for (c, _), cells in zip(searching, _count(data, searching, depth)):
+            for rank, o in list(c.open.items()):
+                if not o.settled:
+                    c.locate(rank, o.within, [x for x in cells if x[0] >> CELL_BITS == o.cell],
+                             depth, last=depth == MAX_DEPTH - 1)
     if any(c.open for c in columns):
         _read_ranks(data, columns)
     edges: dict[int, list[float]] = {}
     for c in columns:
-        if not c.n:
+        if c.top is None and not c.infinite:
             continue
         values = set(c.values.values())
-        values.add(math.inf if c.infinite else c.hi)
+        values.add(math.inf if c.infinite else c.top)
         kept: list[float] = []
         for v in sorted(values):
             if kept and v - kept[-1] <= min_gap:
@@ -131,51 +177,38 @@ def _rows(data: Dataset) -> exp.Select:
         exp.Not(this=exp.Is(this=target, expression=exp.null())))
 
 
-def _describe(data: Dataset, features: Sequence[Feature]) -> list[_Column]:
-    """Step 1: each feature's finite count, least and greatest finite value, +infinities."""
+def _ranges(data: Dataset, columns: Sequence[_Column]) -> None:
+    """Step 1: each feature's range, from the source's description where it has one; the
+    others' (features holding +infinity) least and greatest finite values and infinities
+    from one aggregate."""
+    asked = []
     outputs: list[exp.Expression] = []
-    for f in features:
-        x = _value(data, f)
-        finite = case_when(_finite(data, f), x)
-        outputs += [exp.func("COUNT", finite), exp.func("MIN", finite.copy()),
-                    exp.func("MAX", finite.copy())]
-        if f.name in data.infinite:
-            outputs.append(exp.func("COUNT", case_when(
-                exp.EQ(this=x.copy(), expression=_inf()), num(1))))
-        else:
-            outputs.append(num(0))
+    for c in columns:
+        if c.feature.index in data.value_ranges:
+            c.set_range(*data.value_ranges[c.feature.index])
+            continue
+        x = _value(data, c.feature)
+        finite = exp.Case(ifs=[exp.If(this=_finite(data, c.feature), true=x)])
+        infinite = exp.Case(ifs=[exp.If(this=exp.EQ(this=x.copy(), expression=_inf()),
+                                        true=num(1))])
+        outputs += [exp.func("MIN", finite), exp.func("MAX", finite.copy()),
+                    exp.func("COUNT", infinite)]
+        asked.append(c)
+    if not asked:
+        return
     (row,) = data.engine.execute(_rows(data).select(*outputs, copy=False))
-    columns = []
-    for i, f in enumerate(features):
-        n, lo, hi, infinite = row[4 * i: 4 * i + 4]
-        c = _Column(f, n=int(n or 0) + int(infinite or 0), infinite=int(infinite or 0))
-        if n:
-            c.lo, c.hi = float(lo), float(hi)
-            # the grid's 2**CELL_BITS cells cover [lo, hi]: (hi - lo) * 2**e < 2**CELL_BITS
-            c.exponent = CELL_BITS - math.frexp(c.hi - c.lo)[1] if c.hi > c.lo else 0
-        columns.append(c)
-    return columns
-
-
-def case_when(condition: exp.Expression, value: exp.Expression) -> exp.Expression:
-    return exp.Case(ifs=[exp.If(this=condition, true=value)])
-
-
-def _want(c: _Column, ranks: Sequence[int]) -> None:
-    finite = c.n - c.infinite
-    for r in ranks:
-        if r > finite:
-            c.values[r] = math.inf
-        elif c.lo == c.hi:
-            c.values[r] = c.hi
-        else:
-            c.open[r] = _Open(-1, 0, r)
+    for i, c in enumerate(asked):
+        lo, hi, infinite = row[3 * i: 3 * i + 3]
+        c.infinite = int(infinite or 0)
+        if lo is not None:
+            c.set_range(float(lo), float(hi))
 
 
 def _cell(data: Dataset, c: _Column, depth: int) -> exp.Expression:
     """``FLOOR((x - lo) * 2**e)`` on the grid of ``depth``. Every engine reads a double's
     shortest text as that double, so all compute the same cells; they need only agree with
     themselves across grids, which exact scaling by powers of two gives."""
+    assert c.lo is not None
     shifted = exp.Sub(this=_value(data, c.feature), expression=num(c.lo))
     bits = c.exponent + CELL_BITS * depth
     scaled = (exp.Mul(this=exp.paren(shifted), expression=num(2.0**bits)) if bits >= 0
@@ -183,98 +216,89 @@ def _cell(data: Dataset, c: _Column, depth: int) -> exp.Expression:
     return exp.cast(exp.func("FLOOR", scaled), exp.DataType.build("BIGINT"))
 
 
-def _in_cells(data: Dataset, c: _Column, depth: int, cells: Sequence[int]) -> exp.Expression:
+def _in_cells(data: Dataset, c: _Column, depth: int,
+              cells: Collection[int] | None) -> exp.Expression:
     test = _finite(data, c.feature)
-    if depth >= 0:
+    if cells is not None:
         test = exp.And(this=test, expression=exp.In(
             this=_cell(data, c, depth), expressions=[num(v) for v in sorted(cells)]))
     return test
 
 
-def _count(data: Dataset, columns: Sequence[_Column], depth: int, last: bool) -> None:
-    """Steps 2 and 3: the cells of the ranks still searching counted on the grid of
-    ``depth``, which resolves a rank (its cell holds one value) or narrows it to a cell."""
-    parts: list[exp.Select] = []
-    asked: list[_Column] = []
-    for c in columns:
-        parents = {o.cell for o in c.open.values() if not o.settled}
-        if not parents:
-            continue
-        cell = _cell(data, c, depth)
-        parts.append(_rows(data).select(
-            alias(num(len(asked)), "k"), alias(cell, "cell"),
-            alias(exp.func("COUNT", exp.Star()), "n"),
-            alias(exp.func("MIN", _value(data, c.feature)), "lo"),
-            alias(exp.func("MAX", _value(data, c.feature)), "hi"), copy=False,
-        ).where(_in_cells(data, c, depth - 1, parents), copy=False).group_by(
-            cell.copy(), copy=False))
-        asked.append(c)
-    if not parts:
-        return
-    grids: dict[int, list[tuple[int, int, float, float]]] = {}
-    for k, cell, n, lo, hi in data.engine.execute(_union(parts)):
-        grids.setdefault(int(k), []).append((int(cell), int(n), float(lo), float(hi)))
-    for k, c in enumerate(asked):
-        cells = sorted(grids.get(k, []))
-        for r, o in list(c.open.items()):
-            if o.settled:
-                continue
-            seen = 0  # the parent's rows before this cell
-            for cell, n, lo, hi in cells:
-                if depth > 0 and cell >> CELL_BITS != o.cell:
-                    continue
-                if o.within <= seen + n:
-                    if lo == hi:
-                        c.values[r] = lo
-                        del c.open[r]
-                    else:
-                        c.open[r] = _Open(depth, cell, o.within - seen,
-                                          settled=last or n <= MAX_CELL_ROWS)
-                    break
-                seen += n
-            else:  # pragma: no cover - a parent's cells hold all its rows
-                raise AssertionError(f"rank {r} of {c.feature.name!r} is in no cell")
+def _long(data: Dataset, branches: Sequence[tuple[exp.Expression, exp.Expression,
+                                                    exp.Expression]]) -> exp.Select:
+    """Rows ``(k, cell, x)``: each branch's (cell, value, condition) over the source, as the
+    engine reads many columns best: a ``UNION ALL`` of a filtered select per branch, or on
+    Spark every row's branches unpivoted in one scan (a union scans and shuffles once per
+    branch)."""
+    if data.engine.HISTOGRAM_FORM != UNPIVOT:
+        selects = [_rows(data).select(alias(num(k), "k"), alias(cell, "cell"), alias(x, "x"),
+                                      copy=False).where(test, copy=False)
+                   for k, (cell, x, test) in enumerate(branches)]
+        query: exp.Expression = selects[0]
+        for other in selects[1:]:
+            query = exp.union(query, other, distinct=False)
+        return exp.select("*").from_(query.subquery("u", copy=False), copy=False)
+    structs = [exp.Anonymous(this="NAMED_STRUCT", expressions=[
+        exp.Literal.string("k"), num(k), exp.Literal.string("cell"),
+        exp.Case(ifs=[exp.If(this=test, true=cell)]), exp.Literal.string("x"), x])
+        for k, (cell, x, test) in enumerate(branches)]
+    unpivoted = _rows(data).select(exp.Anonymous(this="INLINE", expressions=[
+        exp.Array(expressions=structs)]), copy=False)
+    return exp.select("*").from_(unpivoted.subquery("u", copy=False), copy=False).where(
+        exp.Not(this=exp.Is(this=col("cell"), expression=exp.null())), copy=False)
+
+
+def _count(data: Dataset, asked: Sequence[tuple[_Column, set[int] | None]],
+           depth: int) -> list[list[_Cell]]:
+    """Steps 2 and 3: each feature's rows in the given cells of the grid one coarser (None:
+    all its finite values) counted per cell of the grid of ``depth``, cells in order."""
+    if not asked:
+        return []
+    branches = [(_cell(data, c, depth), _value(data, c.feature),
+                 _in_cells(data, c, depth - 1, parents)) for c, parents in asked]
+    query = _long(data, branches).select(
+        col("k"), col("cell"), exp.func("COUNT", exp.Star()), exp.func("MIN", col("x")),
+        exp.func("MAX", col("x")), append=False, copy=False).group_by(
+        col("k"), col("cell"), copy=False)
+    grids: list[list[_Cell]] = [[] for _ in asked]
+    for k, cell, n, lo, hi in data.engine.execute(query):
+        grids[int(k)].append((int(cell), int(n), float(lo), float(hi)))
+    return [sorted(cells) for cells in grids]
 
 
 def _read_ranks(data: Dataset, columns: Sequence[_Column]) -> None:
     """Step 4: each open rank's value, the r-th of its cell's values in order."""
-    parts: list[exp.Select] = []
-    asked: list[tuple[_Column, dict[tuple[int, int], list[int]]]] = []
+    branches = []
+    wanted: list[tuple[int, int, int]] = []
+    asked: list[tuple[_Column, int]] = []
     for c in columns:
         for depth in sorted({o.depth for o in c.open.values()}):
-            wanted: dict[tuple[int, int], list[int]] = {}
-            for r, o in c.open.items():
-                if o.depth == depth:
-                    wanted.setdefault((o.cell, o.within), []).append(r)
-            cell = _cell(data, c, depth)
-            x = _value(data, c.feature)
-            order = exp.Window(this=exp.RowNumber(), partition_by=[cell.copy()],
-                               order=exp.Order(expressions=[exp.Ordered(this=x.copy())]))
-            ranked = _rows(data).select(
-                alias(cell, "cell"), alias(x, "x"), alias(order, "r"), copy=False,
-            ).where(_in_cells(data, c, depth, {key[0] for key in wanted}), copy=False)
-            pairs = values_table("w", ["cell", "r"], sorted(wanted), ["BIGINT", "BIGINT"])
-            parts.append(exp.select(
-                alias(num(len(asked)), "k"), col("cell", "v"), col("r", "v"), col("x", "v"),
-            ).from_(ranked.subquery("v", copy=False)).join(pairs, on=exp.and_(
-                exp.EQ(this=col("cell", "v"), expression=col("cell", "w")),
-                exp.EQ(this=col("r", "v"), expression=col("r", "w")))))
-            asked.append((c, wanted))
-    for k, cell, within, value in data.engine.execute(_union(parts)):
-        c, wanted = asked[int(k)]
-        for r in wanted[(int(cell), int(within))]:
-            c.values[r] = float(value)
-            del c.open[r]
+            cells = {o.cell for o in c.open.values() if o.depth == depth}
+            wanted += sorted({(len(asked), o.cell, o.within) for o in c.open.values()
+                              if o.depth == depth})
+            branches.append((_cell(data, c, depth), _value(data, c.feature),
+                             _in_cells(data, c, depth, cells)))
+            asked.append((c, depth))
+    keys = [col("k"), col("cell")]
+    order = exp.Window(this=exp.RowNumber(), partition_by=keys, order=exp.Order(
+        expressions=[exp.Ordered(this=col("x"))]))
+    ranked = _long(data, branches).select(*keys, col("x"), alias(order, "r"), append=False,
+                                          copy=False)
+    pairs = values_table("w", ["k", "cell", "r"], wanted, ["INT", "BIGINT", "BIGINT"])
+    query = exp.select(col("k", "v"), col("cell", "v"), col("r", "v"), col("x", "v")).from_(
+        ranked.subquery("v", copy=False)).join(pairs, on=exp.and_(*[
+            exp.EQ(this=col(name, "v"), expression=col(name, "w"))
+            for name in ("k", "cell", "r")]))
+    for k, cell, within, value in data.engine.execute(query):
+        c, depth = asked[int(k)]
+        for r, o in list(c.open.items()):
+            if (o.depth, o.cell, o.within) == (depth, int(cell), int(within)):
+                c.values[r] = float(value)
+                del c.open[r]
     for c in columns:
         if c.open:  # pragma: no cover - every open rank is inside its cell
             raise AssertionError(f"ranks {sorted(c.open)} of {c.feature.name!r} not read")
-
-
-def _union(parts: Sequence[exp.Select]) -> exp.Expression:
-    query: exp.Expression = parts[0]
-    for p in parts[1:]:
-        query = exp.union(query, p, distinct=False)
-    return query
 
 
 __all__ = ["bin_edges"]

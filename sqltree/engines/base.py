@@ -35,6 +35,11 @@ from ..errors import DataError, SourceError, SqlTreeError
 from ..sqlexpr import fenced, values_table
 from .select_plan import SELECT, TABLES, SelectPlan, choose_plan
 
+GROUPING_SETS, UNION, UNPIVOT = "grouping sets", "union", "unpivot"
+"""How an engine sums many features' groups in one statement (``Engine.HISTOGRAM_FORM``):
+one ``GROUP BY GROUPING SETS``, a ``UNION ALL`` of a ``GROUP BY`` per feature, or each row's
+values unpivoted (``EXPLODE``) and grouped once."""
+
 
 @dataclass
 class EngineStats:
@@ -133,7 +138,7 @@ class Engine(ABC):
     """Whether a level's tests and routes reach the engine as loaded tables (``load_rows``)
     in every algorithm, rather than as literal rows in the partition statement: for an
     engine whose parser and planner pay for every literal row (Spark)."""
-    HISTOGRAM_FORM: ClassVar[str] = "grouping sets"
+    HISTOGRAM_FORM: ClassVar[str] = GROUPING_SETS
     """How a level's histogram of every feature is summed (``learner.backends``): one
     ``GROUP BY GROUPING SETS`` (one pass over the rows), a ``"union"`` of a ``GROUP BY`` per
     feature (PostgreSQL: 5.7 s against 8.5 s at 1M rows of 16 features and 256 nodes; SQLite

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 from sqlglot import exp
 
-from .base import Engine, EngineStats, arrow_rows
+from .base import UNPIVOT, Engine, EngineStats, arrow_rows
 from .select_plan import TABLES
 
 # Types a CSV column keeps after Spark's inference; anything else (booleans from true/false,
@@ -94,7 +94,7 @@ class SparkEngine(Engine):
     LOADS_SMALL_ROWS: ClassVar[bool] = True
     # the grouping sets' Expand copies every column of a row once per feature: 31.4 s of
     # levels at 1M rows (CART binned 64, depth 10) against 22.2 s unpivoted
-    HISTOGRAM_FORM: ClassVar[str] = "unpivot"
+    HISTOGRAM_FORM: ClassVar[str] = UNPIVOT
     SMALL_TABLE_ROWS: ClassVar[int] = 1_000_000
     """Temp tables up to this many rows are coalesced to the default parallelism."""
 

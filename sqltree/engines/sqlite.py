@@ -32,7 +32,7 @@ from sqlglot import exp
 from sqlglot.errors import ErrorLevel
 
 from ..errors import UnsupportedError
-from .base import Engine, temp_table_create
+from .base import UNION, Engine, temp_table_create
 from .sqlite_numbers import exact_numbers
 
 MIN_VERSION = (3, 35, 0)
@@ -73,7 +73,7 @@ class SQLiteEngine(Engine):
     dialect: ClassVar[str] = "sqlite"
     NAME: ClassVar[str] = "SQLite"
     SUPPORTS_GROUPING_SETS: ClassVar[bool] = False
-    HISTOGRAM_FORM: ClassVar[str] = "union"
+    HISTOGRAM_FORM: ClassVar[str] = UNION
     BOOLEANS_AS_INTEGERS: ClassVar[bool] = True
 
     def __init__(self, connection: sqlite3.Connection | None = None) -> None:

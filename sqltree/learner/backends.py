@@ -25,16 +25,13 @@ from typing import Any
 import numpy as np
 from sqlglot import exp
 
+from ..engines.base import GROUPING_SETS, UNPIVOT
 from ..sqlexpr import alias, case, computed_once, num
 from .rows import Sampling, row_hash
 from .splitter import Histograms, Layout
 
 INT = "BIGINT"
 
-GROUPING_SETS, UNION, UNPIVOT = "grouping sets", "union", "unpivot"
-"""How an engine sums a level's histogram of every feature (``Engine.HISTOGRAM_FORM``): one
-``GROUP BY GROUPING SETS``, a ``UNION ALL`` of a ``GROUP BY`` per feature, or each row's codes
-unpivoted (``EXPLODE``) and grouped once."""
 
 
 @dataclass(frozen=True)

@@ -23,11 +23,11 @@ import numpy as np
 from sqlglot import exp
 
 from ..dataset import Dataset
+from ..engines.base import GROUPING_SETS, UNION, UNPIVOT
 from ..ensemble import Ensemble, TreeArrays
 from ..errors import OptionError
 from ..model import features_info
 from ..sqlexpr import alias, case, num
-from .backends import GROUPING_SETS, UNION, UNPIVOT
 from .encode import Encoded, encode
 from .gains import ROWS, Newton
 from .losses import Loss, loss_for
