@@ -279,7 +279,8 @@ def temp_objects(engine: Engine) -> list[str]:
         return [r[0] for r in rows if r[0].startswith("sqltree_")]
     if kind == "PostgresEngine":
         rows = engine._run(
-            "SELECT relname FROM pg_class WHERE relpersistence = 't' AND relname LIKE 'sqltree%'"
+            "SELECT relname FROM pg_class WHERE relpersistence IN ('t', 'u') "
+            "AND relname LIKE 'sqltree%'"
         )
         return [r[0] for r in rows]
     spark = engine.spark  # type: ignore[attr-defined]
@@ -390,6 +391,31 @@ def test_postgres_read_only_role(postgres_admin: Any, postgres_url: str) -> None
             "GRANT CONNECT, TEMPORARY ON DATABASE postgres TO PUBLIC",
         ]:
             postgres_admin.execute(sql)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(("parallel", "persistence"), [(None, "u"), (False, "t")])
+def test_postgres_working_tables_are_readable_by_parallel_workers(
+    postgres_url: str, parallel: bool | None, persistence: str
+) -> None:
+    """Where the role may create tables in its schema (the test role may), working tables are
+    UNLOGGED tables there, which parallel workers scan; TEMP tables with ``parallel=False``.
+    Either way none is left."""
+    from sqltree.engines.postgres import PostgresEngine
+
+    engine = PostgresEngine.connect(postgres_url, parallel=parallel)
+    where = ("SELECT c.relpersistence, n.nspname = current_schema() FROM pg_class c "
+             "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relname = %s")
+    try:
+        table = engine.materialize("probe", exp.select(exp.alias_(exp.Literal.number(1), "x")))
+        kind, in_schema = engine.connection.execute(where, (table.name,)).fetchone()
+        assert kind == persistence
+        assert in_schema == (persistence == "u")
+        assert engine.execute(exp.select("x").from_(table)) == [(1,)]
+        engine.cleanup()
+        assert engine.connection.execute(where, (table.name,)).fetchall() == []
+    finally:
+        engine.close()
 
 
 @pytest.mark.postgres

@@ -1,13 +1,19 @@
 """PostgreSQL through psycopg 3: training runs where warehouse tables already live.
 
-sqltree only reads the source and writes session-local ``TEMP`` tables, so a role with
-``SELECT`` on the source and the ``TEMP`` privilege on the database is enough; a role without
-``TEMP`` (or a read-only transaction) trains on the select plan (``engines.select_plan``).
+sqltree only reads the source and writes working tables, so a role with ``SELECT`` on the
+source and the ``TEMP`` privilege on the database is enough; a role without ``TEMP`` (or a
+read-only transaction) trains on the select plan (``engines.select_plan``).
+
+PostgreSQL's parallel workers cannot read a session's ``TEMP`` tables, so where the role may
+create tables in its current schema and the server runs parallel workers, the working tables
+are ``UNLOGGED`` tables there instead (``parallel``), named ``sqltree_<id>_...`` and dropped
+when training ends, also after an error or a Ctrl-C.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import signal
 import threading
 from collections.abc import Iterator
@@ -18,7 +24,7 @@ from sqlglot import exp
 
 from ..errors import EngineConnectionError, UnsupportedError, install_hint
 from ..sqlexpr import WITHOUT_NESTED_LOOPS
-from .base import Engine, one_line, temp_table_create
+from .base import UNION, Engine, one_line, temp_table_create
 from .select_plan import SELECT
 
 try:  # psycopg is an optional dependency (the "postgres" extra)
@@ -76,22 +82,30 @@ class PostgresEngine(Engine):
     dialect: ClassVar[str] = "postgres"
     NAME: ClassVar[str] = "PostgreSQL"
     FENCES_DERIVED_TABLES: ClassVar[bool] = True
-    HISTOGRAM_FORM: ClassVar[str] = "union"
+    HISTOGRAM_FORM: ClassVar[str] = UNION
 
     def __init__(
-        self, connection: Any, *, owns_connection: bool = False, close_on_cleanup: bool = False
+        self, connection: Any, *, owns_connection: bool = False, close_on_cleanup: bool = False,
+        parallel: bool | None = None,
     ) -> None:
+        """``parallel``: store working tables as ``UNLOGGED`` tables in the current schema,
+        which parallel workers can scan, rather than as ``TEMP`` tables; None (the default):
+        where the role may create tables there and ``max_parallel_workers_per_gather`` is
+        above 0."""
         if psycopg is None:  # pragma: no cover
             raise UnsupportedError(_NO_PSYCOPG)
         super().__init__()
         self.connection = connection
         self.owns_connection = owns_connection
         self.close_on_cleanup = close_on_cleanup
+        self.parallel = parallel
         self.begin()
 
     @classmethod
-    def connect(cls, url: str, *, close_on_cleanup: bool = False, **kwargs: Any) -> PostgresEngine:
-        """Open a connection (autocommit) from a libpq URL or key=value string and wrap it.
+    def connect(cls, url: str, *, close_on_cleanup: bool = False, parallel: bool | None = None,
+                **kwargs: Any) -> PostgresEngine:
+        """Open a connection (autocommit) from a libpq URL or key=value string and wrap it;
+        ``kwargs`` go to ``psycopg.connect``.
 
         ``close_on_cleanup=True`` closes it when ``cleanup`` runs, for an engine made for one
         call (``train(..., connection="postgresql://...")``).
@@ -105,7 +119,8 @@ class PostgresEngine(Engine):
             raise EngineConnectionError(
                 f"PostgreSQL: cannot connect to {_without_password(url)}: {one_line(error)}"
             ) from error
-        return cls(conn, owns_connection=True, close_on_cleanup=close_on_cleanup)
+        return cls(conn, owns_connection=True, close_on_cleanup=close_on_cleanup,
+                   parallel=parallel)
 
     def explain(self, error: BaseException) -> str:
         """The server's own message (without the ``LINE 1: ...`` excerpt of sqltree's query),
@@ -267,23 +282,24 @@ class PostgresEngine(Engine):
     FETCHES_ROWS = True
 
     def _run_batches(self, sql: str, size: int) -> Iterator[tuple[list[str], list[Any]]]:
-        # A server-side cursor: libpq holds a batch, not the whole result. Reading the 1M-row
-        # benchmark file's training rows (19 columns) raised the peak by 378 MB in 8.6 s,
-        # against 692 MB in 7.3 s with a client-side cursor, 948 MB fetched all at once.
+        # Streamed in chunks: libpq holds a batch, not the whole result (reading the 1M-row
+        # benchmark file's training rows, 19 columns, whole took 692 MB against 378 MB a batch
+        # at a time). Not through a server-side cursor, which PostgreSQL never runs in
+        # parallel: with parallel workers a level's histogram took 1.3-2.2 s against 2.1-3.3 s.
         with (
             self._cancel_on_ctrl_c(),
             self.connection.transaction(),
-            self._cursor() as settings,
-            self._cursor(name="sqltree_rows") as cur,
+            self._cursor() as cur,
         ):
-            settings.execute(_JIT_OFF)  # as in _execute
+            cur.execute(_JIT_OFF)  # as in _execute
             if self.plan == SELECT:
-                settings.execute(_SELECT_PLAN_SETTINGS)
-            cur.itersize = size
-            cur.execute(self._sending(sql))
-            names = [column.name for column in cur.description or []]
-            while rows := cur.fetchmany(size):
-                yield names, rows
+                cur.execute(_SELECT_PLAN_SETTINGS)
+            rows = cur.stream(self._sending(sql), size=size)
+            names: list[str] | None = None
+            while batch := list(itertools.islice(rows, size)):
+                if names is None:
+                    names = [column.name for column in cur.description or []]
+                yield names, batch
 
     def _run_columns(self, sql: str) -> list[tuple[str, str]]:
         with (
@@ -322,8 +338,24 @@ class PostgresEngine(Engine):
         )
         return {int(oid): str(cat) for oid, cat in self._run(self.render(query))}
 
+    def _parallel_tables(self) -> bool:
+        """Whether working tables are ``UNLOGGED`` tables in the current schema (asked once,
+        in a SELECT that creates nothing)."""
+        if self.parallel is None:
+            asked = exp.select(exp.and_(
+                exp.func("has_schema_privilege", exp.func("current_schema"),
+                         exp.Literal.string("CREATE")),
+                exp.GT(this=exp.cast(exp.func("current_setting", exp.Literal.string(
+                    "max_parallel_workers_per_gather")), "INT"), expression=exp.Literal.number(0)),
+            ))
+            ((allowed,),) = self._run(self.render(asked))
+            self.parallel = bool(allowed)
+        return self.parallel
+
     def _create_temp_table(self, name: str, query: exp.Expression) -> None:
         create = temp_table_create(name, query)
+        if self._parallel_tables():
+            create.set("properties", exp.Properties(expressions=[exp.UnloggedProperty()]))
         table = create.this
         self._execute(self.render(create), fetch=False)
         # Autovacuum never analyzes temp tables; without statistics the planner guesses row
