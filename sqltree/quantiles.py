@@ -64,6 +64,9 @@ class _Column:
     """The grid's origin: at most the least finite value (None: no finite value)."""
     exponent: int = 0
     """The grid of depth 0 has cells of ``2**-exponent``."""
+    halved: bool = False
+    """Whether the grid is laid over ``x / 2``: ``hi - lo`` overflows (values near both ends
+    of the doubles), ``hi / 2 - lo / 2`` does not."""
     infinite: int = 0
     top: float | None = None
     """The greatest finite value of the training rows."""
@@ -74,8 +77,10 @@ class _Column:
 
     def set_range(self, lo: float, hi: float) -> None:
         self.lo = lo
-        # the grid's 2**CELL_BITS cells cover [lo, hi]: (hi - lo) * 2**e < 2**CELL_BITS
-        self.exponent = CELL_BITS - math.frexp(hi - lo)[1] if hi > lo else 0
+        self.halved = not math.isfinite(hi - lo)
+        span = hi * 0.5 - lo * 0.5 if self.halved else hi - lo
+        # the grid's 2**CELL_BITS cells cover [lo, hi]: span * 2**e < 2**CELL_BITS
+        self.exponent = CELL_BITS - math.frexp(span)[1] if hi > lo else 0
 
     def locate(self, rank: int, within: int, cells: Sequence[_Cell], depth: int,
                last: bool) -> None:
@@ -209,7 +214,11 @@ def _cell(data: Dataset, c: _Column, depth: int) -> exp.Expression:
     shortest text as that double, so all compute the same cells; they need only agree with
     themselves across grids, which exact scaling by powers of two gives."""
     assert c.lo is not None
-    shifted = exp.Sub(this=_value(data, c.feature), expression=num(c.lo))
+    if c.halved:  # halving is exact and monotone: the cells keep their order and nesting
+        shifted = exp.Sub(this=exp.Mul(this=_value(data, c.feature), expression=num(0.5)),
+                          expression=num(c.lo * 0.5))
+    else:
+        shifted = exp.Sub(this=_value(data, c.feature), expression=num(c.lo))
     bits = c.exponent + CELL_BITS * depth
     scaled = (exp.Mul(this=exp.paren(shifted), expression=num(2.0**bits)) if bits >= 0
               else exp.Div(this=exp.paren(shifted), expression=num(2.0**-bits)))

@@ -41,6 +41,10 @@ def awkward(n: int, seed: int = 1) -> pd.DataFrame:
         "infinite": np.where(rng.random(n) < 0.2, np.inf, rng.normal(size=n)),
         "half unknown": np.where(np.arange(n) % 2 == 1, np.nan, rng.normal(size=n)),
         "tight": 1 + rng.uniform(0, 1e-12, n),  # 48 bits of grid are not enough
+        # the range overflows a double
+        "widest": np.where(np.arange(n) % 3 == 0, 1.7976931348623157e308,
+                           np.where(np.arange(n) % 3 == 1, -1.7976931348623157e308,
+                                    rng.normal(size=n))),
         "label": rng.choice(["a", "b"], n),
     })
 
