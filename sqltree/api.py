@@ -12,6 +12,7 @@ from sqlglot import exp
 
 from . import progress as reporting
 from . import queries as q
+from .algorithm_registry import CART, ENSEMBLES, ID3, facts
 from .algorithms import SCAN_REASON, SCAN_REFUSAL, grow_and_prune
 from .algorithms.c45 import score_options
 from .algorithms.c45_scores import SCORE_COLUMNS, build_split_scores
@@ -32,7 +33,6 @@ from .grower import GrowOptions
 from .model import Model, features_info
 from .options import (
     CART_OPTIONS,
-    ENSEMBLES,
     check_keywords,
     check_train_options,
     resolve_task,
@@ -44,7 +44,6 @@ from .version import __version__
 if TYPE_CHECKING:
     import pandas
 
-DEFAULT_MIN_CASES = {"c4.5": 2.0, "id3": 1.0}
 TREE_DEFAULTS: dict[str, Any] = {
     "min_cases": None, "min_gain": 0.0, "pruning": "default", "subtree_raising": True,
     "validation": None, "missing": "fractional", "cf": 0.25,
@@ -165,12 +164,12 @@ def train(
     options = GrowOptions(
         task=task, algorithm=algorithm, max_depth=max_depth, min_samples_split=min_samples_split,
         min_gain=min_gain, missing=missing, max_bins=max_bins, **cart_options,
-        min_cases=DEFAULT_MIN_CASES.get(algorithm, 2.0) if min_cases is None else min_cases,
+        min_cases=facts(algorithm).min_cases if min_cases is None else min_cases,
     )
-    if plan == SCAN and not (options.strategy_name == "cart" and options.max_bins):
+    if plan == SCAN and not (options.strategy_name == CART and options.max_bins):
         raise UnsupportedOptionError(SCAN_REFUSAL)
     if pruning == "default":
-        pruning = "c4.5" if algorithm == "c4.5" else None
+        pruning = facts(algorithm).default_pruning
     roles = {"features": features, "nominal": nominal, "continuous": continuous, "weight": weight}
     return _fit(source, target, connection, roles, options, progress,
                 PruneOptions(pruning, cf, subtree_raising, validation), plan)
@@ -213,7 +212,7 @@ def _fit(
             with collector_paused():
                 root, grow_stats, prune_stats, rows = grow_and_prune(data, options,
                                                                      memory=memory, plan=plan)
-                if options.algorithm == "c4.5" or post.method is not None:
+                if facts(options.algorithm).collapse_unpruned or post.method is not None:
                     prune_stats = prune(root, data, post.method, cf=post.cf,
                                         subtree_raising=post.subtree_raising,
                                         validation=post.validation, rows=rows)
@@ -325,7 +324,7 @@ def split_scores(
             "hist", q.build_histogram(level, data.features, len(data.classes),
                                       one_pass=engine.ONE_PASS_HISTOGRAM)
         )
-        opts = score_options(GrowOptions(algorithm="id3", min_cases=1.0), all_thresholds=True)
+        opts = score_options(GrowOptions(algorithm=ID3, min_cases=1.0), all_thresholds=True)
         rows = engine.execute(build_split_scores(hist, data.features, len(data.classes), opts))
     finally:
         engine.cleanup()

@@ -16,6 +16,7 @@ from difflib import get_close_matches
 from typing import Any, NoReturn
 
 from . import __version__, progress
+from .algorithm_registry import C45_PRUNING, GRADIENT_BOOSTING, RANDOM_FOREST, TREES
 from .errors import EngineConnectionError, OptionError, SqlTreeError
 from .options import check_dialect
 
@@ -141,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="regression grows a CART regression tree (default: classification, "
                         "or regression for a regression --criterion)")
     t.add_argument("--output", "-o", metavar="MODEL.json", help="where to save the model")
-    t.add_argument("--algorithm", "-a", choices=["c4.5", "id3", "cart"],
+    t.add_argument("--algorithm", "-a", choices=list(TREES),
                    help="default: c4.5, or cart for --task regression")
     repeatable = " (repeatable; a comma separates names, \\, is a comma within one)"
     t.add_argument("--features", metavar="A,B,...", action="append",
@@ -158,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--max-bins", type=int, metavar="N",
                    help="cut each continuous feature into at most N quantile bins, computed "
                         "once in the engine (faster on large data; default: every value)")
-    t.add_argument("--pruning", choices=["c4.5", "pessimistic", "none"],
+    t.add_argument("--pruning", choices=[C45_PRUNING, "pessimistic", "none"],
                    help="post-pruning (default: c4.5 for C4.5, none otherwise)")
     t.add_argument("--cf", type=float, default=0.25, help="C4.5 pruning confidence (J48 -C)")
     _add_cart_and_engine_flags(t)
@@ -261,7 +262,7 @@ def _ensemble_options(args: argparse.Namespace) -> dict[str, Any]:
     if args.random_state is not None:
         out["random_state"] = args.random_state
     if args.forest is not None:
-        out |= {"algorithm": "random-forest", "n_estimators": args.forest}
+        out |= {"algorithm": RANDOM_FOREST, "n_estimators": args.forest}
         if args.max_features is not None:
             out["max_features"] = _max_features(args.max_features)
         if args.no_bootstrap:
@@ -271,7 +272,7 @@ def _ensemble_options(args: argparse.Namespace) -> dict[str, Any]:
         if args.oob:
             out["oob_score"] = True
         return out
-    out |= {"algorithm": "gradient-boosting", "max_iter": args.boost}
+    out |= {"algorithm": GRADIENT_BOOSTING, "max_iter": args.boost}
     for name in ("learning_rate", "loss", "l2_regularization"):
         if getattr(args, name) is not None:
             out[name] = getattr(args, name)

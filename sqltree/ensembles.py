@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import progress as reporting
+from .algorithm_registry import RANDOM_FOREST
 from .algorithms.cart.strategy import class_weights
 from .dataset import describe, describe_source, is_pandas_frame
 from .engines import get_engine
@@ -21,7 +22,7 @@ from .ensemble import Ensemble
 from .errors import OptionError
 from .learner.boosting import BoostingOptions, train_boosting
 from .learner.forest import ForestOptions, ForestProgress, train_forest
-from .options import RANDOM_FOREST, check_keywords
+from .options import check_keywords
 from .progress import Callback
 from .version import __version__
 

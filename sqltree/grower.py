@@ -19,6 +19,7 @@ from sqlglot import exp
 from . import heap
 from . import progress as reporting
 from . import queries as q
+from .algorithm_registry import C45, CART_REGRESSION
 from .compiler import collector_paused
 from .dataset import Dataset, Feature
 from .engines.select_plan import TABLES, plan_note
@@ -48,7 +49,7 @@ class GrowOptions:
     CART's, with scikit-learn's names and meanings (see ``sqltree.cart``).
     """
 
-    algorithm: str = "c4.5"
+    algorithm: str = C45
     min_cases: float = 2.0
     max_depth: int | None = None
     min_samples_split: float = 0.0
@@ -72,7 +73,7 @@ class GrowOptions:
     @property
     def strategy_name(self) -> str:
         """The registry's name of the strategy (``sqltree.algorithms.STRATEGIES``)."""
-        return "cart-regression" if self.task == "regression" else self.algorithm
+        return CART_REGRESSION if self.task == "regression" else self.algorithm
 
 
 @dataclass

@@ -14,6 +14,7 @@ from sqlglot.errors import ErrorLevel
 
 from . import compiler
 from . import progress as reporting
+from .algorithm_registry import REGISTRY
 from .compiler.scoring import build_scoring_query
 from .criteria import impurity, predicted_class
 from .deploy import dbt_model, dbt_ref, unquote_identifiers
@@ -177,7 +178,8 @@ class Model:
         if kind not in ("gain", "split"):
             raise OptionError(f"kind is 'gain' or 'split', not {kind!r}")
         criterion = "entropy"
-        if self.options.get("algorithm") == "cart":
+        algorithm = REGISTRY.get(self.options.get("algorithm"))
+        if algorithm is not None and algorithm.cart_options:
             criterion = "gini" if self.options.get("criterion", "gini") == "gini" else "entropy"
 
         def weighted(node: Node) -> float:

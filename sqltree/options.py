@@ -14,18 +14,19 @@ from collections.abc import Iterable, Mapping
 from numbers import Integral, Real
 from typing import Any
 
+from .algorithm_registry import (
+    ALGORITHMS,
+    ALIASES,
+    C45_PRUNING,
+    CART,
+    CLASSIFICATION_DEFAULT,
+    REGRESSION_DEFAULT,
+    facts,
+)
 from .errors import OptionError, UnsupportedOptionError
 
-ALGORITHMS = ("c4.5", "id3", "cart", "random-forest", "gradient-boosting")
-RANDOM_FOREST = "random-forest"
-GRADIENT_BOOSTING = "gradient-boosting"
-ENSEMBLES = (RANDOM_FOREST, GRADIENT_BOOSTING)
-ALIASES = {"c45": "c4.5", "j48": "c4.5", "rf": RANDOM_FOREST, "random_forest": RANDOM_FOREST,
-           "randomforest": RANDOM_FOREST, "forest": RANDOM_FOREST,
-           "gbt": GRADIENT_BOOSTING, "gbm": GRADIENT_BOOSTING, "boosting": GRADIENT_BOOSTING,
-           "gradient_boosting": GRADIENT_BOOSTING}
 MISSING = ("fractional", "majority", "drop")
-PRUNING = ("c4.5", "pessimistic", "reduced-error")
+PRUNING = (C45_PRUNING, "pessimistic", "reduced-error")
 CART_CRITERIA = ("gini", "entropy", "log_loss")
 REGRESSION_CRITERIA = ("squared_error", "friedman_mse", "poisson")
 TASKS = ("classification", "regression")
@@ -102,9 +103,11 @@ def check_train_options(
     _check_columns(target, features, nominal, continuous, weight)
     if task not in TASKS:
         raise OptionError(f"task must be one of {TASKS}, not {task!r}")
-    if task == "regression" and algorithm != "cart":
+    entry = facts(algorithm)
+    # an ensemble gets here only from cross-validation, which scores single trees
+    if task == "regression" and (entry.ensemble or not entry.regression):
         raise UnsupportedOptionError(
-            f"regression trees are CART's (algorithm='cart'); {algorithm!r} grows "
+            f"regression trees are CART's (algorithm={CART!r}); {algorithm!r} grows "
             "classification trees only"
         )
     if min_cases is not None:
@@ -125,7 +128,7 @@ def check_train_options(
     if (pruning == "reduced-error") != (validation is not None):
         raise OptionError("reduced-error pruning and a validation source go together")
 
-    if algorithm == "cart":
+    if entry.cart_options:
         _refuse_for_cart(min_cases, min_gain, missing, pruning, cf, subtree_raising)
         if task == "regression":
             _check_regression(cart_options)
@@ -136,10 +139,10 @@ def check_train_options(
     cart_only = sorted(name for name in cart_options if name != "threshold_search")
     if cart_only:
         raise UnsupportedOptionError(
-            f"{cart_only} apply to algorithm='cart' only, not {algorithm!r}"
+            f"{cart_only} apply to algorithm={CART!r} only, not {algorithm!r}"
         )
-    c45_pruning = pruning == "c4.5" or (pruning == "default" and algorithm == "c4.5")
-    if not c45_pruning and (cf != DEFAULT_CF or subtree_raising is not True):
+    chosen = entry.default_pruning if pruning == "default" else pruning
+    if chosen != C45_PRUNING and (cf != DEFAULT_CF or subtree_raising is not True):
         raise UnsupportedOptionError(
             "cf and subtree_raising apply to C4.5's error-based pruning only"
         )
@@ -204,7 +207,7 @@ def resolve_task(task: str | None, algorithm: Any, cart_options: Mapping[str, An
                       or cart_options.get("loss") in ("squared_error", "poisson"))
         task = "regression" if regression else "classification"
     if algorithm is None:
-        algorithm = "cart" if task == "regression" else "c4.5"
+        algorithm = REGRESSION_DEFAULT if task == "regression" else CLASSIFICATION_DEFAULT
     return task, normalise_algorithm(algorithm)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .algorithm_registry import C45, C45_PRUNING, CART, ID3
 from .export import weka_number
 from .tree import CONTINUOUS, NOMINAL, format_value
 from .version import __version__
@@ -18,10 +19,10 @@ __all__ = ["summary"]
 
 _TREE_OPTIONS = ("max_depth", "min_samples_split", "max_bins", "weight")
 OPTIONS_SHOWN: dict[str, tuple[str, ...]] = {
-    "c4.5": ("min_cases", *_TREE_OPTIONS, "min_gain", "missing", "pruning", "cf",
-             "subtree_raising"),
-    "id3": ("min_cases", *_TREE_OPTIONS, "min_gain", "missing", "pruning"),
-    "cart": (*_TREE_OPTIONS, "criterion", "min_samples_leaf", "min_weight_fraction_leaf",
+    C45: ("min_cases", *_TREE_OPTIONS, "min_gain", "missing", "pruning", "cf",
+          "subtree_raising"),
+    ID3: ("min_cases", *_TREE_OPTIONS, "min_gain", "missing", "pruning"),
+    CART: (*_TREE_OPTIONS, "criterion", "min_samples_leaf", "min_weight_fraction_leaf",
              "min_impurity_decrease", "max_leaf_nodes", "class_weight", "ccp_alpha"),
 }
 """The options each algorithm uses, in the order the summary lists them (unset ones are left
@@ -38,7 +39,7 @@ def _options(model: Any) -> str:
     shown = []
     for name in OPTIONS_SHOWN.get(algorithm, ()):
         value = options.get(name)
-        if name in ("cf", "subtree_raising") and options.get("pruning") != "c4.5":
+        if name in ("cf", "subtree_raising") and options.get("pruning") != C45_PRUNING:
             continue
         if value is not None or name == "pruning":
             shown.append(f"{name}={value}")

@@ -5,7 +5,8 @@ shared histogram, chooses one split per node from the scored rows and plans its 
 histogram, running sums, partition and level table are the grower's, ``queries``'s and
 ``running_sums``'s, the same for every algorithm; an algorithm's own SQL sits next to it
 (``c45_criteria``, ``c45_cuts``, ``c45_scores`` for C4.5 and ID3; the package ``cart``). The
-registry is explicit (no discovery): adding an algorithm is one module and one entry here.
+registry is explicit (no discovery): adding an algorithm is one module, one entry here, and
+its name and facts in ``sqltree.algorithm_registry``.
 Post-pruning is ``sqltree.pruning``'s, after growth: ``grow_and_prune`` runs what the grow
 options ask for.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..algorithm_registry import C45, CART, CART_REGRESSION, ID3
 from ..dataset import Dataset
 from ..errors import UnsupportedOptionError
 from ..grower import GrowOptions, GrowStats, Progress, Strategy, grow_with
@@ -35,10 +37,10 @@ SCAN_REFUSAL = ("plan='scan' grows binned CART classification trees (max_bins) o
                 "that stores tables; use plan='tables' or 'auto'")
 
 STRATEGIES: dict[str, type[Strategy]] = {
-    "c4.5": C45Strategy,
-    "id3": C45Strategy,
-    "cart": CARTStrategy,
-    "cart-regression": RegressionStrategy,
+    C45: C45Strategy,
+    ID3: C45Strategy,
+    CART: CARTStrategy,
+    CART_REGRESSION: RegressionStrategy,
 }
 """Algorithm name (``GrowOptions.strategy_name``) -> the strategy that grows it."""
 
@@ -76,8 +78,8 @@ def _cart_pruning(root: Node, data: Dataset, options: GrowOptions) -> PruneStats
 
 
 POST_PRUNING: dict[str, Callable[[Node, Dataset, GrowOptions], PruneStats]] = {
-    "cart": _cart_pruning,
-    "cart-regression": _cart_pruning,
+    CART: _cart_pruning,
+    CART_REGRESSION: _cart_pruning,
 }
 """Algorithm name -> the pruning its grow options ask for (C4.5's has options of its own,
 given to ``sqltree.pruning.prune``)."""

@@ -13,6 +13,7 @@ from typing import Any
 from sqlglot import exp
 
 from .. import queries as q
+from ..algorithm_registry import facts
 from ..bounded_search import SEARCH_BINS
 from ..criteria import J48_SMALL, TIE_TOLERANCE
 from ..dataset import Dataset, Feature
@@ -321,16 +322,16 @@ class _Choice:
 
 
 def score_options(options: GrowOptions, all_thresholds: bool = False) -> ScoreOptions:
-    c45 = options.algorithm == "c4.5"
+    j48 = facts(options.algorithm).gain_ratio
     return ScoreOptions(
         min_cases=options.min_cases,
-        j48_min_split=c45,
-        mdl=c45,
+        j48_min_split=j48,
+        mdl=j48,
         all_thresholds=all_thresholds,
         unknown="drop" if options.missing == "drop" else "fractional",
-        cut_gap=1e-5 if c45 else 0.0,
+        cut_gap=1e-5 if j48 else 0.0,
         # J48 replaces its best cut only by one whose gain is higher by more than 1e-6
-        threshold_tie=J48_SMALL if c45 else TIE_TOLERANCE,
+        threshold_tie=J48_SMALL if j48 else TIE_TOLERANCE,
     )
 
 
@@ -376,11 +377,12 @@ def choose_split(
     within ``TIE_TOLERANCE`` tie and go to the feature listed first.
     """
     features = candidates.features
+    algorithm = facts(options.algorithm)
     valid: list[tuple[Feature, dict[str, Any]]] = []
     for row in sorted(rows, key=lambda r: r["attr"]):
         f = features[int(row["attr"])]
         if f.kind == NOMINAL:
-            if f.index in used and options.algorithm == "id3":
+            if f.index in used and algorithm.nominal_once:
                 continue
             if row["big_branches"] < 2 or row["gain"] is None:
                 continue
@@ -393,7 +395,7 @@ def choose_split(
     if not valid:
         return None
 
-    if options.algorithm == "c4.5":
+    if algorithm.gain_ratio:
         averaged = [r["mdl_gain"] for f, r in valid if f.index in candidates.averaged]
         # J48 averages over the candidates it counts (many-valued nominals are left out).
         if not averaged:

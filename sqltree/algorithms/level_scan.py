@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 from sqlglot import exp
 
+from ..algorithm_registry import CART
 from ..dataset import Feature
 from ..engines.select_plan import TABLES
 from ..grower import RouteRow, TestRow
@@ -307,5 +308,5 @@ class LevelScanCARTStrategy(LevelScanStages, CARTStrategy):
 def scan_applies(options: Any, data: Any) -> bool:
     """Whether the level scan grows this tree: binned CART classification on an engine that
     stores tables."""
-    return (options.strategy_name == "cart" and bool(options.max_bins)
+    return (options.strategy_name == CART and bool(options.max_bins)
             and bool(data.classes) and data.engine.plan == TABLES)

@@ -10,6 +10,7 @@ import numpy as np
 from sklearn.utils import Bunch
 from sklearn.utils.validation import check_is_fitted
 
+from ..algorithm_registry import C45, C45_PRUNING, CART
 from ..api import train
 from ..model import Model
 from ..pruning.cost_complexity import cost_complexity_pruning_path, node_numbering
@@ -43,7 +44,7 @@ class _CART:
         model = train(
             data.frame,
             data.target,
-            algorithm="cart",
+            algorithm=CART,
             task=self._task,
             connection=fit_engine(),
             features=data.features,
@@ -312,7 +313,7 @@ class C45Classifier(SQLTreeClassifier):
         min_cases: float = 2,
         unpruned: bool = False,
         subtree_raising: bool = True,
-        pruning: str = "c4.5",
+        pruning: str = C45_PRUNING,
         missing: str = "fractional",
         max_depth: int | None = None,
         min_gain: float = 0.0,
@@ -346,14 +347,15 @@ class C45Classifier(SQLTreeClassifier):
         return value
 
     def _check_params(self) -> None:
-        if self.pruning not in ("c4.5", "pessimistic"):
-            raise ValueError(f"pruning must be 'c4.5' or 'pessimistic', not {self.pruning!r}")
+        if self.pruning not in (C45_PRUNING, "pessimistic"):
+            raise ValueError(
+                f"pruning must be {C45_PRUNING!r} or 'pessimistic', not {self.pruning!r}")
         if not isinstance(self.unpruned, (bool, np.bool_)):
             raise ValueError(f"unpruned must be True or False, not {self.unpruned!r}")
 
     def _train(self, data: TrainingData) -> tuple[Model, list[Node], dict[str, Any]]:
         pruning = None if self.unpruned else self.pruning
-        error_based = pruning == "c4.5"
+        error_based = pruning == C45_PRUNING
         model = self._train_c45(data, pruning, error_based)
         return model, list(model.root.walk()), {}
 
@@ -361,7 +363,7 @@ class C45Classifier(SQLTreeClassifier):
         return train(
             data.frame,
             data.target,
-            algorithm="c4.5",
+            algorithm=C45,
             task="classification",
             connection=fit_engine(),
             features=data.features,

@@ -25,6 +25,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
+from ..algorithm_registry import GRADIENT_BOOSTING, RANDOM_FOREST
 from ..api import train
 from ..ensemble import Ensemble, TreeArrays
 from ._base import fit_engine
@@ -43,7 +44,7 @@ class _Ensemble(BaseEstimator):
     training through ``train``, the model's SQL and file."""
 
     _task = "classification"
-    _algorithm = "random-forest"
+    _algorithm = RANDOM_FOREST
 
     def _seed(self) -> int:
         rs = self.random_state
@@ -303,7 +304,7 @@ class RandomForestRegressor(_Regressor, _Forest):
 class _Boosting(_Ensemble):
     """The histogram boosting estimators' options."""
 
-    _algorithm = "gradient-boosting"
+    _algorithm = GRADIENT_BOOSTING
 
     def _check_params(self) -> None:
         if self.warm_start:

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 from sqlglot import exp
 
+from ..algorithm_registry import GRADIENT_BOOSTING
 from ..dataset import Dataset
 from ..engines.base import GROUPING_SETS, UNION, UNPIVOT
 from ..ensemble import Ensemble, TreeArrays
@@ -600,7 +601,7 @@ def train_boosting(
         trees=[_arrays(t, k if loss.n_outputs > 1 else None, encoded) for k, t in grown],
         features=features_info(data.features), target=data.target, task=task,
         classes=list(data.classes), aggregation="sum", base_score=base, link=loss.link,
-        options={"algorithm": "gradient-boosting", **asdict(options), "weight": data.weight},
+        options={"algorithm": GRADIENT_BOOSTING, **asdict(options), "weight": data.weight},
         stats={"engine": data.engine.dialect, "rows": data.n_rows,
                "rows_null_target": data.n_null_target,
                "plan": "memory" if in_memory else "tables", "n_iter": len(history),

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ..algorithm_registry import RANDOM_FOREST
 from ..dataset import Dataset
 from ..ensemble import Ensemble, TreeArrays
 from ..errors import OptionError, UnsupportedOptionError
@@ -195,7 +196,7 @@ def train_forest(
         classes=list(data.classes),
         aggregation="mean",
         link="identity",
-        options={"algorithm": "random-forest", **asdict(options),
+        options={"algorithm": RANDOM_FOREST, **asdict(options),
                  "weight": data.weight, "class_weight": class_weight},
         stats=stats,
     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import progress as reporting
+from ..algorithm_registry import C45_PRUNING
 from ..dataset import Dataset
 from ..tree import Node
 from .c45 import (
@@ -41,7 +42,7 @@ from .recount import _Router, known_counts, recount_raised, route_counts
 def prune(
     root: Node,
     data: Dataset | None = None,
-    method: str | None = "c4.5",
+    method: str | None = C45_PRUNING,
     *,
     cf: float = 0.25,
     subtree_raising: bool = True,
@@ -92,7 +93,7 @@ def _prune(
         stats.collapsed = collapse(root)
         stats.leaves_after = count_leaves(root)
         return stats
-    if method == "c4.5":
+    if method == C45_PRUNING:
         return prune_c45(root, data, cf, subtree_raising, rows=rows, leaves=leaves)
     if method == "pessimistic":
         return prune_pessimistic(root)

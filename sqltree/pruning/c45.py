@@ -20,9 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import progress as reporting
+from ..algorithm_registry import C45_PRUNING
 from ..compiler import collector_paused
 from ..criteria import J48_SMALL, add_errs
 from ..dataset import Dataset
+from ..options import PRUNING
 from ..tree import Node
 from .recount import _apply_counts, _Router, known_counts, recount_raised, route_counts
 
@@ -40,7 +42,7 @@ __all__ = [
 SMALL = J48_SMALL
 """J48 compares weights and error estimates with ``Utils.SMALL``."""
 
-METHODS = ("c4.5", "pessimistic", "reduced-error")
+METHODS = PRUNING
 
 
 @dataclass
@@ -245,7 +247,7 @@ def _prune_c45_paused(
     root: Node, data: Dataset | None, cf: float, subtree_raising: bool, collapse_first: bool,
     batch: bool, rows: Any, leaves: int,
 ) -> PruneStats:
-    stats = PruneStats("c4.5", leaves_before=leaves)
+    stats = PruneStats(C45_PRUNING, leaves_before=leaves)
     if collapse_first:
         started = time.perf_counter()
         stats.collapsed, lost = _collapse(root)

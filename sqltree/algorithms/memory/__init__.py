@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ...algorithm_registry import C45, CART, CART_REGRESSION, ID3
 from ...dataset import Dataset, Feature
 from ...engines.select_plan import PLANS as SQL_PLANS
 from ...errors import OptionError
@@ -103,7 +104,7 @@ PYTHON_MEMORY = "data in Python memory"
 
 
 def memory_reason(plan: str, local: str | None, rows: int, features: int,
-                  algorithm: str = "cart") -> str | None:
+                  algorithm: str = CART) -> str | None:
     """Why a fit asked for ``plan`` grows on the memory plan, or None if it stays in SQL.
 
     ``"memory"`` always (where the algorithm has an in-memory scorer); ``"auto"`` only for
@@ -116,7 +117,7 @@ def memory_reason(plan: str, local: str | None, rows: int, features: int,
         return "asked for"
     if plan != "auto" or local is None:
         return None
-    bound = MEMORY_MAX_CELLS_REGRESSION if algorithm == "cart-regression" else MEMORY_MAX_CELLS
+    bound = MEMORY_MAX_CELLS_REGRESSION if algorithm == CART_REGRESSION else MEMORY_MAX_CELLS
     cells = rows * max(features, 1)
     if cells > bound:
         return None
@@ -167,16 +168,16 @@ class MemoryRegressionStrategy(_InMemory, RegressionStrategy):
 
 
 MEMORY_STRATEGIES: dict[str, type[Strategy]] = {
-    "cart": MemoryCARTStrategy,
-    "cart-regression": MemoryRegressionStrategy,
-    "c4.5": MemoryC45Strategy,
-    "id3": MemoryC45Strategy,
+    CART: MemoryCARTStrategy,
+    CART_REGRESSION: MemoryRegressionStrategy,
+    C45: MemoryC45Strategy,
+    ID3: MemoryC45Strategy,
 }
 """Algorithm name (``GrowOptions.strategy_name``) -> its strategy on the memory plan."""
 
 DEEP_STRATEGIES: dict[str, type[Strategy]] = {
-    "c4.5": DeepC45Strategy,
-    "id3": DeepC45Strategy,
+    C45: DeepC45Strategy,
+    ID3: DeepC45Strategy,
 }
 """Algorithm name -> its strategy on the SQL plans that grows the deep levels in memory
 (``c45.DEEP_MEMORY_MAX_CELLS``)."""
