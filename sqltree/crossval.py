@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from sqlglot import exp
 
 from . import progress as reporting
+from .algorithm_registry import ALIASES, ENSEMBLES
 from .api import HELD_BY, rows_held_by, train
 from .compiler.blocks import column as quoted
 from .compiler.blocks import dnum, literal
@@ -155,6 +156,11 @@ def _stdev(values: Sequence[float]) -> float:
 # -- checks before any query ---------------------------------------------------------------------
 def _check_train_options(target: str, options: dict[str, Any]) -> str:
     """Refuse what ``train`` would refuse, before the rows are dealt; returns the task."""
+    algorithm = options.get("algorithm")
+    if isinstance(algorithm, str) and ALIASES.get(algorithm, algorithm) in ENSEMBLES:
+        raise UnsupportedOptionError(
+            f"cross-validation and holdout train single trees, not {algorithm!r}: train the "
+            "ensemble with sqltree.train and evaluate it on rows held out of it")
     params = inspect.signature(train).parameters
     named = {n for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
     unknown = sorted(set(options) - (named - {"connection"}) - set(CART_OPTIONS))

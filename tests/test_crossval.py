@@ -268,6 +268,12 @@ def closed() -> duckdb.DuckDBPyConnection:
     (lambda c: sqltree.holdout("t", "y", test_fraction=True, connection=c), ValueError,
      "test_fraction"),
     (lambda c: sqltree.assign_folds("t", "y", folds=0, connection=c), ValueError, "folds"),
+    # an ensemble's options failed as unknown (a forest) or crashed (boosting) after dealing
+    (lambda c: sqltree.cross_validate("t", "y", algorithm="random-forest", n_estimators=5,
+                                      connection=c), sqltree.UnsupportedError,
+     "cross-validation and holdout train single trees, not 'random-forest'"),
+    (lambda c: sqltree.holdout("t", "y", algorithm="gradient-boosting", connection=c),
+     sqltree.UnsupportedError, "single trees, not 'gradient-boosting'"),
 ])
 def test_bad_options_are_refused_before_any_query(closed, call, error, message) -> None:
     with pytest.raises(error, match=message):
