@@ -127,7 +127,7 @@ class Pending:
 
 
 @dataclass
-class Plan:
+class Branching:
     """How a chosen split becomes branches and routes.
 
     Attributes
@@ -163,7 +163,7 @@ class Strategy:
     Per level the grower materialises ``build_histogram``, reads node counts with
     ``read_counts``, asks ``may_split`` per node, runs ``build_scores`` once for the level,
     calls ``choose`` per node, lets ``select`` veto choices (best-first growth), turns choices
-    into branches with ``plan`` and moves the rows. ``finish`` post-processes the grown tree.
+    into branches with ``branchings`` and moves the rows. ``finish`` post-processes the grown tree.
     """
 
     def __init__(self, data: Dataset, options: GrowOptions) -> None:
@@ -278,9 +278,9 @@ class Strategy:
         """Which chosen splits to carry out now (all of them, unless growth is best-first)."""
         return choices
 
-    def plan(
+    def branchings(
         self, engine: Any, hist: exp.Table, choices: dict[int, Any], frontier: dict[int, Pending]
-    ) -> dict[int, Plan]:
+    ) -> dict[int, Branching]:
         raise NotImplementedError
 
     def build_partition(
@@ -300,7 +300,7 @@ class Strategy:
     def on_child(self, parent: Pending, branch: int, child: Node) -> None:
         """Called for every child made, before it joins the frontier."""
 
-    def child_counts(self, node_id: int, plan: Plan, branch: int) -> list[float] | None:
+    def child_counts(self, node_id: int, branching: Branching, branch: int) -> list[float] | None:
         """A child's class counts from the parent's histogram, if the strategy knows them.
 
         Known counts let the grower finish children that cannot split (pure, too small, at
@@ -522,8 +522,8 @@ class _LevelGrower:
         next_frontier: dict[int, Pending] = {}
         new_level = None
         if choices:
-            plans = strategy.plan(engine, hist, choices, frontier)
-            next_frontier, tests, routes = self.branch_out(plans, frontier, depth + 1)
+            branchings = strategy.branchings(engine, hist, choices, frontier)
+            next_frontier, tests, routes = self.branch_out(branchings, frontier, depth + 1)
             if routes:
                 ordered = self.clustering.wants(engine, len(next_frontier))
                 new_level = strategy.materialize_partition(level, tests, routes, ordered)
@@ -533,7 +533,7 @@ class _LevelGrower:
         return len(choices), next_frontier, new_level, scans
 
     def branch_out(
-        self, plans: dict[int, Plan], frontier: dict[int, Pending], child_depth: int
+        self, branchings: dict[int, Branching], frontier: dict[int, Pending], child_depth: int
     ) -> tuple[dict[int, Pending], list[TestRow], list[RouteRow]]:
         """Give each planned node its test and children; returns the children that go on to
         the next level, and the tests and routes that move their rows there.
@@ -547,18 +547,18 @@ class _LevelGrower:
         next_frontier: dict[int, Pending] = {}
         tests: list[TestRow] = []
         routes: list[RouteRow] = []
-        for node_id, plan in sorted(plans.items()):
+        for node_id, branching in sorted(branchings.items()):
             pending = frontier[node_id]
             node = pending.node
-            f = by_name[plan.split.feature]
-            node.split = plan.split
+            f = by_name[branching.split.feature]
+            node.split = branching.split
             node.children = []
-            node.shares = plan.shares
-            node.unknown_branch = plan.unknown_branch
-            tests.append((node_id, f.index, plan.test_threshold))
-            used = pending.used | {f.index} if plan.consumes_feature else pending.used
-            for branch, keys in enumerate(plan.keys_of_branch):
-                counts = strategy.child_counts(node_id, plan, branch)
+            node.shares = branching.shares
+            node.unknown_branch = branching.unknown_branch
+            tests.append((node_id, f.index, branching.test_threshold))
+            used = pending.used | {f.index} if branching.consumes_feature else pending.used
+            for branch, keys in enumerate(branching.keys_of_branch):
+                counts = strategy.child_counts(node_id, branching, branch)
                 if counts is None:
                     child = Node([0.0] * k, list(node.proba), node_id=self.next_id)
                 else:
@@ -573,21 +573,21 @@ class _LevelGrower:
                 if counts is not None and not strategy.may_split(child_pending):
                     continue
                 next_frontier[child.node_id] = child_pending
-                routes += _routes(node_id, plan, branch, keys, child.node_id)
+                routes += _routes(node_id, branching, branch, keys, child.node_id)
         return next_frontier, tests, routes
 
 
 def _routes(
-    node_id: int, plan: Plan, branch: int, keys: list[int], child_id: int
+    node_id: int, branching: Branching, branch: int, keys: list[int], child_id: int
 ) -> list[RouteRow]:
     """The routes into one child: its keys, and its part of the unknown values, if any."""
     out: list[RouteRow] = [(node_id, key, child_id, 1.0) for key in keys]
-    if not plan.route_unknown:
+    if not branching.route_unknown:
         return out
-    if plan.unknown_branch is None:
-        if plan.shares[branch] > 0:
-            out.append((node_id, q.UNKNOWN_KEY, child_id, plan.shares[branch]))
-    elif branch == plan.unknown_branch:
+    if branching.unknown_branch is None:
+        if branching.shares[branch] > 0:
+            out.append((node_id, q.UNKNOWN_KEY, child_id, branching.shares[branch]))
+    elif branch == branching.unknown_branch:
         out.append((node_id, q.UNKNOWN_KEY, child_id, 1.0))
     return out
 

@@ -20,9 +20,9 @@ from ..dataset import Dataset, Feature
 from ..fixed_point import entropy_bound, fixed_point_bits, training_weight_bits
 from ..grower import (
     DENSE_VALUES,
+    Branching,
     GrowOptions,
     Pending,
-    Plan,
     RouteRow,
     Strategy,
     TestRow,
@@ -176,16 +176,16 @@ class C45Strategy(Strategy):
     def choose(self, rows: list[dict[str, Any]], p: Pending) -> _Choice | None:
         return choose_split(rows, self.candidates, self.options, p.used)
 
-    def plan(
+    def branchings(
         self, engine: Any, hist: exp.Table, choices: dict[int, Any], frontier: dict[int, Pending]
-    ) -> dict[int, Plan]:
+    ) -> dict[int, Branching]:
         options = self.options
         self._drop_loaded(engine)
         if not self.bins:
             self.unresolved += _cut_midpoints(choices)
         tests = sorted((node_id, c.feature.index, c.threshold) for node_id, c in choices.items())
         self.branch_counts = self.read_branch_counts(engine, hist, tests)
-        plans: dict[int, Plan] = {}
+        branchings: dict[int, Branching] = {}
         for node_id, choice in choices.items():
             by_key = self.branch_counts.get(node_id, {})
             f = choice.feature
@@ -203,7 +203,7 @@ class C45Strategy(Strategy):
                 for keys in keys_of_branch
             ]
             known = sum(branch_w)
-            plans[node_id] = Plan(
+            branchings[node_id] = Branching(
                 split=split,
                 test_threshold=choice.threshold,
                 keys_of_branch=keys_of_branch,
@@ -212,7 +212,7 @@ class C45Strategy(Strategy):
                 route_unknown=options.missing != "drop",
                 consumes_feature=f.kind == NOMINAL,
             )
-        return plans
+        return branchings
 
     def read_branch_counts(
         self, engine: Any, hist: Any, tests: list[TestRow]
@@ -233,26 +233,26 @@ class C45Strategy(Strategy):
         return split
 
     def _value_keys(self, f: Feature) -> list[list[int]]:
-        """Keys of a nominal test's branches, a value each (shared by every plan on ``f``)."""
+        """Keys of a nominal test's branches, a value each (shared by every branching on ``f``)."""
         keys = self._keys_by_feature.get(f.index)
         if keys is None:
             keys = self._keys_by_feature[f.index] = [[i] for i in range(len(f.values))]
         return keys
 
-    def child_counts(self, node_id: int, plan: Plan, branch: int) -> list[float]:
+    def child_counts(self, node_id: int, branching: Branching, branch: int) -> list[float]:
         k = self.n_classes
         zero = [0.0] * k
         by_key = self.branch_counts.get(node_id, {})
         counts = zero
-        for key in plan.keys_of_branch[branch]:
+        for key in branching.keys_of_branch[branch]:
             found = by_key.get(key)
             if found is not None:
                 counts = [a + b for a, b in zip(counts, found)]
         factor = 0.0
-        if plan.route_unknown:
-            if plan.unknown_branch is None:
-                factor = plan.shares[branch]
-            elif branch == plan.unknown_branch:
+        if branching.route_unknown:
+            if branching.unknown_branch is None:
+                factor = branching.shares[branch]
+            elif branch == branching.unknown_branch:
                 factor = 1.0
         if factor > 0:
             unknown = by_key.get(q.UNKNOWN_KEY, zero)

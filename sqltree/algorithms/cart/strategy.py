@@ -22,7 +22,7 @@ from ...criteria import TIE_TOLERANCE
 from ...dataset import Dataset, Feature
 from ...errors import DataError
 from ...fixed_point import fixed_point_bits
-from ...grower import DENSE_VALUES, GrowOptions, Pending, Plan, Strategy
+from ...grower import DENSE_VALUES, Branching, GrowOptions, Pending, Strategy
 from ...pruning.cost_complexity import CRITERIA, criterion_of, impurity
 from ...quantiles import bin_edges
 from ...sqlexpr import col
@@ -323,14 +323,14 @@ class CARTStrategy(Strategy):
     def on_child(self, parent: Pending, branch: int, child: Node) -> None:
         self._parent_keys[child.node_id] = self.info[parent.node.node_id].key
 
-    def plan(
+    def branchings(
         self, engine: Any, hist: exp.Table, choices: dict[int, Any], frontier: dict[int, Pending]
-    ) -> dict[int, Plan]:
+    ) -> dict[int, Branching]:
         nominal_pairs = [
             (n, c.feature.index) for n, c in choices.items() if c.feature.kind == NOMINAL
         ]
         ranks = self.nominal_ranks(engine, hist, nominal_pairs)
-        plans: dict[int, Plan] = {}
+        branchings: dict[int, Branching] = {}
         for node_id, choice in choices.items():
             row = choice.row
             f = choice.feature
@@ -365,14 +365,14 @@ class CARTStrategy(Strategy):
                 split = Split(f.name, NOMINAL, groups=[[f.values[c] for c in g] for g in keys])
                 test = None
             w_left, w_right = float(row["w_left"]), float(row["w_right"])
-            plans[node_id] = Plan(
+            branchings[node_id] = Branching(
                 split=split,
                 test_threshold=test,
                 keys_of_branch=keys,
                 shares=[w_left / (w_left + w_right), w_right / (w_left + w_right)],
                 unknown_branch=unknown_branch,
             )
-        return plans
+        return branchings
 
     def nominal_ranks(
         self, engine: Any, hist: Any, pairs: list[tuple[int, int]]

@@ -6,7 +6,7 @@ memory plan runs the level-0 query once, the same query the SQL plans store as t
 level table (so input checks, class weights, NULL handling and encodings are theirs), and
 then runs the shared stages, histogram, scoring and partition, in numpy, with the strategy's
 own choices: the same level loop (``grower.grow_with``), the same ``choose``, ``select`` and
-``plan``, the same pruning after growth. Only the stages move: a plug-in overrides the
+``branchings``, the same pruning after growth. Only the stages move: a plug-in overrides the
 strategy's ``materialize_*`` and ``score_rows`` hooks, and its scorer computes the scoring
 query's rows with the query's arithmetic (``cart_scores``).
 
