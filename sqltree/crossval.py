@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from sqlglot import exp
 
 from . import progress as reporting
-from .algorithm_registry import ALIASES, ENSEMBLES
+from .algorithm_registry import ENSEMBLES
 from .api import HELD_BY, rows_held_by, train
 from .compiler.blocks import column as quoted
 from .compiler.blocks import dnum, literal
@@ -55,7 +55,7 @@ from .engines import Engine, get_engine
 from .errors import DataError, OptionError, UnsupportedError, UnsupportedOptionError
 from .evaluation import Evaluation, combine, weka_number
 from .model import Model
-from .options import CART_OPTIONS, check_train_options, resolve_task
+from .options import CART_OPTIONS, check_train_options, normalise_algorithm, resolve_task
 from .regression_evaluation import RegressionEvaluation, combine_regression
 from .tree import Value
 
@@ -157,7 +157,7 @@ def _stdev(values: Sequence[float]) -> float:
 def _check_train_options(target: str, options: dict[str, Any]) -> str:
     """Refuse what ``train`` would refuse, before the rows are dealt; returns the task."""
     algorithm = options.get("algorithm")
-    if isinstance(algorithm, str) and ALIASES.get(algorithm, algorithm) in ENSEMBLES:
+    if algorithm is not None and normalise_algorithm(algorithm) in ENSEMBLES:
         raise UnsupportedOptionError(
             f"cross-validation and holdout train single trees, not {algorithm!r}: train the "
             "ensemble with sqltree.train and evaluate it on rows held out of it")

@@ -119,9 +119,10 @@ def bin_edges(data: Dataset, max_bins: int, min_gap: float = 0.0) -> dict[int, l
         return None
     _ranges(data, columns)
     counted = [c for c in columns if c.lo is not None]
-    grids = _count(data, [(c, None) for c in counted], 0)
+    grids = dict(zip([c.feature.index for c in counted],
+                     _count(data, [(c, None) for c in counted], 0)))
     for c in columns:
-        cells = grids.pop(0) if c in counted else []
+        cells = grids.get(c.feature.index, [])
         finite = sum(n for _, n, _, _ in cells)
         c.top = max((hi for _, _, _, hi in cells), default=None)
         n = finite + c.infinite
@@ -159,16 +160,16 @@ def bin_edges(data: Dataset, max_bins: int, min_gap: float = 0.0) -> dict[int, l
     return edges
 
 
-def _value(data: Dataset, feature: Feature) -> exp.Expression:
+def _value(feature: Feature) -> exp.Expression:
     return as_double(exp.column(feature.name, quoted=True))
 
 
 def _finite(data: Dataset, feature: Feature) -> exp.Expression:
     """``x`` is known and, where the feature holds +infinity, finite."""
-    known = exp.Not(this=exp.Is(this=_value(data, feature), expression=exp.null()))
+    known = exp.Not(this=exp.Is(this=_value(feature), expression=exp.null()))
     if feature.name not in data.infinite:
         return known
-    return exp.And(this=known, expression=exp.NEQ(this=_value(data, feature), expression=_inf()))
+    return exp.And(this=known, expression=exp.NEQ(this=_value(feature), expression=_inf()))
 
 
 def _inf() -> exp.Expression:
@@ -192,7 +193,7 @@ def _ranges(data: Dataset, columns: Sequence[_Column]) -> None:
         if c.feature.index in data.value_ranges:
             c.set_range(*data.value_ranges[c.feature.index])
             continue
-        x = _value(data, c.feature)
+        x = _value(c.feature)
         finite = exp.Case(ifs=[exp.If(this=_finite(data, c.feature), true=x)])
         infinite = exp.Case(ifs=[exp.If(this=exp.EQ(this=x.copy(), expression=_inf()),
                                         true=num(1))])
@@ -215,10 +216,10 @@ def _cell(data: Dataset, c: _Column, depth: int) -> exp.Expression:
     themselves across grids, which exact scaling by powers of two gives."""
     assert c.lo is not None
     if c.halved:  # halving is exact and monotone: the cells keep their order and nesting
-        shifted = exp.Sub(this=exp.Mul(this=_value(data, c.feature), expression=num(0.5)),
+        shifted = exp.Sub(this=exp.Mul(this=_value(c.feature), expression=num(0.5)),
                           expression=num(c.lo * 0.5))
     else:
-        shifted = exp.Sub(this=_value(data, c.feature), expression=num(c.lo))
+        shifted = exp.Sub(this=_value(c.feature), expression=num(c.lo))
     bits = c.exponent + CELL_BITS * depth
     scaled = (exp.Mul(this=exp.paren(shifted), expression=num(2.0**bits)) if bits >= 0
               else exp.Div(this=exp.paren(shifted), expression=num(2.0**-bits)))
@@ -264,7 +265,7 @@ def _count(data: Dataset, asked: Sequence[tuple[_Column, set[int] | None]],
     all its finite values) counted per cell of the grid of ``depth``, cells in order."""
     if not asked:
         return []
-    branches = [(_cell(data, c, depth), _value(data, c.feature),
+    branches = [(_cell(data, c, depth), _value(c.feature),
                  _in_cells(data, c, depth - 1, parents)) for c, parents in asked]
     query = _long(data, branches).select(
         col("k"), col("cell"), exp.func("COUNT", exp.Star()), exp.func("MIN", col("x")),
@@ -286,7 +287,7 @@ def _read_ranks(data: Dataset, columns: Sequence[_Column]) -> None:
             cells = {o.cell for o in c.open.values() if o.depth == depth}
             wanted += sorted({(len(asked), o.cell, o.within) for o in c.open.values()
                               if o.depth == depth})
-            branches.append((_cell(data, c, depth), _value(data, c.feature),
+            branches.append((_cell(data, c, depth), _value(c.feature),
                              _in_cells(data, c, depth, cells)))
             asked.append((c, depth))
     keys = [col("k"), col("cell")]
