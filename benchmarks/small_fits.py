@@ -19,6 +19,14 @@ other processes of a shared machine disturb less):
 benchmark table's DataFrame at each of ``--bound-rows``, on the memory and the tables plan
 (alternately, ``--repeat`` times each), for the bound of ``plan="auto"``.
 
+``--cancer`` instead prints sqltree / scikit-learn ratios on scikit-learn's
+``load_breast_cancer`` (569 rows, 30 continuous features; issue 45 item 9): a
+``GridSearchCV`` of 15 settings (``max_depth`` 2, 3, 4, 5, None x ``min_samples_leaf`` 1, 5,
+10; for ``C45Classifier``, ``min_cases`` 1, 5, 10 against scikit-learn's entropy tree's
+``min_samples_leaf``) x 5 folds, one fit of a 100-tree random forest, and one unlimited tree.
+Each line's two sides run in this process, one after the other, ``--repeat`` times (3 by
+default for ``--cancer``) after a warm-up run of each; medians of wall and CPU time.
+
 Targets (issue "a true scikit-learn drop-in"): an iris fit within 20 ms, the grid search within
 5 s. ``--profile`` prints where an iris fit's time goes (cProfile, top functions).
 
@@ -26,6 +34,7 @@ Usage::
 
     python benchmarks/small_fits.py
     python benchmarks/small_fits.py --repeat 50 --profile
+    python benchmarks/small_fits.py --cancer
 """
 
 from __future__ import annotations
@@ -177,6 +186,60 @@ def search_lines() -> list[tuple[str, float, float]]:
     return out
 
 
+CANCER_GRID = {"max_depth": [2, 3, 4, 5, None], "min_samples_leaf": [1, 5, 10]}
+"""15 settings of CART (sqltree's and scikit-learn's ``DecisionTreeClassifier``)."""
+
+CANCER_C45_GRID = {"max_depth": [2, 3, 4, 5, None], "min_cases": [1, 5, 10]}
+"""15 settings of ``C45Classifier`` (J48's ``-M`` in ``min_samples_leaf``'s place)."""
+
+
+def cancer_lines(repeat: int) -> None:
+    """sqltree against scikit-learn on breast cancer: each line's sides alternately,
+    ``repeat`` times after a warm-up, and the ratio of the medians."""
+    from sklearn import datasets
+    from sklearn.ensemble import RandomForestClassifier as SKForest
+    from sklearn.model_selection import GridSearchCV
+    from sklearn.tree import DecisionTreeClassifier as SKTree
+
+    import sqltree
+
+    X, y = datasets.load_breast_cancer(return_X_y=True)
+
+    def search(est: Any, grid: dict[str, list[Any]]) -> Callable[[], Any]:
+        return lambda: GridSearchCV(est, grid, cv=5).fit(X, y)
+
+    sk_grid = CANCER_GRID
+    cases: list[tuple[str, Callable[[], Any], Callable[[], Any]]] = [
+        ("GridSearchCV 15 x 5: DecisionTreeClassifier",
+         search(sqltree.DecisionTreeClassifier(), CANCER_GRID), search(SKTree(), sk_grid)),
+        ("GridSearchCV 15 x 5: C45Classifier (scikit-learn: entropy)",
+         search(sqltree.C45Classifier(), CANCER_C45_GRID),
+         search(SKTree(criterion="entropy"), sk_grid)),
+        ("RandomForestClassifier, 100 trees",
+         lambda: sqltree.RandomForestClassifier(n_estimators=100, random_state=0).fit(X, y),
+         lambda: SKForest(n_estimators=100, random_state=0).fit(X, y)),
+        ("DecisionTreeClassifier, one fit (no depth limit)",
+         lambda: sqltree.DecisionTreeClassifier().fit(X, y), lambda: SKTree().fit(X, y)),
+    ]
+    print("| breast cancer (569 rows x 30) | sqltree s | scikit-learn s | ratio "
+          "| sqltree CPU s | scikit-learn CPU s |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for name, ours, theirs in cases:
+        ours(), theirs()  # warm-up
+        wall: dict[str, list[float]] = {"ours": [], "theirs": []}
+        cpu: dict[str, list[float]] = {"ours": [], "theirs": []}
+        for _ in range(repeat):
+            for side, fit in (("ours", ours), ("theirs", theirs)):
+                w, c = time.perf_counter(), time.process_time()
+                fit()
+                wall[side].append(time.perf_counter() - w)
+                cpu[side].append(time.process_time() - c)
+        a, b = statistics.median(wall["ours"]), statistics.median(wall["theirs"])
+        print(f"| {name} | {a:.3f} | {b:.3f} | {a / b:.1f}x | "
+              f"{statistics.median(cpu['ours']):.3f} | {statistics.median(cpu['theirs']):.3f} |",
+              flush=True)
+
+
 def bound_lines(rows_list: list[int], repeat: int, data_dir: str) -> None:
     """C4.5's no-option call on the memory and the tables plan, and their ratio, per size."""
     import sqltree
@@ -227,7 +290,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--bound", action="store_true",
                    help="C4.5's memory / tables time per size instead")
     p.add_argument("--bound-rows", default="1000,10000,30000,100000")
+    p.add_argument("--cancer", action="store_true",
+                   help="sqltree / scikit-learn ratios on breast cancer instead")
     args = p.parse_args(argv)
+    if args.cancer:
+        cancer_lines(args.repeat if "--repeat" in (argv or sys.argv) else 3)
+        return
     if args.profile:
         profile(args.repeat)
         return

@@ -12,8 +12,8 @@ from sqlglot import exp
 
 from . import progress as reporting
 from . import queries as q
-from .algorithm_registry import CART, ENSEMBLES, ID3, facts
-from .algorithms import SCAN_REASON, SCAN_REFUSAL, grow_and_prune
+from .algorithm_registry import ENSEMBLES, ID3, facts
+from .algorithms import SCAN_REASON, SCAN_REFUSAL, SCAN_STRATEGIES, grow_and_prune
 from .algorithms.c45 import score_options
 from .algorithms.c45_scores import SCORE_COLUMNS, build_split_scores
 from .algorithms.memory import (
@@ -33,6 +33,7 @@ from .grower import GrowOptions
 from .model import Model, features_info
 from .options import (
     CART_OPTIONS,
+    TASKS,
     check_keywords,
     check_train_options,
     resolve_task,
@@ -74,6 +75,7 @@ def train(
     validation: Any = None,
     progress: bool | Callback = False,
     plan: str = "auto",
+    date_features: bool = False,
     **cart_options: Any,
 ) -> Model:
     """Train a classification or regression tree where the data lives.
@@ -126,6 +128,12 @@ def train(
         sqltree's own DuckDB (``docs/memory-plan.md``), the scan where it applies, else asks
         the connection. The same tree; ``stats["plan"]`` and ``stats["plan_reason"]`` say
         which.
+    date_features : bool, default=False
+        Each DATE or TIMESTAMP feature column ``d`` becomes four continuous features computed
+        in SQL, in training and in the scoring SQL alike: ``d.year``, ``d.month``, ``d.dow``
+        (ISO day of the week, 1 = Monday to 7 = Sunday) and ``d.epoch_day`` (days since
+        1970-01-01); see ``sqltree.dates``. Without it such columns are refused. Single trees
+        only, on DuckDB, PostgreSQL and Spark.
     **cart_options
         ``algorithm="cart"`` only, with scikit-learn's names and meanings: ``criterion``,
         ``min_samples_leaf``, ``min_weight_fraction_leaf``, ``min_impurity_decrease``,
@@ -133,6 +141,12 @@ def train(
         a regression tree takes all but ``class_weight``, with ``criterion="squared_error"``.
     """
     task, algorithm = resolve_task(task, algorithm, cart_options)
+    if not isinstance(date_features, bool):
+        raise OptionError(f"date_features must be True or False, not {date_features!r}")
+    if algorithm in ENSEMBLES and date_features:
+        raise UnsupportedOptionError(
+            f"date_features applies to single trees, not to {algorithm}: compute the date "
+            "parts in a query (such as EXTRACT(month FROM d) AS month)")
     if algorithm in ENSEMBLES:
         tree_only = {name: value for name, value in (
             ("min_cases", min_cases), ("min_gain", min_gain), ("pruning", pruning),
@@ -166,11 +180,12 @@ def train(
         min_gain=min_gain, missing=missing, max_bins=max_bins, **cart_options,
         min_cases=facts(algorithm).min_cases if min_cases is None else min_cases,
     )
-    if plan == SCAN and not (options.strategy_name == CART and options.max_bins):
+    if plan == SCAN and not (options.strategy_name in SCAN_STRATEGIES and options.max_bins):
         raise UnsupportedOptionError(SCAN_REFUSAL)
     if pruning == "default":
         pruning = facts(algorithm).default_pruning
-    roles = {"features": features, "nominal": nominal, "continuous": continuous, "weight": weight}
+    roles = {"features": features, "nominal": nominal, "continuous": continuous, "weight": weight,
+             "date_features": date_features}
     return _fit(source, target, connection, roles, options, progress,
                 PruneOptions(pruning, cf, subtree_raising, validation), plan)
 
@@ -297,27 +312,37 @@ def split_scores(
     weight: str | None = None,
     plan: str = "auto",
     task: str = "classification",
+    date_features: bool = False,
 ) -> pandas.DataFrame:
     """Every candidate split at the root, scored in the engine.
 
     One row per nominal feature (its multiway split; ``threshold`` is NULL) and one per
     candidate threshold of a continuous feature (the test ``feature <= threshold``), with
     ``gain`` (information gain in bits, times the known fraction), ``split_info`` and
-    ``gain_ratio``, uncorrected. ``plan`` as in ``train``; ``task`` is "classification" (the
-    scores are class-count measures: a regression target is refused).
+    ``gain_ratio``, uncorrected. ``plan`` as in ``train``.
+
+    ``task="regression"`` (a numeric target): every binary split a regression tree's root
+    considers (``a <= threshold`` of a continuous feature, a nominal feature's values ``left``
+    against the ``right`` ones, cut in the order of their mean target), scored as CART's
+    squared error scores it: ``variance_decrease`` (the weighted variance of the target less
+    the children's weighted variance, per unit weight: ``improvement`` at the root),
+    ``variance_after``, ``unknown_left`` (the rows whose value is unknown go left), and each
+    side's rows and weight. ``date_features`` as in ``train``.
     """
-    if task != "classification":
-        raise UnsupportedOptionError(
-            f"split_scores scores classification splits (gain, gain ratio), not task={task!r}; "
-            "for a regression target, train with task='regression' and read model.text()"
-        )
+    if task not in TASKS:
+        raise OptionError(f"task must be one of {TASKS}, not {task!r}")
     check_plan(plan)
     engine = get_engine(connection)
+    if task == "regression":
+        return _regression_split_scores(source, target, engine, plan, features=features,
+                                        nominal=nominal, continuous=continuous, weight=weight,
+                                        date_features=date_features)
     try:
         engine.use_plan(plan)
         data = describe(
             source, engine, target,
             features=features, nominal=nominal, continuous=continuous, weight=weight,
+            date_features=date_features,
         )
         level = engine.materialize("level", q.build_level0(data))
         hist = engine.materialize(
@@ -351,4 +376,33 @@ def split_scores(
         records,
         columns=["attribute", "kind", "threshold", "gain", "split_info", "gain_ratio",
                  "known_weight", "weight"],
+    )
+
+
+REGRESSION_SCORE_COLUMNS = ("attribute", "kind", "threshold", "left", "right", "unknown_left",
+                            "variance_decrease", "variance_after", "n_left", "n_right",
+                            "w_left", "w_right")
+"""``split_scores(task="regression")``'s columns."""
+
+
+def _regression_split_scores(source: Any, target: str, engine: Any, plan: str,
+                             **roles: Any) -> pandas.DataFrame:
+    from .algorithms.cart.regression import regression_split_scores
+
+    try:
+        engine.use_plan(plan)
+        data = describe(source, engine, target, task="regression", **roles)
+        rows = regression_split_scores(data)
+    finally:
+        engine.cleanup()
+    kinds = {f.name: f.kind for f in data.features}
+    import pandas as pd
+
+    return pd.DataFrame.from_records(
+        [{"attribute": r["feature"], "kind": kinds[r["feature"]],
+          "threshold": r.get("threshold"), "left": r.get("left"), "right": r.get("right"),
+          "unknown_left": r["unknown_left"], "variance_decrease": r["gain"],
+          "variance_after": r["impurity_after"], **{k: r[k] for k in REGRESSION_SCORE_COLUMNS[-4:]}}
+         for r in rows],
+        columns=list(REGRESSION_SCORE_COLUMNS),
     )

@@ -45,7 +45,9 @@ COMMAND_EXAMPLES = {
               "sqltree rules golf.json --simplify examples/data/golf.csv"],
     "dot": ["sqltree dot golf.json -o tree.svg --filled"],
     "evaluate": ["sqltree evaluate golf.json examples/data/golf.csv --unknown majority"],
-    "scores": ["sqltree scores examples/data/golf.csv --target play"],
+    "scores": ["sqltree scores examples/data/golf.csv --target play",
+               "sqltree scores examples/data/golf_numeric_humidity.csv -t humidity "
+               "--task regression"],
     "importances": ["sqltree importances golf.json", "sqltree importances golf.json --kind split"],
 }
 """Each command's ``--help`` ends with these; tests/test_cli_workflow.py runs every one."""
@@ -152,6 +154,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--continuous", metavar="A,B,...", action="append",
                    help="treat these columns as continuous" + repeatable)
     t.add_argument("--weight", metavar="COLUMN", help="a column of row weights")
+    t.add_argument("--date-features", action="store_true",
+                   help="each DATE/TIMESTAMP feature column D becomes D.year, D.month, D.dow "
+                        "(1 = Monday) and D.epoch_day (days since 1970-01-01), computed in SQL")
     t.add_argument("--max-depth", type=int, metavar="N")
     t.add_argument("--min-cases", type=float, metavar="W",
                    help="least weight in two branches of a split (J48 -M; default 2)")
@@ -206,6 +211,13 @@ def build_parser() -> argparse.ArgumentParser:
     sc = _command(sub, "scores", help="score every candidate split at the root")
     sc.add_argument("source")
     sc.add_argument("--target", "-t", required=True)
+    sc.add_argument("--task", choices=["classification", "regression"],
+                    default="classification",
+                    help="regression: a numeric target's candidates scored by the variance "
+                         "decrease, as a regression tree's root scores them (default: "
+                         "classification: gain and gain ratio)")
+    sc.add_argument("--date-features", action="store_true",
+                    help="score the parts of DATE/TIMESTAMP columns (see train --help)")
     add_connection(sc)
     _add_debug(parser, sub)
     return parser
@@ -314,10 +326,11 @@ def _add_cart_and_engine_flags(t: argparse.ArgumentParser) -> None:
     t.add_argument("--plan", choices=["auto", "tables", "select", "scan", "memory"],
                    default="auto",
                    help="where each level's rows live: temporary tables, single SELECTs over "
-                        "the source (read-only connections), scan (binned CART "
-                        "classification: histograms summed in the engine, splits chosen in "
-                        "Python), or memory (rows read once into numpy); auto: memory for "
-                        "small data on sqltree's own DuckDB, scan where it applies, else what "
+                        "the source (read-only connections), scan (binned CART, "
+                        "classification or regression: histograms summed in the engine, "
+                        "splits chosen in Python), or memory (rows read once into numpy); "
+                        "auto: memory for small data on sqltree's own DuckDB, scan where it "
+                        "applies, else what "
                         "the connection allows")
     duck = t.add_argument_group("DuckDB (the default engine)")
     duck.add_argument("--threads", type=int, metavar="N", help="DuckDB threads (default: cores)")
@@ -334,7 +347,8 @@ def _add_reading_parsers(sub: Any) -> argparse.ArgumentParser:
     show.add_argument("--summary", action="store_true",
                       help="print what the model was trained on and how, not the tree")
 
-    imp = _command(sub, "importances", help="print each feature's importance in a saved tree")
+    imp = _command(sub, "importances",
+                   help="print each feature's importance in a saved tree, forest or boosting")
     imp.add_argument("model")
     imp.add_argument("--kind", choices=["gain", "split", "permutation"], default="gain",
                      help="gain: the share of the impurity decrease (scikit-learn's "
@@ -686,7 +700,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             task=args.task,
             features=_csv(args.features),
             nominal=_csv(args.nominal) or (), continuous=_csv(args.continuous) or (),
-            weight=args.weight,
+            weight=args.weight, date_features=args.date_features,
             max_depth=args.max_depth, min_cases=args.min_cases,
             missing=args.missing, max_bins=args.max_bins,
             pruning=pruning, cf=args.cf,
@@ -749,7 +763,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "evaluate":
         return _evaluate_command(args)
     if args.command == "scores":
-        frame = sqltree.split_scores(args.source, target=args.target,
+        frame = sqltree.split_scores(args.source, target=args.target, task=args.task,
+                                     date_features=args.date_features,
                                      connection=_connection(args.connect, args.create_db))
         print(frame.to_string(index=False))
         return 0
@@ -818,8 +833,8 @@ def _load_tree(path: str, command: str) -> Any:
     model = sqltree.load(path)
     if isinstance(model, sqltree.Ensemble):
         raise OptionError(f"{path} holds an ensemble of {model.n_trees:,} trees: `sqltree "
-                          f"{command}` takes a single tree; `sqltree sql` and "
-                          "`sqltree show --summary` take ensembles (in Python: "
+                          f"{command}` takes a single tree; `sqltree sql`, `sqltree "
+                          "importances` and `sqltree show --summary` take ensembles (in Python: "
                           "Ensemble.predict and Ensemble.evaluate)")
     return model
 
@@ -885,16 +900,9 @@ def _reading_command(args: argparse.Namespace) -> int:
 
 # -- evaluation ----------------------------------------------------------------------------------
 def _check_train_args(args: argparse.Namespace) -> None:
-    """Refuse, before any query, what ``train`` cannot do as asked: ``--quiet`` with nothing
-    to keep or print, an output file it cannot write, evaluation flags that do not go
-    together."""
-    evaluates = any(v is not None for v in (args.folds, args.test, args.test_fraction))
-    if args.quiet and not args.output and not evaluates:
-        raise OptionError(
-            "--quiet prints nothing, so without --output the trained model would be lost: "
-            "add -o MODEL.json (or --folds, --test or --test-fraction, whose evaluations it "
-            "prints)"
-        )
+    """Refuse, before any query, what ``train`` cannot do as asked: an output file it cannot
+    write, evaluation flags that do not go together. ``--quiet`` with nothing to keep or
+    print is refused later (``_lost_model``), once every option's value has been checked."""
     _check_output(args.output, MODEL_SUFFIXES, "models")
     _check_evaluation_flags(args)
     if (args.forest is not None or args.boost is not None) and any(
@@ -951,10 +959,28 @@ def _train_or_hold_out(
 
     progress = not args.quiet
     if args.test_fraction is None:
-        return sqltree.train(args.source, connection=connection, progress=progress,
+        return sqltree.train(args.source, connection=connection,
+                             progress=_lost_model if _loses_model(args) else progress,
                              **options), None
     return sqltree.holdout(args.source, test_fraction=args.test_fraction, connection=connection,
                            progress=progress, **_dealing(args), **options)
+
+
+def _loses_model(args: argparse.Namespace) -> bool:
+    """``--quiet`` without ``--output`` or an evaluation: nothing would be printed or kept."""
+    evaluates = any(v is not None for v in (args.folds, args.test, args.test_fraction))
+    return bool(args.quiet and not args.output and not evaluates)
+
+
+def _lost_model(event: Any) -> None:
+    """``train``'s progress callback for ``_loses_model``: its first event comes after every
+    option's value is checked and before the source is read, so a wrong value is reported
+    first, and this refusal before any work."""
+    raise OptionError(
+        "--quiet prints nothing, so without --output the trained model would be lost: "
+        "add -o MODEL.json (or --folds, --test or --test-fraction, whose evaluations it "
+        "prints)"
+    )
 
 
 def _print_evaluations(args: argparse.Namespace, model: Any, held_out: Any, connection: Any,

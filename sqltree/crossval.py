@@ -3,12 +3,13 @@
 Which part (fold, or training and test) a row belongs to is computed in the engine, the same
 on DuckDB, PostgreSQL and Spark, from nothing but portable SQL:
 
-1. Each row gets a hash: the MD5 (hex text) of the seed and a text form of its values, or of
-   its ``key`` column only. Engines write floats as text differently (``100`` or ``100.0``,
-   ``1e+20`` or ``1.0E20``), so a float enters as the integer ``FLOOR(frac(x * c) * 2^31)``
-   (IEEE arithmetic, exact and the same everywhere); integers and text enter as their text,
-   booleans as ``t`` or ``f``, NULL as the empty text. The engines' own hash functions differ,
-   and so do their text collations: the order below compares MD5 hex digits and numbers only.
+1. Each row gets a hash (``sqltree.dealing``): the MD5 (hex text) of the seed and a text
+   form of its values, or of its ``key`` column only. Engines write floats as text
+   differently (``100`` or ``100.0``, ``1e+20`` or ``1.0E20``), so a float enters as the
+   integer ``FLOOR(frac(x * c) * 2^31)`` (IEEE arithmetic, exact and the same everywhere);
+   integers and text enter as their text, booleans as ``t`` or ``f``, NULL as the empty
+   text. The engines' own hash functions differ, and so do their text collations: the order
+   below compares MD5 hex digits and numbers only.
 2. Within each class, rows are numbered in the order of their hash (ties, which only rows
    with equal hashed values have, are broken by the values themselves, so that only rows
    identical in every column can trade places, which changes nothing).
@@ -43,16 +44,11 @@ from .api import HELD_BY, rows_held_by, train
 from .compiler.blocks import column as quoted
 from .compiler.blocks import dnum, literal
 from .compiler.scoring import Names
-from .dataset import (
-    FLOAT_TYPES,
-    INTEGER_TYPES,
-    NUMERIC_TYPES,
-    TEXT_TYPES,
-    resolve_relation,
-    sort_key,
-)
-from .engines import Engine, get_engine
-from .errors import DataError, OptionError, UnsupportedError, UnsupportedOptionError
+from .dataset import resolve_relation, sort_key
+from .dealing import order_key, row_hash
+from .dealing import session as _session
+from .engines import get_engine
+from .errors import DataError, OptionError, UnsupportedOptionError
 from .evaluation import Evaluation, combine, weka_number
 from .model import Model
 from .options import CART_OPTIONS, check_train_options, normalise_algorithm, resolve_task
@@ -61,12 +57,6 @@ from .tree import Value
 
 if TYPE_CHECKING:
     import pandas
-
-FLOAT_MULTIPLIER = 0.6180339887498949
-"""``c`` of the float hash ``frac(x * c)``: the golden ratio's fraction spreads integers and
-steps of any size over [0, 1) (a Weyl sequence)."""
-_EXACT = 2.0**52
-"""Below this magnitude a double's integer part, and so its fraction, is exact."""
 
 FoldProgress = Callable[[Evaluation | RegressionEvaluation], None]
 
@@ -201,64 +191,6 @@ def check_fraction(test_fraction: Any) -> None:
 
 
 # -- the dealing query ---------------------------------------------------------------------------
-def _text(value: exp.Expression) -> exp.Expression:
-    return exp.cast(value, exp.DataType.build("VARCHAR"))
-
-
-def _string(text: str) -> exp.Expression:
-    return exp.Literal.string(text)
-
-
-def hash_text(column: exp.Expression, dtype: exp.DataType) -> exp.Expression | None:
-    """A text form of a value that every engine writes the same (None: a type left out)."""
-    if dtype.is_type(exp.DataType.Type.BOOLEAN):
-        return exp.Case(ifs=[exp.If(this=column.copy(), true=_string("t")),
-                             exp.If(this=exp.Not(this=column.copy()), true=_string("f"))])
-    if dtype.is_type(*TEXT_TYPES):
-        return column.copy()
-    if dtype.is_type(*INTEGER_TYPES):
-        return _text(column.copy())
-    if dtype.is_type(*FLOAT_TYPES, *NUMERIC_TYPES):
-        scaled = exp.Mul(this=exp.cast(column.copy(), exp.DataType.build("DOUBLE")),
-                         expression=dnum(FLOAT_MULTIPLIER))
-        fraction = exp.Case(
-            ifs=[exp.If(this=exp.LT(this=exp.Abs(this=scaled.copy()),
-                                    expression=dnum(_EXACT)),
-                        true=exp.Sub(this=scaled.copy(), expression=exp.Floor(this=scaled)))],
-            default=dnum(0.0),
-        )
-        bits = exp.Floor(this=exp.Mul(this=fraction, expression=dnum(2.0**31)))
-        return _text(exp.cast(bits, exp.DataType.build("BIGINT")))
-    return None
-
-
-def order_key(column: exp.Expression, dtype: exp.DataType) -> exp.Expression | None:
-    """What rows are ordered by for a column: text by its MD5 (collations differ), other
-    comparable values by themselves; None for types without a portable order."""
-    if dtype.is_type(*TEXT_TYPES) and not dtype.is_type(exp.DataType.Type.BOOLEAN):
-        return exp.MD5(this=column.copy())
-    if dtype.is_type(*NUMERIC_TYPES, exp.DataType.Type.BOOLEAN, *exp.DataType.TEMPORAL_TYPES):
-        return column.copy()
-    return None
-
-
-def row_hash(
-    schema: Sequence[tuple[str, exp.DataType]], seed: int, key: str | None
-) -> exp.Expression:
-    """``MD5(seed | value | value ...)`` over the hashed columns (only ``key`` if given)."""
-    parts: list[exp.Expression] = [_string(str(seed))]
-    for name, dtype in schema:
-        if key is not None and name != key:
-            continue
-        text = hash_text(quoted(name), dtype)
-        if text is not None:
-            parts += [_string("|"), exp.Coalesce(this=text, expressions=[_string("")])]
-    joined = parts[0]
-    for p in parts[1:]:
-        joined = exp.DPipe(this=joined, expression=p, safe=True)
-    return exp.MD5(this=joined)
-
-
 def build_dealing_query(
     relation: exp.Expression,
     schema: Sequence[tuple[str, exp.DataType]],
@@ -344,40 +276,6 @@ class Dealt:
                      expression=exp.Literal.number(part)), copy=False)
         query.meta[HELD_BY] = self.held_by
         return query
-
-
-@contextmanager
-def _session(connection: Any) -> Iterator[tuple[Engine, Any]]:
-    """An engine for the dealt table, and the connection the trainings share with it.
-
-    A new in-memory DuckDB database or a ``postgresql://`` URL is opened once, for all the
-    trainings; an engine the caller made is left to the trainings and a second engine on its
-    connection keeps the dealt table (training cleans up its engine's tables at the end).
-    """
-    if connection is None:
-        from .engines.duckdb import DuckDBEngine
-
-        engine = DuckDBEngine()  # sqltree's own database: its files count as local rows
-        conn = engine.connection
-        try:
-            yield engine, conn
-        finally:
-            engine.cleanup()
-            conn.close()
-        return
-    if isinstance(connection, Engine):
-        raw = getattr(connection, "connection", None) or getattr(connection, "spark", None)
-        if raw is None:
-            raise UnsupportedError(f"cannot share the connection of a {type(connection)}")
-        engine, shared = get_engine(raw), connection
-    else:
-        engine = get_engine(connection)
-        # A postgresql:// URL opened a connection for this call: the trainings share it.
-        shared = engine.connection if isinstance(connection, str) else connection
-    try:
-        yield engine, shared
-    finally:
-        engine.cleanup()
 
 
 @contextmanager

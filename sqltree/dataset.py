@@ -14,8 +14,9 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 
+from . import dates
 from .engines.base import Engine
-from .errors import DataError, OptionError, SqlTreeError, UnsupportedError
+from .errors import DataError, OptionError, SqlTreeError, UnsupportedError, UnsupportedOptionError
 from .readers import reader_for
 from .tree import CONTINUOUS, NOMINAL, Value
 
@@ -44,6 +45,10 @@ class Feature:
     index: int
     sql_type: str
     values: list[Value] = field(default_factory=list)  # nominal: sorted domain
+    date_column: str | None = None
+    """The date column a date feature is computed from (``date_features``), else None."""
+    date_part: str | None = None
+    """Which part of ``date_column`` it is (``dates.PARTS``), else None."""
 
     @property
     def column(self) -> str:
@@ -77,8 +82,21 @@ class Dataset:
     target_sum: float | None = None
     """A regression target's least value and unweighted sum (the Poisson deviance's checks)."""
     target_max: float | None = None
-    """A regression target's greatest value (with ``target_min``, the range that scales the
-    fixed-point sums of an ordered scan, ``RegressionStrategy.moment_bits``)."""
+    """A regression target's greatest value (with ``target_min``, the range that centres and
+    scales a regression tree's target, ``regression.target_scale``)."""
+    frame: FrameColumns | None = None
+    """The pandas DataFrame that ``relation`` reads where the engine reads it in place
+    (``Engine.READS_FRAMES_IN_PLACE``) and it is small (``FRAME_MAX_CELLS``), its columns
+    the source's: what reads of the source compute in numpy instead (``frame_facts``,
+    ``frame_level0``, ``quantiles.bin_edges``), through ``in_numpy``."""
+
+    @property
+    def in_numpy(self) -> FrameColumns | None:
+        """``frame`` where ``relation`` is still the one that reads it: a Dataset copied with
+        another relation (a validation source, a table of the same rows) keeps the field,
+        but its rows are no longer the frame's."""
+        frame = self.frame
+        return frame if frame is not None and frame.relation is self.relation else None
 
     def feature(self, name: str) -> Feature:
         for f in self.features:
@@ -343,18 +361,32 @@ def describe(
     continuous: Sequence[str] = (),
     weight: str | None = None,
     task: str = "classification",
+    date_features: bool = False,
 ) -> Dataset:
     """Read the schema, check the data, assign roles and read the class list (for
-    ``task="regression"``, the numeric target's weighted mean instead)."""
+    ``task="regression"``, the numeric target's weighted mean instead).
+
+    ``date_features``: each date or timestamp feature column becomes its parts
+    (``dates.PARTS``), computed in SQL by the relation training reads (``_date_parts``)."""
     relation = resolve_relation(source, engine)
-    schema = _read_schema(engine, relation)
+    # a small DataFrame's types from its dtypes, where the engine says how it reads them
+    small = is_pandas_frame(source) and source.size <= FRAME_MAX_CELLS
+    schema = (engine.frame_columns(source) if small else None) or _read_schema(engine, relation)
+    names = [n for n, _ in schema]
     types = dict(schema)
+    parts: dict[str, dates.DatePart] = {}
+    if date_features:
+        relation, names, types, parts, features, continuous = _date_parts(
+            relation, schema, engine, target=target, weight=weight, features=features,
+            nominal=nominal, continuous=continuous)
     chosen = _chosen_columns(
-        [n for n, _ in schema], types, target, weight, features, nominal, continuous, engine
+        names, types, target, weight, features, nominal, continuous, engine
     )
     feats = [
         Feature(name, _role(name, types[name], nominal, continuous, engine), i,
-                types[name].sql(engine.dialect))
+                _type_sql(types[name], engine.dialect),
+                date_column=parts[name].column if name in parts else None,
+                date_part=parts[name].part if name in parts else None)
         for i, name in enumerate(chosen)
     ]
     target_type = types[target]
@@ -371,6 +403,22 @@ def describe(
             "use a text, boolean or integer column"
         )
 
+    frame = FrameColumns(source, relation) if not parts and engine.READS_FRAMES_IN_PLACE and (
+        is_pandas_frame(source)) and len(source) * (len(feats) + 2) <= FRAME_MAX_CELLS else None
+    facts = None if frame is None or untyped or task == "regression" else frame_facts(
+        frame, feats, types, target, weight)
+    if facts is not None:
+        engine.expect_rows(facts.n_rows)
+        for f in feats:
+            if f.kind == NOMINAL:
+                f.values = facts.domains[f.index]
+        return Dataset(
+            engine=engine, relation=relation, target=target,
+            target_type=target_type.sql(engine.dialect), weight=weight, features=feats,
+            classes=[v for v, _ in facts.pairs], class_weights=[s for _, s in facts.pairs],
+            n_rows=facts.n_rows, n_null_target=0, infinite=facts.infinite,
+            value_ranges=facts.value_ranges, frame=frame,
+        )
     w = _column(weight) if weight else exp.Literal.number(1)
     checks = _checks(feats, types, target, weight, w)
     row = dict(zip(checks, engine.execute(exp.select(*checks.values()).from_(relation))[0]))
@@ -414,7 +462,68 @@ def describe(
         target_min=least,
         target_sum=total,
         target_max=most,
+        frame=frame,
     )
+
+
+def _date_parts(
+    relation: exp.Expression,
+    schema: list[tuple[str, exp.DataType]],
+    engine: Engine,
+    *,
+    target: str,
+    weight: str | None,
+    features: Sequence[str] | None,
+    nominal: Sequence[str],
+    continuous: Sequence[str],
+) -> tuple[exp.Expression, list[str], dict[str, exp.DataType], dict[str, dates.DatePart],
+           Sequence[str] | None, Sequence[str]]:
+    """The source with the parts of its date feature columns computed (``dates.add_parts``):
+    the relation, its column names (each date column's parts in its place, for the default
+    features), the types (the date columns' too), the parts by name, and ``features`` and
+    ``continuous`` with each date column named there replaced by its parts.
+
+    A date column is a feature unless it is the target or weight, left out of ``features``
+    (naming one of its parts there keeps it) or declared ``nominal`` (its values are then
+    categories, as without ``date_features``).
+    """
+    if engine.dialect == "sqlite":
+        raise UnsupportedOptionError(
+            "date_features needs date columns, and SQLite has none: its dates are text, which "
+            "sqltree reads as categories. Compute the parts in a query (such as "
+            "CAST(STRFTIME('%m', d) AS INTEGER) AS month) or train on DuckDB, PostgreSQL or "
+            "Spark; a model with date features scores ISO-8601 text on SQLite"
+        )
+    listed = set(features) if features is not None else None
+    columns = [
+        name for name, dtype in schema
+        if dates.is_date(dtype) and name not in {target, weight} and name not in nominal
+        and (listed is None or name in listed
+             or any(dates.part_name(name, p) in listed for p in dates.PARTS))
+    ]
+    if not columns:
+        return relation, [n for n, _ in schema], dict(schema), {}, features, continuous
+    parts = {p.name: p for p in (dates.DatePart(dates.part_name(c, part), c, part)
+                                 for c in columns for part in dates.PARTS)}
+    taken = {name.casefold(): name for name, _ in schema}
+    for p in parts.values():
+        if p.name.casefold() in taken:
+            raise DataError(
+                f"date_features names the {p.part} of the date column {p.column!r} "
+                f"{p.name!r}, but the source already has a column "
+                f"{taken[p.name.casefold()]!r}: rename that column in a query, or leave "
+                f"{p.column!r} out with features=[...]"
+            )
+
+    def expanded(names: Sequence[str]) -> list[str]:
+        return [n for name in names
+                for n in ([dates.part_name(name, p) for p in dates.PARTS]
+                          if name in columns else [name])]
+
+    types = dict(schema) | {name: exp.DataType.build("BIGINT") for name in parts}
+    return (dates.add_parts(relation, list(parts.values()), engine.dialect),
+            expanded([n for n, _ in schema]), types, parts,
+            None if features is None else expanded(features), expanded(continuous))
 
 
 def _chosen_columns(
@@ -452,25 +561,45 @@ def _chosen_columns(
     return chosen
 
 
+_TYPE_SQL: dict[tuple[exp.DataType, str], str] = {}
+
+
+def _type_sql(dtype: exp.DataType, dialect: str) -> str:
+    """A column type's SQL, rendered once per type (a source's columns have few; rendering
+    each feature's was a tenth of a small fit's description), keyed by a copy of it."""
+    found = _TYPE_SQL.get((dtype, dialect))
+    if found is None:
+        found = dtype.sql(dialect)
+        if len(_TYPE_SQL) < 1024:
+            _TYPE_SQL[(dtype.copy(), dialect)] = found
+    return found
+
+
 def _role(
     name: str, dtype: exp.DataType, nominal: Sequence[str], continuous: Sequence[str],
     engine: Engine,
 ) -> str:
     """A feature's kind: as given, else continuous for numbers and nominal for text."""
+    # ``dtype.this in`` a set of types is ``is_type(*types)`` for plain types (which builds a
+    # DataType of each one, 30 numeric types for every feature of a small fit)
     if name in nominal:
         return NOMINAL
     if name in continuous:
-        if not dtype.is_type(*NUMERIC_TYPES):
+        if dtype.this not in NUMERIC_TYPES:
             raise UnsupportedError(f"column {name!r} ({dtype.sql()}) cannot be continuous")
         return CONTINUOUS
-    if dtype.is_type(*NUMERIC_TYPES):
+    if dtype.this in NUMERIC_TYPES:
         return CONTINUOUS
-    if dtype.is_type(*TEXT_TYPES):
+    if dtype.this in TEXT_TYPES:
         return NOMINAL
     if dtype.is_type(*exp.DataType.TEMPORAL_TYPES):
+        dated = dates.is_date(dtype)
         raise UnsupportedError(
             f"column {name!r} holds dates or times ({dtype.sql(engine.dialect)}), which are "
-            "neither numbers nor categories: derive features from it in a query (such as "
+            "neither numbers nor categories: "
+            + ("train with date_features=True (--date-features) to use its year, month, day "
+               "of the week and days since 1970 as features, or " if dated else "")
+            + "derive features from it in a query (such as "
             f"EXTRACT(year FROM {name}), or the days since a date), or leave it out with "
             "features=[...]"
         )
@@ -733,3 +862,211 @@ def sort_key(value: Value) -> tuple[int, Any]:
 
 def _column(name: str) -> exp.Column:
     return exp.column(name, quoted=True)
+
+
+FRAME_MAX_CELLS = 1 << 21
+"""A DataFrame of at most this many rows x (features + 2) that the engine reads in place is
+also read in numpy (``Dataset.frame``): its types (``Engine.frame_columns``; rows x columns),
+description, level-0 rows and bin edges are found there, with no statement (a small fit's
+statements cost more than its tree). Larger frames are read by the engine, whose threads
+sort and group them, and which samples a text column for its type."""
+
+
+@dataclass
+class FrameFacts:
+    """What ``describe``'s statements read about a classification source (the checking
+    scan, the classes and their weights, the nominal domains), found in a DataFrame."""
+
+    n_rows: int
+    pairs: list[tuple[Value, float]]
+    infinite: list[str]
+    value_ranges: dict[int, tuple[float, float]]
+    domains: dict[int, list[Value]]
+
+
+def frame_facts(frame: FrameColumns, feats: list[Feature], types: dict[str, exp.DataType],
+                target: str, weight: str | None) -> FrameFacts | None:
+    """``describe``'s reads of a DataFrame that the engine reads in place
+    (``Engine.READS_FRAMES_IN_PLACE``: DuckDB), computed from its columns in numpy: a small
+    fit's description took 4 statements and 25-55 ms of building, rendering and running
+    them, more than its tree.
+
+    They are the engine's answers: NaN (and None in text) is NULL, as the engine reads it,
+    and every sum is exact in any order (row counts, or whole-number weights), as the
+    engine's. Where a column is of a kind these reads do not cover (extension types, numbers
+    as categories, mixed objects) or the data would get a message (no rows, a NULL target,
+    weights not whole or not positive, empty columns, infinities that training refuses,
+    integers beyond 2**53, fractional or single classes) there are none (None): the
+    statements then run and say what they say."""
+    import numpy as np
+
+    n_rows = len(frame.frame)
+    if n_rows == 0:
+        return None
+    read: dict[str, tuple[Any, Any]] = {}
+    for name in {target, *([weight] if weight else []), *(f.name for f in feats)}:
+        found = frame.column(name)
+        # a column the engine would not read as the frame holds it (text as ENUM or VARCHAR)
+        if found is None or (found[0].dtype.kind == "O" and types[name].this not in TEXT_TYPES):
+            return None
+        read[name] = found
+    y, y_known = read[target]
+    if not y_known.all():
+        return None
+    w = None
+    if weight:
+        w, w_known = read[weight]
+        w = w.astype(np.float64)
+        total = float(w.sum()) if w_known.all() and not (w < 0).any() else -1.0
+        if not (total < 2.0**53 and WEIGHT_RANGE[0] <= total <= WEIGHT_RANGE[1]
+                and bool(np.all(w == np.floor(w)))):
+            return None
+    infinite: list[str] = []
+    ranges: dict[int, tuple[float, float]] = {}
+    domains: dict[int, list[Value]] = {}
+    for f in feats:
+        v, known = read[f.name]
+        if not known.any():
+            return None
+        kv = v[known]
+        if f.kind == NOMINAL:
+            if kv.dtype.kind == "f":  # -0.0 and 0.0 are one group: the engine's domain
+                return None
+            domains[f.index] = sorted(np.unique(kv).tolist(), key=sort_key)
+            continue
+        if kv.dtype.kind == "f":
+            if np.isneginf(kv).any():
+                return None
+            if np.isposinf(kv).any():
+                infinite.append(f.name)
+                continue
+        elif max(abs(int(kv.min())), abs(int(kv.max()))) > EXACT_INTEGER:
+            return None
+        ranges[f.index] = (float(kv.min()), float(kv.max()))
+    classes, inverse = np.unique(y, return_inverse=True)
+    values = classes.tolist()
+    if len(values) < 2 or any(isinstance(c, float) and not c.is_integer() for c in values):
+        return None
+    sums = np.bincount(inverse.ravel(), weights=w, minlength=len(values))
+    pairs = sorted(((c, float(s)) for c, s in zip(values, sums.tolist(), strict=True)),
+                   key=lambda p: sort_key(p[0]))
+    return FrameFacts(n_rows, pairs, infinite, ranges, domains)
+
+
+LEVEL0 = "sqltree_level0"
+"""Set in the ``meta`` of ``queries.build_level0``'s query to its ``Level0`` (what its rows are
+made of), so that a reader of a Dataset with a ``frame`` may make them in numpy
+(``frame_level0``); a reader that changes the query must not keep it."""
+
+
+@dataclass(frozen=True)
+class Level0:
+    """The options of a level-0 query (``queries.build_level0``)."""
+
+    bins: dict[int, list[float]] | None
+    class_weight: Sequence[float] | None
+    centre: float | None
+
+
+def frame_level0(data: Dataset, query: Any) -> list[Any] | None:
+    """The rows of a level-0 query (``LEVEL0`` in its meta) made from ``data.in_numpy``,
+    as ``Engine.float_batches`` gives them (float64 columns, NaN for NULL): the rows with a
+    target (and a positive weight), node 0, the weight (times its class's factor), the class
+    index, each continuous value as a double (with bins, its bin's index: the first edge at or
+    above it) and each nominal value's place in the domain.
+
+    The same doubles as the engine's: each is the row's own value converted, or one product of
+    two doubles. None where ``data`` has no frame, for a regression's centred target (whose
+    moments are summed in row order: the engine's order is the one to follow), and for
+    columns ``FrameColumns`` does not read or numbers as categories (the engine's equality
+    of -0.0 and 0.0): the query then runs."""
+    spec = query.meta.get(LEVEL0) if isinstance(query, exp.Expression) else None
+    frame = data.in_numpy
+    if frame is None or not isinstance(spec, Level0) or spec.centre is not None:
+        return None
+    import numpy as np
+    import pandas as pd
+
+    read: dict[str, tuple[Any, Any]] = {}
+    for name in {data.target, *([data.weight] if data.weight else []),
+                 *(f.name for f in data.features)}:
+        found = frame.column(name)
+        if found is None:
+            return None
+        read[name] = found
+    target, keep = read[data.target]
+    if data.weight:
+        weight, known = read[data.weight]
+        with np.errstate(invalid="ignore"):
+            keep = keep & known & (weight > 0)
+    rows = np.flatnonzero(keep)
+    y = pd.Index(data.classes).get_indexer(target[rows])
+    if (y < 0).any():
+        return None
+    w = read[data.weight][0][rows].astype(np.float64) if data.weight else np.ones(len(rows))
+    if spec.class_weight is not None:
+        factor = np.array([float(cw) for cw in spec.class_weight])[y]
+        w = w * factor if data.weight else factor
+    columns = [np.zeros(len(rows)), w, y.astype(np.float64)]
+    for f in data.features:
+        values, known = read[f.name]
+        values, known = values[rows], known[rows]
+        out = np.full(len(rows), np.nan)
+        if f.kind == NOMINAL:
+            if values.dtype.kind == "f":
+                return None
+            codes = pd.Index(f.values).get_indexer(values[known])
+            out[np.flatnonzero(known)[codes >= 0]] = codes[codes >= 0]
+        elif spec.bins and f.index in spec.bins:
+            edges = np.asarray(spec.bins[f.index], dtype=np.float64)
+            at = np.searchsorted(edges, values[known].astype(np.float64), side="left")
+            out[known] = np.minimum(at, len(edges) - 1)
+        else:
+            out[known] = values[known].astype(np.float64)
+        columns.append(out)
+    return columns
+
+
+class FrameColumns:
+    """A DataFrame that the engine reads in place as ``relation``, its columns read in numpy
+    as the engine reads them (``column``), each once."""
+
+    def __init__(self, frame: Any, relation: exp.Expression) -> None:
+        self.frame = frame
+        self.relation = relation
+        self._read: dict[str, tuple[Any, Any] | None] = {}
+
+    def column(self, name: str) -> tuple[Any, Any] | None:
+        """Column ``name``'s values and which are known (``_frame_column``)."""
+        if name not in self._read:
+            self._read[name] = _frame_column(self.frame, name)
+        return self._read[name]
+
+
+def _frame_column(frame: Any, name: str) -> tuple[Any, Any] | None:
+    """A column's values as the engine reads them and which are known (not NULL), or None
+    for a column the numpy reads do not take: numpy floats (NaN is NULL), integers and
+    booleans, and text (objects that are strings, pandas strings, categories of strings;
+    None, NaN and NA are NULL)."""
+    import numpy as np
+    import pandas as pd
+
+    if name not in frame.columns or not frame.columns.is_unique:
+        return None
+    series = frame[name]
+    kind = series.dtype
+    if isinstance(kind, np.dtype) and kind.kind == "f" and kind.itemsize in (4, 8):
+        values = series.to_numpy()
+        return values, ~np.isnan(values)
+    if isinstance(kind, np.dtype) and kind.kind in "iub":
+        values = series.to_numpy()
+        return values, np.ones(len(values), dtype=bool)
+    text = (isinstance(kind, pd.StringDtype)
+            or (isinstance(kind, pd.CategoricalDtype)
+                and pd.api.types.infer_dtype(kind.categories, skipna=True) == "string")
+            or (isinstance(kind, np.dtype) and kind.kind == "O"
+                and pd.api.types.infer_dtype(series, skipna=True) == "string"))
+    if text:
+        known = series.notna().to_numpy()
+        return series.to_numpy(dtype=object, na_value=None), known
+    return None

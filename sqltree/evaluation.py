@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from sqlglot import exp
 
-from . import compiler
+from . import compiler, dates
 from .compiler.blocks import column, dnum, literal
 from .compiler.scoring import Names, build_scoring_query
 from .dataset import resolve_relation, sort_key
@@ -539,14 +539,15 @@ def evaluate(
     engine = get_engine(connection)
     try:
         relation = resolve_relation(source, engine)
-        schema = engine.columns(relation)
+        tested = sorted({n.split.feature for n in model.root.walk() if n.split is not None})
+        relation, schema = dates.for_scoring(getattr(model, "features", ()), tested, relation,
+                                             engine.columns(relation), engine.dialect)
         names = [n for n, _ in schema]
         needed = {model.target: "the target", **({weight_column: "the weight column"}
                                                 if weight_column else {})}
         for name, what in needed.items():
             if name not in names:
                 raise DataError(f"{what} {name!r} is not in the source; columns: {names}")
-        tested = sorted({n.split.feature for n in model.root.walk() if n.split is not None})
         missing = [f for f in tested if f not in names]
         if missing:
             raise DataError(f"columns the tree tests are not in the source: {missing}")

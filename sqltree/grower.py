@@ -40,6 +40,11 @@ features above 0.9 distinct (node, value) pairs per row ungrouped, 5.2 s with al
 """
 
 
+GIVE_BACK_MIN_CELLS = 1 << 20
+"""Training rows x features from which each level's freed memory is given back to the system
+(``heap.give_back``, about 1-6 ms a level): a small fit's levels free little, and a grid
+search's thousands of levels paid for it."""
+
 
 @dataclass
 class GrowOptions:
@@ -437,6 +442,8 @@ def _grow(strategy: Strategy, progress: Progress | None) -> tuple[Node, GrowStat
     grower = _LevelGrower(strategy)
     queries_before, jobs_before = engine.stats.queries, engine.stats.jobs
     level: exp.Table | None = strategy.materialize_level0()
+    data = strategy.data
+    give_back = data.n_rows * max(len(data.features), 1) >= GIVE_BACK_MIN_CELLS
     # the select plan reads the source in every statement; the memory plan reads it once here
     stats.scans += engine.plan == TABLES or strategy.plan_name is not None
     depth = 0
@@ -467,7 +474,8 @@ def _grow(strategy: Strategy, progress: Progress | None) -> tuple[Node, GrowStat
             depth += 1
             if strategy.plan_name is None:  # no query expressions to free on the memory plan
                 gc.collect(1)
-            heap.give_back()
+            if give_back:
+                heap.give_back()
         root = strategy.finish(root)
     finally:
         if level is not None and frontier:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from sqlglot import exp
 from sqlglot.errors import ErrorLevel
 
-from . import compiler
+from . import compiler, dates
 from . import progress as reporting
 from .algorithm_registry import REGISTRY
 from .compiler.scoring import build_scoring_query
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     import pandas
 
     from .evaluation import Evaluation
+    from .permutation import PermutationImportance
     from .regression_evaluation import RegressionEvaluation
     from .ruleset import RuleSet
 
@@ -41,6 +42,17 @@ class FeatureInfo:
     kind: str
     sql_type: str
     values: list[Value] = field(default_factory=list)
+    date_column: str | None = None
+    """The date column a date feature is computed from (``train(date_features=True)``)."""
+    date_part: str | None = None
+    """Which part of ``date_column`` (``dates.PARTS``); None for a column of the source."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The model file's entry: the date fields only for a date feature."""
+        out = vars(self).copy()
+        if self.date_part is None:
+            del out["date_column"], out["date_part"]
+        return out
 
 
 @dataclass
@@ -158,6 +170,16 @@ class Model:
         return plot(self, ax=ax, max_depth=max_depth, decimals=decimals, fontsize=fontsize,
                     filled=filled)
 
+    def permutation_importance(self, source: Any, *, connection: Any = None,
+                               n_repeats: int = 5, seed: int = 1, weight: str | bool = True
+                               ) -> PermutationImportance:
+        """Each feature's drop in accuracy (R² for regression) when its values are shuffled
+        among the rows of ``source`` in the engine: ``sqltree.permutation_importance``."""
+        from .permutation import permutation_importance
+
+        return permutation_importance(self, source, connection=connection,
+                                      n_repeats=n_repeats, seed=seed, weight=weight)
+
     def feature_importances(self, kind: str = "gain") -> dict[str, float]:
         """Each feature's importance in the tree, by name, in the order of ``features``.
 
@@ -227,6 +249,7 @@ class Model:
         down the test's heaviest branch instead, as ``to_sql(unknown="majority")`` scores it.
         """
         majority = check_unknown(unknown) == "majority"
+        row = self._dated_row(row)
 
         def follow(node: Node) -> Node:
             return _follow(node, row, majority)
@@ -270,8 +293,13 @@ class Model:
     def leaf_row(self, row: dict[str, Any], *, unknown: str = "fractional") -> int | None:
         """The id of the leaf one row reaches, as ``to_sql(output="leaf")`` gives it: None
         where a fractional test meets an unknown value (unless ``unknown="majority"``)."""
-        node = _follow(self.root, row, check_unknown(unknown) == "majority")
+        node = _follow(self.root, self._dated_row(row), check_unknown(unknown) == "majority")
         return node.node_id if node.is_leaf else None
+
+    def _dated_row(self, row: dict[str, Any]) -> Any:
+        """``row`` with the values of the date features computed from its date columns (a
+        ``date``, ``datetime`` or ISO-8601 text), as the scoring SQL computes them."""
+        return dates.with_values(row, dates.parts_of(self.features))
 
     def scoring_root(self, unknown: str = "fractional") -> Node:
         """The tree the scoring SQL compiles: the model's own, or with ``unknown="majority"``
@@ -282,6 +310,7 @@ class Model:
         """The leaf a row reaches in a tree whose every test routes unknown values to one
         branch (CART's)."""
         node = self.root
+        row = self._dated_row(row)
         while node.split is not None:
             branch = node.split.branch_of(row.get(node.split.feature))
             if branch is None:
@@ -293,10 +322,18 @@ class Model:
 
     # -- SQL ---------------------------------------------------------------------------------
     def to_expression(self, output: str = "label", table: str | None = None, *,
-                      unknown: str = "fractional") -> exp.Expression:
+                      unknown: str = "fractional", dialect: str | None = None
+                      ) -> exp.Expression:
         """The scoring expression as a sqlglot tree (``output``: "label" or "leaf"; a
-        regression tree's label is its predicted number; for ``unknown`` see ``to_sql``)."""
-        return self._expression(self.scoring_root(unknown), output, table)
+        regression tree's label is its predicted number; for ``unknown`` see ``to_sql``).
+        A date feature's tests compute it from its date column (``dialect`` "sqlite": with
+        SQLite's date functions)."""
+        return self._dated(self._expression(self.scoring_root(unknown), output, table), dialect)
+
+    def _dated(self, expression: exp.Expression, dialect: str | None) -> exp.Expression:
+        """``expression`` with each date feature computed from its date column
+        (``dates.inline``)."""
+        return dates.inline(expression, dates.parts_of(self.features), dialect)
 
     def _expression(self, root: Node, output: str, table: str | None = None) -> exp.Expression:
         if output == "label" and self.is_regression:
@@ -357,7 +394,7 @@ class Model:
         start = f"compiling {leaves} to {dialect} SQL"
         with reporting.phase("compile", start) as phase:
             if table is None:
-                expression = self.to_expression(output, unknown=unknown)
+                expression = self.to_expression(output, unknown=unknown, dialect=dialect)
             else:
                 expression = self._select(exp.to_table(table, dialect=dialect), output, column,
                                           proba, unknown, view=view, dialect=dialect)
@@ -391,7 +428,7 @@ class Model:
         leaves = reporting.count(self.n_leaves, "leaf", "leaves")
         start = f"compiling {leaves} to a {dialect} dbt model"
         with reporting.phase("compile", start) as phase:
-            query = self._select(relation, output, column, proba, unknown)
+            query = self._select(relation, output, column, proba, unknown, dialect=dialect)
             if not quote_identifiers:
                 unquote_identifiers(query, dialect)
             text = dbt_model(render(query, dialect, pretty), relation, header)
@@ -444,6 +481,7 @@ class Model:
             query = parts[0]
             for part in parts[1:]:
                 query = exp.union(query, part, distinct=False)
+        query = self._dated(query, dialect)
         if not quote_identifiers:
             unquote_identifiers(query, dialect)
         return render(query, dialect, pretty)
@@ -453,7 +491,8 @@ class Model:
                 ) -> exp.Expression:
         """``to_sql``'s query over ``relation``: a SELECT, or with ``view`` the view of it."""
         query: exp.Expression = self.scoring_query(
-            relation, output=output, column=column, proba=proba, unknown=unknown
+            relation, output=output, column=column, proba=proba, unknown=unknown,
+            dialect=dialect,
         )
         if view is not None:
             query = exp.Create(
@@ -494,6 +533,7 @@ class Model:
         expand: bool = False,
         ordered: bool = True,
         unknown: str = "fractional",
+        dialect: str | None = None,
     ) -> exp.Select:
         """``SELECT *, <prediction> FROM relation`` as a sqlglot query.
 
@@ -501,11 +541,15 @@ class Model:
         their class probabilities in a step of their own, once per row: in closed form, or,
         with ``expand``, by copies of the row that walk on from every branch (see
         ``compiler.scoring.build_expansion_query``; that keeps the source's row order only when
-        ``ordered``). ``unknown`` is ``to_sql``'s.
+        ``ordered``). ``unknown`` is ``to_sql``'s. Date features are computed from their date
+        columns (``dates``; ``dialect`` "sqlite" writes SQLite's date functions).
         """
         root = self.scoring_root(unknown)
         if source_columns is not None and output == "label" and not self.is_regression:
             _refuse_duplicates([column, *(self.proba_columns() if proba else [])])
+            tested = {n.split.feature for n in root.walk() if n.split is not None}
+            relation = dates.add_parts(relation, dates.needed_parts(self.features, tested),
+                                       dialect or "duckdb")
             return build_scoring_query(
                 root, self.classes, relation, source_columns, column,
                 self.proba_columns() if proba else None, expand=expand, ordered=ordered,
@@ -515,6 +559,7 @@ class Model:
         outputs = [self._expression(root, output)]
         if proba:
             outputs += compiler.compile_proba(root, len(self.classes))
+        outputs = [self._dated(e, dialect) for e in outputs]
         # Built without copies: sqlglot's builders would copy the whole tree's expressions.
         select = exp.Select(expressions=[exp.Star()] + [
             exp.Alias(this=e, alias=exp.to_identifier(name, quoted=True))
@@ -562,6 +607,7 @@ class Model:
             query = self.scoring_query(
                 relation, output=output, column=column, proba=proba, source_columns=names,
                 expand=engine.VECTORIZED, ordered=into is None, unknown=unknown,
+                dialect=engine.dialect,
             )
             # The engine copies the query before rendering it; see compiler.collector_paused.
             start = (f"scoring {relation.meta['sqltree_source']} with "
@@ -582,6 +628,8 @@ class Model:
         tree compares numbers, or with another type family than in training (the engine's own
         error would name neither, or there would be no error and wrong answers)."""
         tested = {n.split.feature: n.split for n in self.root.walk() if n.split}
+        types = dict(dates.checked_schema(self.features, tested, list(types.items()),
+                                          engine.dialect))
         missing = sorted(f for f in tested if f not in types)
         if missing:
             raise DataError(f"columns the tree tests are not in the source: {missing}")
@@ -655,7 +703,7 @@ class Model:
             "target": self.target,
             **({"task": self.task} if self.is_regression else {}),
             "classes": self.classes,
-            "features": [vars(f) for f in self.features],
+            "features": [f.to_dict() for f in self.features],
             "options": self.options,
             "stats": self.stats,
             "tree": self.root.to_dict(),
@@ -732,4 +780,6 @@ def _refuse_duplicates(names: Sequence[str]) -> None:
 
 
 def features_info(features: Sequence[Any]) -> list[FeatureInfo]:
-    return [FeatureInfo(f.name, f.kind, f.sql_type, list(f.values)) for f in features]
+    return [FeatureInfo(f.name, f.kind, f.sql_type, list(f.values),
+                        getattr(f, "date_column", None), getattr(f, "date_part", None))
+            for f in features]

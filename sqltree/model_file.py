@@ -19,17 +19,21 @@ import sys
 from collections.abc import Sequence, Set
 from typing import Any, NoReturn
 
+from .dates import PARTS as DATE_PARTS
 from .errors import ModelFileError
 from .tree import CONTINUOUS, NOMINAL
 
 FORMAT = "sqltree-model"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 """The newest version this sqltree writes. Version 2 added the task (regression trees) and
-the optional node fields from growth; a model that uses none of them is written as version 1,
-so that older readers still load it."""
+the optional node fields from growth, version 3 the date features (``date_column`` and
+``date_part`` of a feature); a model that uses none of them is written as the oldest version
+that holds it, so that older readers still load it."""
 
 REQUIRED = ("target", "classes", "features", "tree")
 FEATURE_FIELDS = {"name", "kind", "sql_type", "values"}
+DATE_FIELDS = {"date_column", "date_part"}
+"""A date feature's fields (version 3): the date column and the part it is computed from."""
 VERSION_1_NODE_FIELDS = {
     "id", "counts", "proba", "split", "shares", "unknown_branch", "children",
 }
@@ -102,7 +106,8 @@ def validate(data: Any) -> None:
     model, of that feature's kind, with a finite threshold or branch values of the feature's
     type, and one child and one share (a fraction) per branch, the shares adding up to 1.
     A regression model (``task`` "regression") has no classes, one count per node (its
-    weight) and a finite ``value`` on every node.
+    weight) and a finite ``value`` on every node. A date feature (version 3) names its date
+    column and one of ``dates.PARTS``.
     Fields outside the tree that this version does not know are ignored.
     """
     if not isinstance(data, dict):
@@ -137,13 +142,15 @@ def validate(data: Any) -> None:
         n_classes = 1  # a node's counts: its weight
     else:
         n_classes = _check_classes(data["classes"])
-    features = _check_features(data["features"])
+    features = _check_features(data["features"], dated=version >= 3)
     known = NODE_FIELDS if version >= 2 else VERSION_1_NODE_FIELDS
     _check_tree(data["tree"], n_classes, features, regression, known)
 
 
 def format_version(data: dict[str, Any]) -> int:
     """The oldest format version that can hold the ``to_dict`` document ``data``."""
+    if any(f.keys() & DATE_FIELDS for f in data["features"]):
+        return 3
     if "task" in data or any(item.keys() - VERSION_1_NODE_FIELDS for item in data["tree"]):
         return 2
     return 1
@@ -168,7 +175,7 @@ def _check_classes(classes: Any) -> int:
     return len(classes)
 
 
-def _check_features(features: Any) -> dict[str, _Feature]:
+def _check_features(features: Any, dated: bool = True) -> dict[str, _Feature]:
     if not isinstance(features, list):
         _fail("features", f"is {_type(features)}; expected a list of features")
     out: dict[str, _Feature] = {}
@@ -176,7 +183,10 @@ def _check_features(features: Any) -> dict[str, _Feature]:
         where = f"feature {i}"
         if not isinstance(f, dict):
             _fail(where, f"is {_type(f)}; expected an object")
-        _known_fields(where, f, FEATURE_FIELDS)
+        if f.keys() & DATE_FIELDS and not dated:
+            _fail(where, "date_column and date_part are fields of version 3 files; this file "
+                         "says an older version")
+        _known_fields(where, f, FEATURE_FIELDS | DATE_FIELDS)
         for key in ("name", "kind", "sql_type"):
             if key not in f:
                 _fail(where, f"missing field {key!r}")
@@ -194,8 +204,24 @@ def _check_features(features: Any) -> dict[str, _Feature]:
         value_type = _check_values(f"{where}: values", values)
         if f["kind"] == CONTINUOUS and value_type not in (None, "number"):
             _fail(where, f"is continuous but its values are {value_type}")
+        _check_date_fields(where, f)
         out[name] = _Feature(f["kind"], value_type, set(values))
     return out
+
+
+def _check_date_fields(where: str, f: dict[str, Any]) -> None:
+    """A date feature names its date column and one of ``dates.PARTS``, and is numbers."""
+    if not f.keys() & DATE_FIELDS:
+        return
+    if not f.keys() >= DATE_FIELDS:
+        _fail(where, "a date feature has both date_column and date_part")
+    if not _is_text(f["date_column"]) or not f["date_column"]:
+        _fail(where, f"date_column is {_type(f['date_column'])}; expected a column name")
+    if f["date_part"] not in DATE_PARTS:
+        _fail(where, f"date_part is {_show(f['date_part'])}; expected one of "
+                     f"{', '.join(map(repr, DATE_PARTS))}")
+    if f.get("values") and _check_values(where, f["values"]) != "number":
+        _fail(where, "is a date feature but its values are not numbers")
 
 
 def _check_values(where: str, values: list[Any]) -> str | None:

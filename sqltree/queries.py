@@ -27,7 +27,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 
 from sqlglot import exp
 
-from .dataset import Dataset, Feature
+from .dataset import LEVEL0, Dataset, Feature, Level0
 from .fixed_point import from_fixed, to_fixed
 from .sqlexpr import (
     alias,
@@ -53,6 +53,7 @@ def build_level0(
     lookup: bool = False,
     class_weight: Sequence[float] | None = None,
     centre: float | None = None,
+    scale: int = 0,
 ) -> exp.Select:
     """Rows of the source as the root level: node 0, weight, class index, encoded features.
 
@@ -62,8 +63,10 @@ def build_level0(
     ``lookup``: bin by list lookups (``bin_by_lookup``; DuckDB) where the edges allow it.
     ``class_weight`` (one factor per class, CART's): each row's weight is multiplied by its
     class's factor, so every count after level 0 is a class-weighted count.
-    ``centre`` (a regression target's mean): ``y`` is the DOUBLE target less it, so that sums
-    of ``w*y*y`` do not lose the spread to the size of the values (``MOMENTS``).
+    ``centre`` (a regression target's, ``regression.target_scale``): ``y`` is the DOUBLE
+    target less it, times ``2**-scale`` (exact), so that sums of ``w*y*y`` do not lose the
+    spread to the size of the values and every moment is below 1 per unit weight
+    (``MOMENTS``).
     """
     target = exp.column(data.target, quoted=True)
     # a DOUBLE either way: PostgreSQL types 1.0e0 NUMERIC, and every sum and logarithm after it
@@ -84,6 +87,8 @@ def build_level0(
         ), "SMALLINT")
     else:
         y = paren(as_double(target.copy()) - num(float(centre)))
+        if scale:
+            y = paren(y * num(math.ldexp(1.0, -scale)))
     columns: list[exp.Expression] = [
         alias(exp.cast(num(0), "INT"), "node"),
         alias(w, "w"),
@@ -103,6 +108,8 @@ def build_level0(
             exp.GT(this=exp.column(data.weight, quoted=True), expression=num(0)),
             copy=False,
         )
+    # what the rows are made of, for a reader that makes them from a DataFrame in numpy
+    query.meta[LEVEL0] = Level0(bins, class_weight, centre)
     return query
 
 
@@ -293,7 +300,8 @@ def build_histogram(
     rules that count rows rather than weight (CART's ``min_samples_*``, as scikit-learn's).
 
     ``moments``: a regression histogram, whose ``n_classes`` (``MOMENTS``) columns sum these
-    terms of a level row (``moment_terms``; DOUBLE; ``by_class`` and ``bits`` do not apply).
+    terms of a level row (``moment_terms``, each in fixed point with ``bits``; ``by_class``
+    does not apply).
 
     ``one_pass``: the node totals and the grouped features in one aggregate over the level
     crossed with their attribute numbers (``_one_pass_part``), not one aggregate each. The

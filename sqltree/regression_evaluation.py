@@ -19,7 +19,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from . import compiler
+from . import compiler, dates
 from .compiler.blocks import column, dnum
 from .compiler.scoring import Names
 from .dataset import resolve_relation
@@ -177,10 +177,11 @@ def evaluate_regression(
     engine = get_engine(connection)
     try:
         relation = resolve_relation(source, engine)
-        schema = engine.columns(relation)
+        tested = {n.split.feature for n in model.root.walk() if n.split is not None}
+        relation, schema = dates.for_scoring(getattr(model, "features", ()), tested, relation,
+                                             engine.columns(relation), engine.dialect)
         names = [n for n, _ in schema]
         needed = [model.target, *([weight_column] if weight_column else [])]
-        tested = {n.split.feature for n in model.root.walk() if n.split is not None}
         missing = [c for c in [*needed, *sorted(tested)] if c not in names]
         if missing:
             raise DataError(f"columns the evaluation reads are not in the source: {missing}; "

@@ -7,47 +7,16 @@ once in (attr, node, v) order by a streaming window whose sums run across the gr
 group's own sums are those less the totals of the groups before it. Both are exact in fixed
 point (``fixed_point.to_fixed``): in floating point a group's sums would be differences of two large
 running totals. C4.5's best-cut scan (``algorithms.c45_cuts``) and CART's scores read these.
-
-Signed sums (a regression histogram's ``SUM(w*y)``, ``SUM(w*y*y)``) are scanned as 128-bit
-integers at a scale chosen once from a bound of every partial sum (``wide_fixed_bits``).
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 
 from sqlglot import exp
 
-from .fixed_point import FIXED_POINT_MAX_BITS, from_fixed, to_fixed
-from .sqlexpr import alias, case, col, num, paren, window
-
-WIDE_FIXED_HEADROOM = 120
-"""A bound on every partial sum of a wide fixed-point scan is scaled to below this power of
-two; HUGEINT holds up to 2^127, and the per-row roundings add at most half a unit per row,
-so any level of fewer than 2^125 histogram rows stays in range (DuckDB fails on overflow
-rather than wrapping)."""
-
-
-def wide_fixed_bits(bound: float) -> int:
-    """Fractional bits of HUGEINT sums (``to_wide_fixed``) whose every partial sum is at most
-    ``bound`` in magnitude.
-
-    A power of two, so scaling is exact: each term is then rounded once, to ``2**-bits``, and
-    every sum of terms after that is exact, whatever the order. With the bound scaled to
-    2^120 a term loses at most 2^-121 of the bound, far below a DOUBLE's rounding of a
-    running total (2^-53 of it per addition).
-    """
-    if not math.isfinite(bound):
-        raise ValueError(f"a bound of the sums must be finite, not {bound}")
-    _, exponent = math.frexp(bound if bound > 0 else 1.0)  # bound < 2**exponent
-    return max(-FIXED_POINT_MAX_BITS, min(FIXED_POINT_MAX_BITS, WIDE_FIXED_HEADROOM - exponent))
-
-
-def to_wide_fixed(e: exp.Expression, bits: int) -> exp.Expression:
-    """A DOUBLE, of either sign, as a HUGEINT count of ``2**-bits`` (DuckDB's cast rounds to
-    the nearest, half away from zero; the product with a power of two is exact)."""
-    return exp.cast(paren(e * num(2.0**bits)), "HUGEINT")
+from .fixed_point import from_fixed, to_fixed
+from .sqlexpr import alias, case, col, paren, window
 
 
 def ordered_running_sums(
@@ -59,7 +28,6 @@ def ordered_running_sums(
     fixed: bool = True,
     bits: int | None = None,
     counts: Collection[str] = (),
-    wide: Mapping[str, int] | None = None,
 ) -> exp.Select:
     """Running sums of ``columns`` over each (node, attr) group of ``hist`` in value order.
 
@@ -72,17 +40,10 @@ def ordered_running_sums(
     follows the one-thread streaming window runs in parallel. ``fixed``: sum in fixed point
     (``to_fixed``), needed unless every weight is a whole number; ``bits``: the columns hold
     fixed-point weights already (``build_histogram``), summed as they are. ``counts``: columns
-    of row counts, summed as they are and not converted. ``wide``: columns of DOUBLE sums of
-    either sign, each scanned at its own scale (``to_wide_fixed``; column -> bits).
+    of row counts, summed as they are and not converted.
     """
     known = exp.and_(col("v").is_(exp.null()).not_(), where.copy())
-    wide = wide or {}
-    terms = [
-        col(c) if c in counts
-        else to_wide_fixed(col(c), wide[c]) if c in wide
-        else scan_term(c, fixed, bits)
-        for c in columns
-    ]
+    terms = [col(c) if c in counts else scan_term(c, fixed, bits) for c in columns]
     scan = ordered_scan(hist, columns, known, "nv", terms)
     offsets = _group_offsets(hist, terms, known)
     source: exp.Expression = exp.Subquery(this=scan)
@@ -94,8 +55,7 @@ def ordered_running_sums(
             col("node", "s"), col("attr", "s"), col("v", "s"), col("nv", "s"),
             *[
                 alias(
-                    from_fixed(col(f"g{i}", "s") - col(f"o{i}", "b"), wide[c]) if c in wide
-                    else left_sum(
+                    left_sum(
                         col(f"g{i}", "s") - col(f"o{i}", "b"),
                         (fixed or bits is not None) and c not in counts,
                         bits,

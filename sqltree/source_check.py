@@ -112,7 +112,7 @@ def check_features(features: Iterable[Any], tested: Iterable[str],
             continue
         raise _mismatch(
             "column", name, trained, f.sql_type, types[name], found, dialect,
-            f"its values would not compare with the tree's; cast it to {_cast_hint(trained)} "
+            f"its values would not compare with the model's; cast it to {_cast_hint(trained)} "
             "in a query, with the values it had in training",
         )
 
@@ -141,11 +141,14 @@ def _cast_hint(family: str) -> str:
 
 
 def check_source(model: Any, types: Mapping[str, exp.DataType], engine: Any, *,
-                 target: bool = False) -> None:
-    """``check_features`` for the columns ``model``'s tree tests and, with ``target``,
-    ``check_target`` for its target (``model``: a ``Model``, or anything with its ``root``,
-    ``features``, ``classes``, ``target`` and ``task``; ``engine``: the scoring ``Engine``)."""
-    tested = {n.split.feature for n in model.root.walk() if n.split is not None}
+                 target: bool = False, tested: Iterable[str] | None = None) -> None:
+    """``check_features`` for the columns ``model``'s tree tests (or ``tested``: an
+    ensemble's ``used_features()``) and, with ``target``, ``check_target`` for its target
+    (``model``: a ``Model`` or an ``Ensemble``, or anything with their ``features``,
+    ``classes``, ``target`` and ``task``, and a ``root`` unless ``tested`` is given;
+    ``engine``: the scoring ``Engine``)."""
+    if tested is None:
+        tested = {n.split.feature for n in model.root.walk() if n.split is not None}
     flag = bool(engine.BOOLEANS_AS_INTEGERS)
     check_features(getattr(model, "features", ()), tested, types, engine.dialect,
                    integer_booleans=flag)

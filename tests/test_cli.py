@@ -320,16 +320,81 @@ def test_every_criterion_offered_trains(capsys, tmp_path):
         assert status == 0, (criterion, err)
 
 
-def test_split_scores_refuses_a_task_it_cannot_score():
-    with pytest.raises(sqltree.errors.UnsupportedOptionError,
-                       match="split_scores scores classification splits"):
+def test_split_scores_task_is_checked():
+    # split_scores(task=...) used to raise a plain TypeError; a task it does not know is an
+    # OptionError, and a regression task needs a numeric target
+    with pytest.raises(sqltree.OptionError, match="task must be one of"):
+        sqltree.split_scores(str(GOLF), target="play", task="regresion")
+    with pytest.raises(sqltree.DataError, match="a regression target must be numeric; 'play'"):
         sqltree.split_scores(str(GOLF), target="play", task="regression")
+
+
+def test_scores_task_regression_prints_the_variance_decrease(capsys):
+    from tests.helpers import GOLF_NUMERIC
+
+    status, out, err = run(capsys, "scores", GOLF_NUMERIC, "-t", "humidity", "--task",
+                           "regression")
+    assert status == 0, err
+    expected = sqltree.split_scores(str(GOLF_NUMERIC), target="humidity", task="regression")
+    assert out == expected.to_string(index=False) + "\n"
+    assert out.split()[:6] == ["attribute", "kind", "threshold", "left", "right",
+                               "unknown_left"]
+    assert "variance_decrease" in out.splitlines()[0]
+
+
+@pytest.mark.parametrize("args, status, message", [
+    # a regression task needs a numeric target
+    (["-t", "play", "--task", "regression"], DATA, "a regression target must be numeric"),
+    # a measurement scored as classes points to --task regression
+    (["-t", "humidity", "--task", "classification"], DATA, "(--task regression)"),
+    (["-t", "humidity", "--task", "variance"], USAGE,
+     "argument --task: invalid choice: 'variance'"),
+])
+def test_scores_task_refuses_what_does_not_go_together(capsys, tmp_path, args, status,
+                                                       message):
+    numbers = tmp_path / "numbers.csv"
+    pd.read_csv(GOLF).assign(humidity=[70.5 + i for i in range(14)]).to_csv(numbers,
+                                                                             index=False)
+    assert message in refused(capsys, status, "scores", numbers, *args)
 
 
 def test_quiet_without_output_is_refused(capsys):
     # it used to train, print nothing and throw the model away
     line = refused(capsys, USAGE, "train", GOLF, "-t", "play", "-q")
     assert "without --output the trained model would be lost: add -o MODEL.json" in line
+
+
+@pytest.mark.parametrize("quiet_first", [True, False], ids=["-q first", "-q last"])
+@pytest.mark.parametrize("options, message", [
+    (["--cf", "7"], "cf must be in (0, 0.5], not 7.0"),
+    (["--max-depth", "0"], "max_depth must be at least 1, not 0"),
+    (["--max-bins", "1"], "max_bins must be at least 2, not 1"),
+    (["-a", "cart", "--ccp-alpha", "-1"], "ccp_alpha must be in [0, inf), not -1.0"),
+    (["--criterion", "gini"], "['criterion'] apply to algorithm='cart' only"),
+    (["--max-samples", "0.5"], "--max-samples apply to --forest or --boost"),
+    (["--forest", "0"], "n_estimators must be a positive integer, not 0"),
+    (["--forest", "3", "--max-features", "most"], "--max-features takes sqrt, log2, all"),
+    (["--boost", "3", "--learning-rate", "-1"], "learning_rate must be positive"),
+    (["-o", "model.xlsx"], "models are written as .json files"),
+], ids=lambda v: v if isinstance(v, str) and v.startswith("-") else None)
+def test_a_bad_option_value_is_reported_before_quiet_without_output(capsys, options, message,
+                                                                     quiet_first):
+    # -q without -o used to be refused first, and the real mistake only on the next run
+    args = ["-q", *options] if quiet_first else [*options, "-q"]
+    line = refused(capsys, USAGE, "train", GOLF, "-t", "play", *args)
+    assert message in line and "--quiet" not in line
+
+
+def test_quiet_without_output_is_refused_before_the_source_is_read(capsys, monkeypatch):
+    from sqltree import api
+
+    def unread(*args, **kwargs):
+        raise AssertionError("the source was read")
+
+    monkeypatch.setattr(api, "describe", unread)
+    for args in (["-q"], ["-q", "-a", "cart", "--max-depth", "2"], ["--forest", "2", "-q"]):
+        line = refused(capsys, USAGE, "train", GOLF, "-t", "play", *args)
+        assert "without --output the trained model would be lost" in line
 
 
 def test_quiet_with_an_evaluation_prints_the_evaluation_only(capsys):

@@ -50,8 +50,17 @@ def frame(n: int = ROWS, seed: int = 19) -> pd.DataFrame:
 
 
 @pytest.fixture(scope="module")
-def data() -> pd.DataFrame:
-    return frame()
+def data() -> dict[str, pd.DataFrame]:
+    return {"classes": frame(), "regression": regression_frame()}
+
+
+def regression_frame(n: int = ROWS, seed: int = 19) -> pd.DataFrame:
+    """``frame`` with a numeric target: its sums of ``w*y`` and ``w*y*y`` are fractional."""
+    rows = frame(n, seed)
+    rng = np.random.default_rng(seed + 1)
+    score = np.nan_to_num(rows["a"].to_numpy()) * 3.7 - np.nan_to_num(rows["b"].to_numpy())
+    rows["y"] = np.round(score + (rows["colour"] == "red") * 2.1 + rng.normal(0, 0.3, n), 3)
+    return rows
 
 
 CASES = {
@@ -61,7 +70,14 @@ CASES = {
     "cart class and sample weights": {
         "algorithm": "cart", "weight": "w", "class_weight": "balanced", "max_depth": 5,
     },
+    # the moments of a regression tree are summed in fixed point too
+    "regression": {"task": "regression", "max_depth": 6},
+    "regression weight column": {"task": "regression", "weight": "w", "max_depth": 6},
 }
+
+
+def rows_of(case: str, n: int = ROWS, seed: int = 19) -> pd.DataFrame:
+    return regression_frame(n, seed) if "regression" in case else frame(n, seed)
 
 
 def _untimed(stats: Any) -> Any:
@@ -86,9 +102,10 @@ def saved(model: Model, path: Path, options: dict[str, Any]) -> bytes:
 @pytest.mark.parametrize("case", CASES)
 def test_model_files_are_identical_run_after_run(data, tmp_path, case):
     options = CASES[case]
+    rows = data["regression" if "regression" in case else "classes"]
     files = []
     for run in range(RUNS):
-        model = sqltree.train(data, target="y", connection=DuckDBEngine(threads=2), **options)
+        model = sqltree.train(rows, target="y", connection=DuckDBEngine(threads=2), **options)
         files.append(saved(model, tmp_path / f"model{run}.json", options))
     assert model.n_leaves > 20
     for run, text in enumerate(files[1:], start=1):
@@ -111,13 +128,11 @@ ENGINES = [
 
 
 @pytest.mark.parametrize("engine_factory", ENGINES, indirect=True)
-@pytest.mark.parametrize(
-    "case", ["c4.5 unknown values", "c4.5 weight column", "cart class and sample weights"]
-)
+@pytest.mark.parametrize("case", list(CASES))
 def test_other_engines_give_duckdbs_model(engine_factory: EngineFactory, case):
     # Fewer rows and levels: the counts are exact sums, whatever the size.
     options = {**CASES[case], "max_depth": 4}
-    rows = frame(40_000, seed=7)
+    rows = rows_of(case, 40_000, seed=7)
     duck = sqltree.train(rows, target="y", connection=DuckDBEngine(threads=2), **options)
     engine, source = engine_factory(rows)
     other = sqltree.train(source, target="y", connection=engine, **options)
@@ -205,3 +220,73 @@ def test_a_zero_threshold_is_zero_on_every_plan():
         assert threshold == 0.0 and math.copysign(1.0, threshold) == 1.0, plan
         files.add(json.dumps(model.to_dict()["tree"]))
     assert len(files) == 1
+
+
+def _tree_file(model: Model) -> str:
+    return json.dumps(_comparable(model), sort_keys=True)
+
+
+REGRESSION_FOUND = {
+    # tiny fractional weights: the memory plan's child sums came out 0.5000000000005, and it
+    # chose b for the second split where the SQL plans chose a (a tie)
+    "weights": (pd.DataFrame({"a": [4.0, 2, 5, 3], "b": [8.0, 9, 5, 4], "t": [1.0, 5, 3, 5],
+                              "w": [1e-6, 1e-6, 1e-6, 0.1]}), {"weight": "w"}),
+    # DuckDB's leaf 0.3 against SQLite's 0.30000000000000004
+    "leaf values": (pd.DataFrame({"x": [0.0, 1, 0, 1, 0], "t": [0.1, 0.4, 0.2, 1.0, 0.6]}),
+                    {"max_depth": 1}),
+}
+
+
+@pytest.mark.parametrize("case", list(REGRESSION_FOUND))
+def test_regression_trees_are_identical_on_every_plan_and_engine(case):
+    import sqlite3
+
+    rows, options = REGRESSION_FOUND[case]
+    files = {}
+    for plan in ("memory", "tables", "select"):
+        model = sqltree.train(rows, target="t", task="regression", plan=plan, **options)
+        files[plan] = _tree_file(model)
+    lite = sqlite3.connect(":memory:")
+    rows.to_sql("rows", lite, index=False)
+    files["sqlite"] = _tree_file(sqltree.train("rows", target="t", task="regression",
+                                               connection=lite, **options))
+    assert len(set(files.values())) == 1, files
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("criterion", ["squared_error", "poisson"])
+def test_random_regression_tables_give_one_model_on_every_plan(seed, criterion):
+    # Fractional weights and targets of every magnitude: the plans and SQLite agree to the bit.
+    import sqlite3
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(5, 400))
+    magnitude = 10.0 ** rng.integers(-6, 7)
+    rows = pd.DataFrame({
+        "x": rng.normal(size=n).round(int(rng.integers(0, 3))),
+        "z": rng.choice(["p", "q", "r", None], size=n).astype(object),
+        "w": rng.random(n) * 10.0 ** rng.integers(-6, 3),
+        "t": np.abs(rng.normal(size=n)).round(int(rng.integers(0, 4))) * magnitude + 0.01,
+    })
+    options = {"weight": "w", "criterion": criterion, "min_samples_leaf": 2}
+    files = {plan: _tree_file(sqltree.train(rows, target="t", task="regression", plan=plan,
+                                            **options))
+             for plan in ("memory", "tables", "select")}
+    lite = sqlite3.connect(":memory:")
+    rows.to_sql("rows", lite, index=False)
+    files["sqlite"] = _tree_file(sqltree.train("rows", target="t", task="regression",
+                                               connection=lite, **options))
+    assert len(set(files.values())) == 1, {k: v[:300] for k, v in files.items()}
+
+
+def test_a_constant_target_is_one_leaf_of_impurity_zero():
+    # The fixed point rounds each row's terms: a node whose target is one value must not look
+    # impure to the rounding (and be split on nothing).
+    rows = pd.DataFrame({"x": np.arange(50.0), "t": [0.1] * 25 + [1234.567] * 25})
+    for plan in ("memory", "tables"):
+        model = sqltree.train(rows, target="t", task="regression", plan=plan)
+        assert model.n_leaves == 2, plan
+        assert [leaf.impurity for leaf in model.root.children] == [0.0, 0.0]
+        # the fixed point's unit is the range's 2^-60 per unit of training weight
+        values = [leaf.value for leaf in model.root.children]
+        assert values == pytest.approx([0.1, 1234.567], rel=0, abs=1234.567 * 50 * 2.0**-58)

@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 import sqltree
+from tests.conftest import ENGINES, SQLITE
 from tests.helpers import assert_same_model
 from tests.test_engines import DATASETS, frame_of
 
@@ -94,12 +95,71 @@ def test_auto_takes_the_scan_on_a_users_connection_for_binned_cart() -> None:
 @pytest.mark.parametrize("options", [
     {"algorithm": "c4.5", "max_bins": 16},
     {"algorithm": "cart"},
-    {"algorithm": "cart", "max_bins": 16, "task": "regression", "target": "age"},
+    {"algorithm": "cart", "task": "regression", "target": "age"},
 ])
 def test_scan_refuses_what_it_does_not_grow(options: dict[str, Any]) -> None:
     target = options.pop("target", "y")
     with pytest.raises(sqltree.SqlTreeError, match="plan='scan' grows binned CART"):
         sqltree.train(messy(), target, plan="scan", **options)
+
+
+def numeric(n: int = 400, seed: int = 5) -> pd.DataFrame:
+    """``messy`` with a numeric target ``t`` (and a non-negative ``p`` for Poisson)."""
+    frame = messy(n, seed).drop(columns=["y"])
+    rng = np.random.default_rng(seed + 1)
+    frame["t"] = (np.nan_to_num(frame["size"].to_numpy()) * 3.1
+                  + frame["colour"].isin(["c1", "c3"]) * 2.0 + rng.normal(0, 0.4, n)).round(3)
+    frame["p"] = np.abs(frame["t"]).round(1)
+    return frame
+
+
+REGRESSION_CASES = {
+    "squared-error": {"max_bins": 16},
+    "sample-weight": {"max_bins": 16, "weight": "w", "max_depth": 6},
+    "poisson": {"max_bins": 8, "criterion": "poisson", "target": "p"},
+    "friedman-best-first": {"max_bins": 32, "criterion": "friedman_mse", "max_leaf_nodes": 12},
+}
+
+
+def _file(model: Any) -> dict[str, Any]:
+    out = model.to_dict()
+    del out["stats"]
+    for f in out["features"]:
+        del f["sql_type"]
+    return out
+
+
+@pytest.mark.parametrize("case", list(REGRESSION_CASES))
+def test_regression_trees_are_the_other_plans_to_the_bit(case: str) -> None:
+    """The moments are fixed-point integers whose sums pass 2^53: read in two exact parts
+    (``SqlBackend(wide=True)``), the larger child derived by subtraction, the tree and its
+    leaf values are the memory and tables plans' to the last bit."""
+    import duckdb
+
+    options = dict(REGRESSION_CASES[case])
+    target = options.pop("target", "t")
+    con = duckdb.connect()
+    con.register("src", numeric())
+    con.execute("CREATE TABLE t AS SELECT * FROM src")
+    models = {plan: sqltree.train("t", target, task="regression", plan=plan, connection=con,
+                                  **options) for plan in ("scan", "tables", "memory")}
+    assert models["scan"].stats["plan"] == "scan"
+    assert models["scan"].n_leaves > 5
+    assert _file(models["scan"]) == _file(models["tables"]) == _file(models["memory"])
+    assert sqltree.train("t", target, task="regression", connection=con,
+                         **options).stats["plan"] == "scan"
+
+
+@pytest.mark.parametrize("engine_factory", [*ENGINES, SQLITE], indirect=True)
+def test_every_engine_grows_the_same_regression_tree(engine_factory: Any) -> None:
+    frame = numeric()
+    engine, source = engine_factory(frame, "numeric")
+    model = sqltree.train(source, "t", task="regression", connection=engine, max_bins=16,
+                          weight="w", max_depth=5)
+    assert model.stats["plan"] == ("select" if engine.dialect == "sqlite" else "scan")
+    reference = sqltree.train(frame, "t", task="regression", plan="memory", max_bins=16,
+                              weight="w", max_depth=5)
+    assert _file(model) == _file(reference)
 
 
 def test_scan_needs_tables() -> None:

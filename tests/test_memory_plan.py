@@ -292,9 +292,15 @@ def test_cart_scored_a_batch_at_a_time_gives_the_same_model(monkeypatch, rows, b
     model file of the whole level at once, to the last bit, for Gini, entropy (screened with
     numpy's logarithm; a nominal feature's partitions enumerated), class weights (fixed-point
     sums) and regression (batches of candidates, no parts); and the parts and batches were
-    made."""
+    made. The whole levels are scored stacked (``algorithms.memory.stacked``), the parts
+    and batches a feature at a time."""
     from sqltree.algorithms.memory import cart_scores
-    from tests.test_memory_plan_c45 import _many_cuts, counted_node_chunks, same_model
+    from tests.test_memory_plan_c45 import (
+        _many_cuts,
+        counted_node_chunks,
+        feature_at_a_time,
+        same_model,
+    )
 
     made: list[int] = []
     frame = _many_cuts()
@@ -308,6 +314,7 @@ def test_cart_scored_a_batch_at_a_time_gives_the_same_model(monkeypatch, rows, b
         with monkeypatch.context() as m:
             parts = counted_node_chunks(m, rows)
             m.setattr(cart_scores, "CANDIDATE_CHUNK", batch)
+            feature_at_a_time(m)
             batched = sqltree.train(source, target, plan="memory", **options)
         made += parts
         same_model(whole, batched)

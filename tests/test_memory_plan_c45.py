@@ -246,9 +246,19 @@ def test_cuts_screened_a_chunk_at_a_time_give_the_same_model(monkeypatch, chunk)
     from sqltree.algorithms.memory import c45_scores
 
     monkeypatch.setattr(c45_scores, "CUT_CHUNK", chunk)
+    feature_at_a_time(monkeypatch)
     frame = _many_cuts()
     both_plans(frame, "y", algorithm="c4.5", pruning=None, min_cases=1)
     both_plans(frame, "y", algorithm="c4.5")
+
+
+def feature_at_a_time(patch: Any) -> None:
+    """Score each feature of a level on its own (no ``stacked.STACK_CELLS``): the small
+    tables here are otherwise scored stacked (``algorithms.memory.stacked``), past the
+    feature's own paths (parts, chunks, bands) that a test forces."""
+    from sqltree.algorithms.memory import stacked
+
+    patch.setattr(stacked, "STACK_CELLS", {})
 
 
 def counted_node_chunks(patch: Any, rows: int) -> list[int]:
@@ -277,6 +287,7 @@ def test_nodes_scored_a_part_at_a_time_give_the_same_model(monkeypatch, rows):
     tables plan, to the last bit, unpruned and pruned. Parts were made, more than one a
     level."""
     made = counted_node_chunks(monkeypatch, rows)
+    feature_at_a_time(monkeypatch)
     frame = _many_cuts()
     both_plans(frame, "y", algorithm="c4.5", pruning=None, min_cases=1)
     both_plans(frame, "y", algorithm="c4.5")
@@ -328,6 +339,7 @@ def test_a_large_node_grouped_a_band_of_values_at_a_time(monkeypatch, band, chun
     monkeypatch.setattr(c45_scores, "BAND_ROWS", band)
     monkeypatch.setattr(c45_scores, "CUT_CHUNK", chunk)
     monkeypatch.setattr(c45_scores, "_band_cuts", listed)
+    feature_at_a_time(monkeypatch)
     frame = _many_cuts()
     both_plans(frame, "y", algorithm="c4.5", pruning=None, min_cases=1)
     both_plans(frame, "y", algorithm="c4.5")

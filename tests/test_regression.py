@@ -13,6 +13,7 @@ import pytest
 import sqltree
 from sqltree.errors import DataError, ModelFileError, UnsupportedError
 from sqltree.model import Model
+from tests.helpers import on_engines
 
 pytest.importorskip("sklearn")
 from sklearn.datasets import load_diabetes, make_friedman1
@@ -245,12 +246,13 @@ def test_target_offset_by_1e9_grows_the_same_tree():
 
 
 def test_ordered_scan_is_exact_at_any_target_scale():
-    """DuckDB's one-pass scan sums the moments in 128-bit fixed point at a scale chosen from
-    the target's range: a target times 2**-20 or 2**300 (exact in floating point), with
-    fractional weights and unknown values, grows the same tree, its values and impurities
-    scaled by the same powers of two (a fixed scale of 2**-40 would round the small target's
-    squares to a few units, and overflow on the large one). Smaller targets stop at
-    scikit-learn's absolute impurity floor, ``EPSILON``, as scikit-learn's trees do."""
+    """The moments are fixed-point counts of a target centred and scaled below 1 by a power
+    of two (``regression.target_scale``): a target times 2**-20 or 2**300 (exact in floating
+    point), with fractional weights and unknown values, grows the same tree, its values and
+    impurities scaled by the same powers of two, to the bit (a fixed scale of 2**-40 would
+    round the small target's squares to a few units, and overflow on the large one). Smaller
+    targets stop at scikit-learn's absolute impurity floor, ``EPSILON``, as scikit-learn's
+    trees do."""
     X, y = with_nulls()
     X, y = X.head(300).reset_index(drop=True), y[:300]
     weight = np.random.default_rng(3).uniform(0.5, 2.0, len(y))
@@ -267,8 +269,8 @@ def test_ordered_scan_is_exact_at_any_target_scale():
         for a, b in zip(base, nodes, strict=True):
             assert (a.n_samples, a.weight, a.unknown_branch) == (
                 b.n_samples, b.weight, b.unknown_branch)
-            assert b.value == pytest.approx(a.value * 2.0**k, rel=1e-12)
-            assert b.impurity == pytest.approx(a.impurity * 4.0**k, rel=1e-9)
+            assert b.value == a.value * 2.0**k
+            assert b.impurity == a.impurity * 4.0**k
 
 
 def test_friedman_improvement_is_friedmans_score():
@@ -504,3 +506,75 @@ def test_nominal_tree_on_every_engine(engine_factory):
     model = sqltree.train(source, "target", task="regression", connection=engine, max_depth=3)
     reference = sqltree.train(frame, "target", task="regression", max_depth=3)
     assert model.text() == reference.text()
+
+
+# -- split_scores(task="regression") -----------------------------------------------------------
+def _variance_decrease(y: np.ndarray, left: np.ndarray) -> float:
+    """The variance decrease of sending ``left`` rows left, in numpy."""
+    n = len(y)
+    return float(np.var(y) - left.sum() / n * np.var(y[left])
+                 - (~left).sum() / n * np.var(y[~left]))
+
+
+def test_regression_split_scores_are_the_variance_decrease():
+    X, y = diabetes()
+    X = X[["bmi", "bp", "s5"]].head(120)
+    y = y[:120]
+    rng = np.random.default_rng(2)
+    frame = X.assign(group=rng.choice(["a", "b", "c", "d"], len(y)), target=y)
+    scores = sqltree.split_scores(frame, target="target", task="regression")
+    assert set(scores["attribute"]) == {"bmi", "bp", "s5", "group"}
+    for row in scores.itertuples():
+        if row.kind == "continuous":
+            left = frame[row.attribute].to_numpy() <= row.threshold
+        else:
+            left = frame[row.attribute].isin(row.left).to_numpy()
+            assert sorted([*row.left, *row.right]) == ["a", "b", "c", "d"]
+        assert row.variance_decrease == pytest.approx(_variance_decrease(y, left), rel=1e-9,
+                                                       abs=1e-9)
+        assert row.w_left == left.sum() and row.w_right == (~left).sum()
+    # every cut between adjacent values of a continuous feature, each side in mean order
+    assert (scores["attribute"] == "bmi").sum() == frame["bmi"].nunique() - 1
+    assert (scores["attribute"] == "group").sum() == 3
+    # the best is the root's split of a regression tree, as scikit-learn grows it
+    best = scores.loc[scores["variance_decrease"].idxmax()]
+    stump = DecisionTreeRegressor(max_depth=1).fit(X, y)
+    assert best["attribute"] == X.columns[stump.tree_.feature[0]]
+    assert best["threshold"] == pytest.approx(stump.tree_.threshold[0], abs=1e-6)
+    improvement = stump.tree_.impurity[0] - sum(
+        stump.tree_.weighted_n_node_samples[c] / len(y) * stump.tree_.impurity[c] for c in (1, 2))
+    assert best["variance_decrease"] == pytest.approx(improvement, rel=1e-9)
+
+
+def test_regression_split_scores_with_weights_and_unknown_values():
+    frame = pd.DataFrame({"x": [1.0, 2.0, None, 4.0, 5.0, 6.0],
+                          "w": [1.0, 2.0, 1.0, 1.0, 3.0, 1.0],
+                          "t": [1.0, 1.5, 3.0, 4.0, 5.0, 5.5]})
+    scores = sqltree.split_scores(frame, target="t", task="regression", weight="w")
+    y, w = frame["t"].to_numpy(), frame["w"].to_numpy()
+
+    def weighted_var(mask: np.ndarray) -> float:
+        return float(np.average((y[mask] - np.average(y[mask], weights=w[mask])) ** 2,
+                                weights=w[mask]))
+
+    everything = np.ones(len(y), dtype=bool)
+    for row in scores.itertuples():
+        x = frame["x"].to_numpy()
+        left = (x <= row.threshold) | (np.isnan(x) & row.unknown_left)
+        share = w[left].sum() / w.sum()
+        expected = weighted_var(everything) - share * weighted_var(left) - (
+            1 - share) * weighted_var(~left)
+        assert row.variance_decrease == pytest.approx(expected, rel=1e-9, abs=1e-12)
+    assert set(scores["unknown_left"]) == {True, False}
+
+
+@on_engines(sqlite=True)
+def test_regression_split_scores_on_every_engine(engine_factory):
+    rng = np.random.default_rng(6)
+    frame = pd.DataFrame({"x": rng.integers(0, 8, 40).astype(float),
+                          "c": rng.choice(["p", "q", "r"], 40),
+                          "t": rng.normal(size=40).round(3)})
+    engine, source = engine_factory(frame, "scores_reg")
+    got = sqltree.split_scores(source, target="t", task="regression", connection=engine)
+    expected = sqltree.split_scores(frame, target="t", task="regression")
+    pd.testing.assert_frame_equal(got, expected, check_exact=False, rtol=1e-12, atol=1e-12)

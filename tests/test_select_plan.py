@@ -29,7 +29,7 @@ from sqltree.model import Model
 from .conftest import DATA, ENGINES, SQLITE, EngineFactory
 from .helpers import read_csv
 from .test_determinism import CASES as DETERMINISM_CASES
-from .test_determinism import frame as determinism_frame
+from .test_determinism import rows_of as determinism_rows
 from .test_engines import DATASETS, assert_same_tree, frame_of
 
 
@@ -273,7 +273,7 @@ def test_sqlite_grows_duckdbs_tree_on_100k_rows():
 @pytest.mark.parametrize("case", sorted(DETERMINISM_CASES))
 def test_sqlite_gives_duckdbs_model_with_fractional_weights(case: str):
     options = {**DETERMINISM_CASES[case], "max_depth": 3}
-    rows = determinism_frame(8_000, seed=7)
+    rows = determinism_rows(case, 8_000, seed=7)
     want = sqltree.train(rows, target="y", **options)
     engine, table = sqlite_with(rows)
     got = train_select(engine, table, "y", **options)

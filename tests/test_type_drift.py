@@ -143,3 +143,71 @@ def test_an_all_null_sqlite_column_is_not_taken_for_text() -> None:
     frame.assign(x=np.nan).to_sql("batch", lite, index=False)  # declared REAL, every x NULL
     scored = model.predict("batch", connection=lite)
     assert len(scored) == 20
+
+
+# -- forests and boosting ----------------------------------------------------------------------
+def _codes(n: int = 300) -> pd.DataFrame:
+    """``code`` is text holding digits; the class follows it."""
+    rng = np.random.default_rng(8)
+    code = rng.choice(["1", "2", "3"], n)
+    return pd.DataFrame({"code": code, "size": rng.integers(0, 10, n),
+                         "kind": np.where(code == "3", "big", "small")})
+
+
+@pytest.fixture(scope="module")
+def code_forest() -> sqltree.Ensemble:
+    forest = sqltree.train(_codes(), target="kind", algorithm="random-forest", n_estimators=4,
+                           max_depth=3, random_state=0)
+    assert forest.types_recorded and "code" in forest.used_features()
+    return forest
+
+
+def test_an_ensemble_refuses_a_text_feature_scored_as_integer(code_forest) -> None:
+    con = duckdb.connect()
+    con.register("codes", _codes())
+    con.execute("CREATE TABLE drifted AS SELECT CAST(code AS INTEGER) AS code, size, kind "
+                "FROM codes")
+    message = r"column 'code' was text \(TEXT\) in training but is number \(INT\)"
+    with pytest.raises(DataError, match=message):
+        code_forest.predict("drifted", connection=con)
+    with pytest.raises(DataError, match=message):
+        code_forest.evaluate("drifted", connection=con)
+    with pytest.raises(DataError, match=message):
+        code_forest.permutation_importance("drifted", connection=con, n_repeats=1)
+    assert code_forest.predict("codes", connection=con) is not None  # the same types: scored
+
+
+def test_an_ensemble_evaluation_refuses_a_boolean_target_against_text_labels(code_forest
+                                                                             ) -> None:
+    frame = _codes().assign(kind=lambda f: f["kind"] == "big")
+    with pytest.raises(DataError, match=r"target 'kind' was text in training but is boolean"):
+        code_forest.evaluate(frame)
+    code_forest.predict(frame)  # predict does not read the target
+
+
+def test_an_ensemble_scores_sqlite_integer_booleans_as_booleans() -> None:
+    frame = _members()
+    forest = sqltree.train(frame, target="churn", algorithm="random-forest", n_estimators=4,
+                           max_depth=4, random_state=0)
+    assert "is_member" in forest.used_features()
+    lite = sqlite3.connect(":memory:")
+    frame.to_sql("members", lite, index=False)  # is_member: INTEGER, 1 and 0
+    expected = forest.predict(frame)["prediction"].tolist()
+    assert forest.predict("members", connection=lite)["prediction"].tolist() == expected
+    assert forest.evaluate("members", connection=lite) == forest.evaluate(frame)
+
+
+def test_an_imported_ensemble_checks_only_what_it_knows() -> None:
+    ensemble = pytest.importorskip("sklearn.ensemble")
+    frame = _members().assign(is_member=lambda f: f["is_member"].astype(int))
+    fitted = ensemble.RandomForestClassifier(n_estimators=3, max_depth=3, random_state=0).fit(
+        frame[["is_member", "spend"]], frame["churn"])
+    imported = sqltree.from_sklearn(fitted)
+    assert not imported.types_recorded  # DOUBLE is the importer's guess, not the source's
+    imported.predict(frame.assign(spend=frame["spend"].astype("int32")))  # any number
+    with pytest.raises(DataError, match=r"column 'spend' was number in training but is text"):
+        imported.predict(frame.assign(spend=frame["spend"].astype(str)))
+    # a boolean column where the trees compare numbers: a DataError, not the engine's
+    with pytest.raises(DataError, match=r"column 'is_member' was number in training but is "
+                                        r"boolean"):
+        imported.predict(frame.assign(is_member=frame["is_member"].astype(bool)))

@@ -25,16 +25,15 @@ from ..tree import Node
 from .c45 import C45Strategy
 from .cart import CARTStrategy
 from .cart.regression import RegressionStrategy
-from .level_scan import LevelScanCARTStrategy, scan_applies
+from .level_scan import SCAN_STRATEGIES, scan_strategy
 from .memory import DEEP_STRATEGIES, MEMORY_STRATEGIES, SCAN, memory_strategy
 from .memory.recount import RowsInMemory
 from .memory.stages import InMemoryStages
 
-SCAN_REASON = ("binned CART classification: histograms summed in the engine, splits chosen "
-               "in Python")
+SCAN_REASON = "binned CART: histograms summed in the engine, splits chosen in Python"
 
-SCAN_REFUSAL = ("plan='scan' grows binned CART classification trees (max_bins) on an engine "
-                "that stores tables; use plan='tables' or 'auto'")
+SCAN_REFUSAL = ("plan='scan' grows binned CART trees (max_bins) on an engine that stores "
+                "tables; use plan='tables' or 'auto'")
 
 STRATEGIES: dict[str, type[Strategy]] = {
     C45: C45Strategy,
@@ -99,11 +98,12 @@ def grow_and_prune(
     training rows as pruning recounts them: held by the memory plan, else read from the engine
     once a recount's rows are few (``memory.recount.RowsInMemory``)."""
     strategy = memory_strategy(data, options, memory) if memory is not None else None
-    if strategy is None and plan in (SCAN, "auto") and scan_applies(options, data):
-        strategy = LevelScanCARTStrategy(data, options)
-        strategy.plan_reason = "asked for" if plan == SCAN else SCAN_REASON
-    elif plan == SCAN and strategy is None:
-        raise UnsupportedOptionError(SCAN_REFUSAL)
+    if strategy is None and plan in (SCAN, "auto"):
+        strategy = scan_strategy(options, data)
+        if strategy is not None:
+            strategy.plan_reason = "asked for" if plan == SCAN else SCAN_REASON
+        elif plan == SCAN:
+            raise UnsupportedOptionError(SCAN_REFUSAL)
     if strategy is None and options.strategy_name in DEEP_STRATEGIES:
         strategy = DEEP_STRATEGIES[options.strategy_name](data, options)
     root, stats = grow(data, options, progress, strategy)
@@ -117,6 +117,7 @@ def grow_and_prune(
 __all__ = [
     "MEMORY_STRATEGIES",
     "POST_PRUNING",
+    "SCAN_STRATEGIES",
     "STRATEGIES",
     "C45Strategy",
     "CARTStrategy",

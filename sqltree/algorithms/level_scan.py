@@ -20,7 +20,9 @@ reading the rows, and Python for the rest:
   (``memory.cart_scores``), the tables plan's scoring query in numpy.
 
 Every sum is a whole number, so the engine's histogram is the memory plan's to the last bit
-and the tree is the same on every plan and engine. It takes binned CART classification
+and the tree is the same on every plan and engine (sums of fixed-point weights and of a
+regression tree's moments pass 2^53: they are read in two exact parts,
+``SqlBackend(wide=True)``). It takes binned CART, classification and regression
 (``max_bins``): exact thresholds need a histogram per distinct value.
 """
 
@@ -32,7 +34,7 @@ from typing import Any
 import numpy as np
 from sqlglot import exp
 
-from ..algorithm_registry import CART
+from ..algorithm_registry import CART, CART_REGRESSION
 from ..dataset import Feature
 from ..engines.select_plan import TABLES
 from ..grower import RouteRow, TestRow
@@ -42,6 +44,7 @@ from ..learner.splitter import FeatureCodes, Layout
 from ..queries import UNKNOWN_KEY
 from ..sqlexpr import alias, num
 from ..tree import CONTINUOUS
+from .cart.regression import RegressionStrategy
 from .cart.strategy import INFINITE_THRESHOLD, CARTStrategy
 from .cart.subsets import orders
 from .memory import SCAN, cart_scores
@@ -67,7 +70,8 @@ class ScanHistogram:
     feature, groups of known codes sorted by (node, value); per node its totals.
 
     ``node``, ``code``: the long rows' keys (sorted), ``sums``: their row count then each
-    class's weight, whole numbers (counts, or counts of ``2**-bits``)."""
+    class's weight, or a regression tree's moments (``moments``), whole numbers (counts, or
+    counts of ``2**-bits``)."""
 
     node: np.ndarray
     code: np.ndarray
@@ -76,8 +80,8 @@ class ScanHistogram:
     position: dict[int, int]
     n_classes: int
     bits: int | None
-    moments = False
-    poisson = False
+    moments: bool = False
+    poisson: bool = False
 
     def __post_init__(self) -> None:
         _, n, _ = self.totals()
@@ -138,6 +142,11 @@ class LevelScanStages:
     _derived: dict[int, tuple[int, int]]
 
     @property
+    def _moments(self) -> bool:
+        """Whether the histogram sums a regression tree's moments, not class weights."""
+        return not self.data.classes
+
+    @property
     def workers(self) -> int | None:
         return engine_workers(self.data.engine)
 
@@ -154,20 +163,27 @@ class LevelScanStages:
         w = exp.column("w", quoted=True)
         # the first level's rows as codes, never stored apart nor numbered: the pairs carry
         # them (no statement joins them back)
-        columns: list[exp.Expression] = [alias(exp.column("y", quoted=True), "y")]
-        stats: list[exp.Expression] = [exp.column("cnt", table="a", quoted=True)]
-        if self.hist_bits is not None:
+        count = exp.column("cnt", table="a", quoted=True)
+        stats: list[exp.Expression] = [count]
+        columns: list[exp.Expression] = []
+        if self._moments:  # each row's moments in fixed point (``RegressionStrategy``)
+            for j, term in enumerate(self.moment_terms()):
+                columns.append(alias(term, f"v_m{j}"))
+                stats.append(count.copy() * exp.column(f"v_m{j}", table="a", quoted=True))
+        else:
+            columns.append(alias(exp.column("y", quoted=True), "y"))
+        if self.hist_bits is not None and not self._moments:
             fixed = exp.func("FLOOR", exp.paren(w * num(float(2**self.hist_bits))) + num(0.5))
             columns.append(alias(exp.cast(fixed, "BIGINT"), "v_w"))
-            stats.append(exp.column("cnt", table="a", quoted=True)
-                         * exp.column("v_w", table="a", quoted=True))
+            stats.append(count.copy() * exp.column("v_w", table="a", quoted=True))
         for i, f in enumerate(features):
             code = exp.func("COALESCE", exp.column(f.column, quoted=True) + num(1), num(0))
             columns.append(alias(exp.cast(code, "INT"), f"c{i}"))
         codes = exp.select(*columns).from_(level0.subquery("l0", copy=False), copy=False)
-        self.backend = SqlBackend(engine, codes, self._layout, stats,
-                                  np.ones(1 + self.n_classes), n_classes=self.n_classes,
-                                  carried=[c.alias for c in columns], row_ids=False)
+        self.backend = SqlBackend(engine, codes, self._layout, stats, np.ones(len(stats)),
+                                  n_classes=0 if self._moments else self.n_classes,
+                                  carried=[c.alias for c in columns], row_ids=False,
+                                  wide=self.hist_bits is not None)
         self.backend.start([Start(0, None)], Sampling(bootstrap=False, fraction=1.0))
         self._kept, self._derived = {}, {}
         return self.backend.pairs
@@ -177,7 +193,8 @@ class LevelScanStages:
         assert self.backend is not None
         node, code, sums = self.backend.long_histograms(None if features else 1)
         hist = ScanHistogram(node, code, sums, self._layout if features else Layout(()),
-                             self._position, self.n_classes, self.hist_bits)
+                             self._position, self.n_classes, self.hist_bits, self._moments,
+                             self.criterion == "poisson")  # type: ignore[attr-defined]
         if not features:  # the last level: its counts only (the first feature's codes)
             hist.layout = Layout(self._layout.features[:1])
         if self._derived:
@@ -199,7 +216,8 @@ class LevelScanStages:
         node, code = np.concatenate(extra_node), np.concatenate(extra_code)
         order = np.lexsort((code, node))
         return ScanHistogram(node[order], code[order], np.concatenate(extra_sums)[order],
-                             hist.layout, hist.position, hist.n_classes, hist.bits)
+                             hist.layout, hist.position, hist.n_classes, hist.bits,
+                             hist.moments, hist.poisson)
 
     def read_counts(self, engine: Any, hist: ScanHistogram) -> dict[int, list[float]]:
         nodes, n, sums = hist.totals()
@@ -305,8 +323,21 @@ class LevelScanCARTStrategy(LevelScanStages, CARTStrategy):
     """CART classification on the level scan."""
 
 
-def scan_applies(options: Any, data: Any) -> bool:
-    """Whether the level scan grows this tree: binned CART classification on an engine that
-    stores tables."""
-    return (options.strategy_name == CART and bool(options.max_bins)
-            and bool(data.classes) and data.engine.plan == TABLES)
+class LevelScanRegressionStrategy(LevelScanStages, RegressionStrategy):
+    """CART regression on the level scan."""
+
+
+SCAN_STRATEGIES: dict[str, type[CARTStrategy]] = {
+    CART: LevelScanCARTStrategy,
+    CART_REGRESSION: LevelScanRegressionStrategy,
+}
+"""Algorithm name (``GrowOptions.strategy_name``) -> its strategy on the level scan."""
+
+
+def scan_strategy(options: Any, data: Any) -> CARTStrategy | None:
+    """The level scan's strategy for this tree, or None where it does not apply: it grows
+    binned CART (classification and regression) on an engine that stores tables."""
+    found = SCAN_STRATEGIES.get(options.strategy_name)
+    if found is None or not options.max_bins or data.engine.plan != TABLES:
+        return None
+    return found(data, options)

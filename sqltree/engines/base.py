@@ -14,6 +14,7 @@ object serves one training or scoring at a time.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import sys
 import threading
@@ -86,6 +87,17 @@ def _shared_by(key: Any) -> _Shared:
         return found
 
 
+@functools.lru_cache(maxsize=1024)
+def parsed_type(type_text: str, dialect: str) -> exp.DataType:
+    """An engine's type name parsed (UNKNOWN where sqlglot cannot parse it: unsupported
+    downstream), once per name: a source's columns are mostly of a few types, and parsing
+    each one's was a tenth of a small fit's description. Callers take a copy."""
+    try:
+        return exp.DataType.build(type_text, dialect=dialect)
+    except Exception:
+        return exp.DataType.build("UNKNOWN")
+
+
 def temp_table_create(name: str, query: exp.Expression) -> exp.Create:
     """``CREATE TEMPORARY TABLE "name" AS query``, as DuckDB, PostgreSQL and SQLite write it."""
     return exp.Create(
@@ -146,6 +158,12 @@ class Engine(ABC):
 
     KEEPS_ROW_ORDER: ClassVar[bool] = False
     """Whether a table made from an ordered query is stored, and scanned, in that order."""
+
+    READS_FRAMES_IN_PLACE: ClassVar[bool] = False
+    """Whether ``relation_for_dataframe`` reads the pandas DataFrame itself (no copy), its
+    values as pandas holds them and NaN as NULL: facts about such a source are then
+    computed from the frame in numpy (``dataset.frame_facts``), as the engine would find
+    them."""
 
     SUPPORTS_MATERIALIZED_CTE: ClassVar[bool] = True
     """Whether ``WITH name AS MATERIALIZED (...)`` computes a CTE once for the statement."""
@@ -310,6 +328,12 @@ class Engine(ABC):
         """A relation reading a pandas DataFrame."""
         raise NotImplementedError(f"{type(self).__name__} cannot read a pandas DataFrame")
 
+    def frame_columns(self, frame: Any) -> list[tuple[str, exp.DataType]] | None:
+        """The names and types ``columns`` gives the relation of a DataFrame
+        (``relation_for_dataframe``), known from the frame without a statement; None where
+        the engine must be asked."""
+        return None
+
     def _copied_dataframe(self, frame: Any) -> exp.Table:
         """A ``TEMP`` table holding the DataFrame's rows, written by the engine's
         ``load_dataframe`` and dropped with the engine's other temporary tables."""
@@ -436,14 +460,8 @@ class Engine(ABC):
                 f"{source} repeats column names ({', '.join(map(repr, repeated))}): "
                 "give each column a name of its own (SELECT ... AS ...)"
             )
-        out = []
-        for name, type_text in described:
-            try:
-                dtype = exp.DataType.build(type_text, dialect=self.dialect)
-            except Exception:  # an engine type sqlglot cannot parse: unsupported downstream
-                dtype = exp.DataType.build("UNKNOWN")
-            out.append((name, dtype))
-        return out
+        return [(name, parsed_type(type_text, self.dialect).copy())
+                for name, type_text in described]
 
     @contextmanager
     def reading(self, source: str) -> Iterator[None]:

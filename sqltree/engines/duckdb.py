@@ -15,7 +15,7 @@ from sqlglot.errors import ErrorLevel
 
 from ..errors import OptionError
 from ..heap import share_arenas
-from .base import Engine, arrow_rows, one_line, temp_table_create
+from .base import Engine, arrow_rows, one_line, parsed_type, temp_table_create
 from .select_plan import TABLES
 
 _CSV_TYPES = ("BIGINT", "DOUBLE", "DATE", "TIMESTAMP", "VARCHAR")
@@ -73,6 +73,7 @@ class DuckDBEngine(Engine):
     SUPPORTS_ORDERED_SCAN: ClassVar[bool] = True
     KEEPS_ROW_ORDER: ClassVar[bool] = True
     VECTORIZED: ClassVar[bool] = True
+    READS_FRAMES_IN_PLACE: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -89,6 +90,10 @@ class DuckDBEngine(Engine):
         super().__init__()
         self._loaded: set[str] = set()
         self._registered: list[str] = []
+        self._pending: dict[str, Any] = {}
+        """DataFrames named by ``relation_for_dataframe`` and registered when the next
+        statement is sent (``_sending``): a fit that reads its DataFrame in numpy only sends
+        none, and registering a frame and letting it go took a few ms of a small fit."""
         self.owns_connection = connection is None
         self.connection = connection if connection is not None else new_database()
         self.threads = threads
@@ -281,18 +286,56 @@ class DuckDBEngine(Engine):
     def relation_for_dataframe(self, frame: Any) -> exp.Expression:
         self.begin()
         name = self.temp_name("frame")
-        self._registered.append(name)
-        with self._statement():
-            self.connection.register(name, frame)
+        self._pending[name] = frame
         return exp.Table(this=exp.to_identifier(name, quoted=True))
 
+    def _sending(self, sql: str) -> str:
+        while self._pending:  # the DataFrames a statement may read, registered first
+            name, frame = next(iter(self._pending.items()))
+            self.connection.register(name, frame)
+            self._registered.append(name)
+            del self._pending[name]
+        return super()._sending(sql)
+
+    def frame_columns(self, frame: Any) -> list[tuple[str, exp.DataType]] | None:
+        """The types DuckDB gives a DataFrame's columns, from their dtypes: numpy numbers
+        and booleans (``_FRAME_TYPES``), and text (pandas strings, objects that are strings)
+        as VARCHAR; None for a frame with any other column (or names that are not distinct
+        strings), whose types the engine says (``columns``)."""
+        import pandas as pd
+
+        names = list(frame.columns)
+        if not all(isinstance(n, str) for n in names) or len(set(names)) != len(names):
+            return None
+        out = []
+        for name, dtype in zip(names, frame.dtypes, strict=True):
+            if isinstance(dtype, np.dtype) and dtype.name in _FRAME_TYPES:
+                text = _FRAME_TYPES[dtype.name]
+            elif isinstance(dtype, pd.StringDtype) or (
+                    isinstance(dtype, np.dtype) and dtype.kind == "O"
+                    and pd.api.types.infer_dtype(frame[name], skipna=True) == "string"):
+                text = "VARCHAR"
+            else:
+                return None
+            out.append((name, parsed_type(text, self.dialect).copy()))
+        return out
+
     def _drop_temporaries(self) -> None:
+        self._pending.clear()  # never read by a statement: nothing to let go
         try:
             super()._drop_temporaries()
         finally:
             with self._statement():
                 while self._registered:
                     self.connection.unregister(self._registered.pop())
+
+
+_FRAME_TYPES = {
+    "float64": "DOUBLE", "float32": "FLOAT", "int64": "BIGINT", "int32": "INTEGER",
+    "int16": "SMALLINT", "int8": "TINYINT", "uint64": "UBIGINT", "uint32": "UINTEGER",
+    "uint16": "USMALLINT", "uint8": "UTINYINT", "bool": "BOOLEAN",
+}
+"""DuckDB's type of a DataFrame column of a numpy dtype (by its name)."""
 
 
 _CURRENT_SETTING = exp.select(exp.func("current_setting", exp.Placeholder())).sql("duckdb")

@@ -20,13 +20,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from sqlglot import exp
 
+from ..algorithm_registry import ENSEMBLES
 from ..errors import DataError, ModelFileError, OptionError, UnsupportedError
 from ..model import FeatureInfo
+from ..source_check import check_features, check_source
 from ..tree import CONTINUOUS, NOMINAL, Value
 from .trees import TreeArrays
 
 if TYPE_CHECKING:
     import pandas
+
+    from ..permutation import PermutationImportance
 
 
 FORMAT = "sqltree-ensemble"
@@ -105,6 +109,13 @@ class Ensemble:
     @property
     def feature_names(self) -> list[str]:
         return [f.name for f in self.features]
+
+    @property
+    def types_recorded(self) -> bool:
+        """Whether ``features`` hold the training source's SQL types and nominal values (an
+        ensemble sqltree trained); an imported one's (scikit-learn, LightGBM, XGBoost) are
+        the importer's assumptions, DOUBLE for numbers, and nothing is known of the source."""
+        return self.options.get("algorithm") in ENSEMBLES
 
     def used_features(self) -> list[str]:
         """The features some test reads, in the model's order."""
@@ -343,17 +354,30 @@ class Ensemble:
     ) -> pandas.DataFrame | None:
         """Score ``source`` (a table, query, file or DataFrame, as ``Model.predict`` takes) in
         the engine with the compiled SQL: the source's columns plus the prediction (and
-        ``proba_<class>`` columns), or with ``into`` a table written and None."""
+        ``proba_<class>`` columns), or with ``into`` a table written and None.
+
+        Before any scoring, a column the trees test whose type family (number, text,
+        boolean) differs from training's raises ``DataError`` naming it, as ``Model.predict``
+        does, where the types are known: an ensemble sqltree trained recorded them
+        (``types_recorded``); an imported one (scikit-learn, LightGBM, XGBoost) never saw its
+        source's types, so only its continuous features are checked (they must be numbers,
+        which its thresholds compare)."""
+        return self._predict(source, connection=connection, proba=proba, raw=raw,
+                             column=column, into=into, form=form)
+
+    def _predict(self, source: Any, *, connection: Any, proba: bool = False,
+                 raw: bool = False, column: str = "prediction", into: str | None = None,
+                 form: str = "auto", target: bool = False) -> pandas.DataFrame | None:
+        """``predict``, with ``target`` checking the target's type too (``evaluate``)."""
         from ..dataset import resolve_relation
         from ..engines import get_engine
 
         engine = get_engine(connection)
         try:
             relation = resolve_relation(source, engine)
-            names = [n for n, _ in engine.columns(relation)]
-            absent = [f for f in self.used_features() if f not in names]
-            if absent:
-                raise DataError(f"columns the trees test are not in the source: {absent}")
+            schema = engine.columns(relation)
+            names = [n for n, _ in schema]
+            self._check_source(dict(schema), engine, target=target)
             query = self.scoring_query(relation, names, column=column, proba=proba, raw=raw,
                                        form=form, dialect=engine.dialect)
             from ..compiler import collector_paused
@@ -366,13 +390,39 @@ class Ensemble:
         finally:
             engine.cleanup()
 
+    def _check_source(self, types: dict[str, exp.DataType], engine: Any, *,
+                      target: bool = False) -> None:
+        """Refuse a scoring source without a column the trees test, or where such a column
+        (with ``target``, the target too) holds another type family than in training
+        (``source_check.check_source``), as ``Model.predict`` refuses it.
+
+        Only what is known is checked: an ensemble sqltree trained recorded each feature's
+        type and values (``types_recorded``); an imported one only says that its thresholds
+        compare numbers, so its continuous features must be numbers, and its nominal features
+        and its target are not checked."""
+        used = self.used_features()
+        absent = [f for f in used if f not in types]
+        if absent:
+            raise DataError(f"columns the trees test are not in the source: {absent}")
+        if target and self.target not in types:
+            raise DataError(f"the source has no target column {self.target!r}")
+        if self.types_recorded:
+            check_source(self, types, engine, target=target, tested=used)
+            return
+        numbers = [FeatureInfo(f.name, CONTINUOUS, "") for f in self.features
+                   if f.kind == CONTINUOUS]
+        check_features(numbers, used, types, engine.dialect,
+                       integer_booleans=bool(engine.BOOLEANS_AS_INTEGERS))
+
     def evaluate(self, source: Any, *, connection: Any = None) -> dict[str, float]:
         """Score ``source`` (which holds the target) in the engine and compare: accuracy and
-        log loss for a classifier, RMSE, MAE and R² for regression, and the row count."""
-        frame = self.predict(source, connection=connection, proba=not self.is_regression)
+        log loss for a classifier, RMSE, MAE and R² for regression, and the row count.
+
+        The features' and the target's types are checked first, as ``predict`` checks them
+        (where they are known: ``types_recorded``)."""
+        frame = self._predict(source, connection=connection, proba=not self.is_regression,
+                              target=True)
         assert frame is not None
-        if self.target not in frame.columns:
-            raise DataError(f"the source has no target column {self.target!r}")
         frame = frame[frame[self.target].notna()]
         y = frame[self.target].to_numpy()
         if self.is_regression:
@@ -393,6 +443,25 @@ class Ensemble:
                 "log_loss": float(-np.mean(np.log(np.clip(picked, 1e-15, 1.0))))}
 
     # -- importances ---------------------------------------------------------------------------
+    def permutation_importance(
+        self,
+        source: Any,
+        *,
+        connection: Any = None,
+        n_repeats: int = 5,
+        seed: int = 1,
+        weight: str | bool = True,
+    ) -> PermutationImportance:
+        """Each feature's drop in accuracy (R² for regression) when its values are shuffled
+        among the rows of ``source`` in the engine, ``n_repeats`` times by a hash of
+        ``seed``: ``sqltree.permutation_importance``, the same shuffles as a tree's, scored
+        by one aggregate query over the compiled SQL per shuffle (``weight``: True the
+        training weight column, if any, False every row 1, or a column)."""
+        from ..permutation import permutation_importance
+
+        return permutation_importance(self, source, connection=connection,
+                                      n_repeats=n_repeats, seed=seed, weight=weight)
+
     def feature_importances(self, kind: str = "gain") -> dict[str, float]:
         """Each feature's share of the trees' total gain (``kind="gain"``, normalised to add
         up to 1; per tree first for a mean of trees, as scikit-learn's forests do), or the
@@ -442,7 +511,7 @@ class Ensemble:
             "target": self.target,
             "task": self.task,
             "classes": list(self.classes),
-            "features": [dict(vars(f)) for f in self.features],
+            "features": [f.to_dict() for f in self.features],
             "aggregation": self.aggregation,
             "base_score": [float(b) for b in self.base_score],
             "link": self.link,

@@ -26,11 +26,16 @@ import numpy as np
 from sqlglot import exp
 
 from ..engines.base import GROUPING_SETS, UNPIVOT
-from ..sqlexpr import alias, case, computed_once, num
+from ..sqlexpr import alias, case, computed_once, num, paren
 from .rows import Sampling, row_hash
 from .splitter import Histograms, Layout
 
 INT = "BIGINT"
+
+LIMB_BITS = 26
+"""A wide statistic's sum is read as its quotient by ``2**LIMB_BITS``, below 2^53 for any sum
+below 2^79 (a fixed point keeps its sums below 2^62), and the remainder, below 2^26: whole
+numbers that a DOUBLE result holds exactly."""
 
 
 
@@ -120,6 +125,13 @@ def _dense(nodes: np.ndarray, codes: np.ndarray, sums: np.ndarray, layout: Layou
 
 
 # -- SQL -------------------------------------------------------------------------------------
+def _joined_limbs(parts: np.ndarray) -> np.ndarray:
+    """The row count, then each wide statistic's two parts (``SqlBackend._summed``) added
+    back into one int64 column."""
+    high, low = parts[:, 1::2], parts[:, 2::2]
+    return np.concatenate([parts[:, :1], (high << LIMB_BITS) + low], axis=1)
+
+
 def _c(name: str, table: str | None = None) -> exp.Column:
     return exp.column(name, table=table, quoted=True)
 
@@ -132,12 +144,16 @@ class SqlBackend(Backend):
     ``scale``: the factor that turns each statistic back into its units. With ``n_classes``
     the class ``c.y`` is one more key of the grouping and ``stats`` are the row count and
     (when rows are weighted) the weight: a class's weight is its group's sum, which needs
-    no expression per class.
+    no expression per class. ``wide``: the statistics after the row count are integers
+    whose sums may pass 2^53 (a tree's fixed point, ``fixed_point.to_fixed``), which a
+    DOUBLE result would round: each sum is read as two parts, each exact (``long_histograms``
+    only).
     """
 
     def __init__(self, engine: Any, codes: exp.Table | exp.Select, layout: Layout,
                  stats: list[exp.Expression], scale: np.ndarray, n_classes: int = 0,
-                 carried: Sequence[str] = (), row_ids: bool = True) -> None:
+                 carried: Sequence[str] = (), row_ids: bool = True, wide: bool = False
+                 ) -> None:
         self.engine = engine
         self.codes = codes
         # a wide backend whose rows are never joined back nor hashed needs no row number
@@ -154,6 +170,7 @@ class SqlBackend(Backend):
         self.pairs: exp.Table | None = None
         self.votes: list[exp.Table] = []
         self.form = engine.HISTOGRAM_FORM
+        self.wide = wide
 
     @staticmethod
     def _in_pairs(node: exp.Expression) -> exp.Expression:
@@ -215,7 +232,18 @@ class SqlBackend(Backend):
             self.pairs = None
 
     def _sums(self) -> list[exp.Expression]:
-        return [alias(exp.func("SUM", s.copy()), f"s{i}") for i, s in enumerate(self.summed)]
+        return [part for i, s in enumerate(self.summed)
+                for part in self._summed(exp.func("SUM", s.copy()), f"s{i}", i > 0)]
+
+    def _summed(self, total: exp.Expression, name: str, statistic: bool
+                ) -> list[exp.Expression]:
+        """A sum as one result column, or a wide statistic's as two parts: ``total DIV
+        2**LIMB_BITS`` and the rest, each below 2^53 (``_joined_limbs`` adds them back)."""
+        if not (self.wide and statistic):
+            return [alias(total, name)]
+        high = exp.IntDiv(this=total, expression=num(2**LIMB_BITS))
+        low = total.copy() - paren(high.copy() * num(2**LIMB_BITS))
+        return [alias(high, f"{name}h"), alias(low, f"{name}l")]
 
     def _joined(self) -> exp.Select:
         assert self.pairs is not None
@@ -265,7 +293,8 @@ class SqlBackend(Backend):
                 *[alias(v.copy(), f"v{i}") for i, v in enumerate(values)],
                 alias(exp.Explode(this=codes), "code"), copy=False)
             return exp.select(_c("node"), _c("code"), *[
-                alias(exp.func("SUM", _c(f"v{i}")), f"s{i}") for i in range(len(values))
+                part for i in range(len(values))
+                for part in self._summed(exp.func("SUM", _c(f"v{i}")), f"s{i}", i > 0)
             ]).from_(rows.subquery("u", copy=False), copy=False).group_by(
                 _c("node"), _c("code"), copy=False)
         parts = []
@@ -295,6 +324,8 @@ class SqlBackend(Backend):
         by_class = self.n_classes and self.form != UNPIVOT  # else the classes are columns
         summed = np.nan_to_num(np.stack(cols[2 + by_class:], axis=1),
                                nan=0.0).astype(np.int64)
+        if self.wide:
+            summed = _joined_limbs(summed)
         if by_class:
             # classes side by side, in numpy: the grouping's rows are few, and a second
             # aggregate in the engine was one more shuffle a level on Spark

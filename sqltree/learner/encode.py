@@ -16,7 +16,7 @@ import numpy as np
 from sqlglot import exp
 
 from .. import queries as q
-from ..dataset import Dataset
+from ..dataset import Dataset, frame_level0
 from ..quantiles import bin_edges
 from ..sqlexpr import alias, as_double, num
 from ..tree import CONTINUOUS
@@ -202,7 +202,7 @@ def _encode_arrays(
     """The SQL encoding's codes, statistics and row numbers, computed in numpy from level 0's
     rows: a bin is the first edge at or above the value (``bin_value``), a statistic
     ``floor(x * 2**bits + 0.5)`` of the same doubles, the numbers the order of the codes."""
-    cols = _read(data.engine, level0, 3 + len(data.features))
+    cols = frame_level0(data, level0) or _read(data.engine, level0, 3 + len(data.features))
     w, y = cols[1], cols[2]
     codes = []
     for f, values in zip(data.features, cols[3:]):

@@ -23,6 +23,7 @@ from typing import Any, Protocol, TypeAlias
 
 from sqlglot import exp
 
+from .. import dates
 from .. import queries as q
 from ..criteria import J48_SMALL
 from ..dataset import Dataset, Feature, resolve_relation
@@ -98,8 +99,7 @@ class _Router:
     def open(cls, data: Dataset, source: Any = None, materialize: bool = True,
              in_memory: Any = None) -> _Router:
         if source is not None:
-            relation = resolve_relation(source, data.engine)
-            _check_validation(data, relation)
+            relation = _check_validation(data, resolve_relation(source, data.engine))
             data = dataclasses.replace(data, relation=relation)
             in_memory = None
         return cls(data, materialize, in_memory)
@@ -120,11 +120,14 @@ class _Router:
             self._table = None
 
 
-def _check_validation(data: Dataset, relation: exp.Expression) -> None:
+def _check_validation(data: Dataset, relation: exp.Expression) -> exp.Expression:
     """Refuse a validation source without a column training read, or holding another type
-    family there, before any query reads its rows."""
+    family there, before any query reads its rows; the relation pruning reads (with the date
+    features computed from their columns, ``dates.for_scoring``)."""
     engine = data.engine
-    types = dict(engine.columns(relation))
+    relation, schema = dates.for_scoring(data.features, [f.name for f in data.features],
+                                         relation, engine.columns(relation), engine.dialect)
+    types = dict(schema)
     needed = [data.target, *([data.weight] if data.weight else []),
               *(f.name for f in data.features)]
     missing = [c for c in needed if c not in types]
@@ -136,6 +139,7 @@ def _check_validation(data: Dataset, relation: exp.Expression) -> None:
                    integer_booleans=flag)
     check_target(data.target, data.classes, not data.classes, types, engine.dialect,
                  integer_booleans=flag)
+    return relation
 
 
 def route_counts(

@@ -113,7 +113,6 @@ def build_cart_scores(
     bits: int | None = None,
     tie_tolerance: float = TIE_TOLERANCE,
     search_edges: Mapping[int, Sequence[float]] | None = None,
-    moment_bits: Sequence[int | None] | None = None,
     masks: exp.Table | None = None,
 ) -> exp.Select:
     """Score every binary split of every node and feature of the histogram's level.
@@ -132,13 +131,10 @@ def build_cart_scores(
     the shares a split stores) are the same on every run and engine.
 
     A regression criterion (``REGRESSION``): a regression histogram (``queries.MOMENTS``,
-    ``n_classes`` 3): the moments take the class weights' place in every stage, nominal values
-    are ordered by their mean target (every cut: exact for squared error, Breiman et al. 1984,
-    theorem 4.5), ``gain`` is the impurity decrease (``_regression_gains``) and
-    ``tie_tolerance`` its ties. ``moment_bits`` (the fixed-point scale of each moment, None
-    for whole numbers, ``RegressionStrategy.moment_bits``): its continuous running sums come
-    from the ordered scan too, in 128-bit fixed point (``running_sums.to_wide_fixed``);
-    without, from windows per (node, feature).
+    ``n_classes`` 3): the moments (in fixed point, ``bits``) take the class weights' place in
+    every stage, nominal values are ordered by their mean target (every cut: exact for
+    squared error, Breiman et al. 1984, theorem 4.5), ``gain`` is the impurity decrease
+    (``_regression_gains``) and ``tie_tolerance`` its ties.
 
     ``search_edges`` (bin edges per continuous feature; the histogram holds the bins,
     ``queries.build_histogram``'s ``search_bins``): the bound-pruned threshold search
@@ -175,8 +171,7 @@ def build_cart_scores(
         parts.append(
             _continuous_candidates(
                 hist, continuous, k,
-                ordered_scan=ordered_scan and (not regression or moment_bits is not None),
-                fractional=fractional, bits=bits, ctes=ctes, moment_bits=moment_bits,
+                ordered_scan=ordered_scan, fractional=fractional, bits=bits, ctes=ctes,
             )
         )
     if nominal:
@@ -288,7 +283,6 @@ def _continuous_candidates(
     fractional: bool,
     bits: int | None,
     ctes: list[tuple[str, exp.Expression]],
-    moment_bits: Sequence[int | None] | None = None,
 ) -> exp.Select:
     """``a <= t`` between adjacent known values more than ``FEATURE_THRESHOLD`` apart, with
     the running row count and class weights (or moments) up to ``a``."""
@@ -300,9 +294,6 @@ def _continuous_candidates(
         running = ordered_running_sums(
             hist, sums, in_continuous, prefix="r", ctes=ctes, fixed=fractional, bits=bits,
             counts=("n",),
-            wide=None if moment_bits is None else {
-                c: b for c, b in zip(class_columns(k), moment_bits, strict=True) if b is not None
-            },
         )
         scan = exp.select(
             "node", "attr", "v", "nv",

@@ -527,6 +527,16 @@ def split_scores(
     finally:
         engine.drop(hist)
         engine.drop(level)
+    return candidates_of(rows, ranks, data)
+
+
+def candidates_of(
+    rows: list[dict[str, Any]],
+    ranks: Mapping[tuple[int, int], list[tuple[int, int, int, int]]],
+    data: Dataset,
+) -> list[dict[str, Any]]:
+    """``split_scores``' dicts of the root's scored candidates (``SCORE_COLUMNS`` rows) and
+    its nominal values' ranks (``read_nominal_ranks``)."""
     features = {f.index: f for f in data.features}
     out = []
     for row in rows:

@@ -89,7 +89,7 @@ def _proportion(classes: Sequence[str], bits: int | None, mean: bool) -> exp.Exp
     """Of a ranked value (``rv``) crossed with orders (``ot``): its proportion of class ``o``
     (its mean target for ``MEAN_ORDER``, only asked of a regression histogram)."""
     by_mean = (exp.EQ(this=col("o", "ot"), expression=num(MEAN_ORDER)),
-               safe_div(col(classes[1], "rv"), col(classes[0], "rv")))
+               safe_div(weight(col(classes[1], "rv"), bits), weight(col(classes[0], "rv"), bits)))
     return case(
         *([by_mean] if mean else []),
         *[

@@ -30,6 +30,7 @@ from ..cart.subsets import orders
 from .c45 import DeepC45Strategy, MemoryC45Strategy
 from .cart_scores import Rules, nominal_ranks, score
 from .level import Histogram, Level, as_weight
+from .stacked import score_stacked
 from .stages import InMemoryStages
 
 MEMORY = "memory"
@@ -148,7 +149,8 @@ class _InMemory(InMemoryStages, CARTStrategy):
         r = self.resolved
         assert r is not None
         rules = Rules(self.criterion, r.min_samples_leaf, r.min_weight_leaf, self.tie_tolerance)
-        return score(hist, features, hist.totals(), rules, self.workers)
+        return score_stacked(hist, features, lambda h, fs: score(h, fs, h.totals(), rules,
+                                                                 self.workers), "cart")
 
     def nominal_ranks(self, engine: Any, hist: Histogram, pairs: list[tuple[int, int]]
                       ) -> dict[tuple[int, int], list[tuple[int, int, int, int]]]:

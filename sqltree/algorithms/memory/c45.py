@@ -21,6 +21,7 @@ from .c45_scores import branch_counts, distinct_values, observed_threshold, scor
 from .level import Histogram, Level, as_weight, read_level0
 from .recount import RowsInMemory
 from .routes import partition, row_keys
+from .stacked import score_stacked
 from .stages import InMemoryStages
 
 
@@ -58,7 +59,8 @@ class MemoryC45Strategy(InMemoryStages, C45Strategy):
             bits=self.hist_bits,
             entropy_bits=self.entropy_bits,
         )
-        return score(hist, features, options, self.workers)
+        return score_stacked(hist, features, lambda h, fs: score(h, fs, options, self.workers),
+                             "c4.5")
 
     def read_branch_counts(self, engine: Any, hist: Histogram, tests: list[TestRow]
                            ) -> dict[int, dict[int, list[float]]]:

@@ -71,11 +71,16 @@ def _left_sum(columns: np.ndarray) -> np.ndarray:
     return out
 
 
+def _rounded(h: Histogram) -> bool:
+    """Whether the histogram's sums are doubles whose rounding depends on their order."""
+    return h.moments and h.bits is None
+
+
 def proportion(h: Histogram, g: Groups, o: int) -> np.ndarray:
     """Each group's proportion of class ``o`` (its mean target for ``MEAN_ORDER``), 0 where
     its weight is not positive (``subsets._proportion``)."""
     if o == MEAN_ORDER:
-        num, den = g.sums[:, 1], g.sums[:, 0]
+        num, den = as_weight(g.sums[:, 1], h.bits), as_weight(g.sums[:, 0], h.bits)
     else:
         num = as_weight(g.sums[:, o], h.bits)
         den = as_weight(g.sums.sum(axis=1), h.bits) if h.bits is not None else _left_sum(g.sums)
@@ -151,7 +156,7 @@ def candidates(h: Histogram, g: Groups, f: Feature, regression: bool) -> Iterato
 def _continuous(h: Histogram, g: Groups, s: Segments, attr: int, kn: np.ndarray,
                 k_w: np.ndarray) -> Iterator[Candidates]:
     size = len(g.node)
-    for lo, hi, run_n, run_s in _running_blocks(g, s, size if h.moments else CANDIDATE_CHUNK):
+    for lo, hi, run_n, run_s in _running_blocks(g, s, size if _rounded(h) else CANDIDATE_CHUNK):
         v = g.v[lo:hi]
         nxt = g.v[lo + 1:hi + 1]
         same = s.seg[lo + 1:hi + 1] == s.seg[lo:hi - 1 if hi == size else hi]
@@ -173,7 +178,7 @@ def _running_blocks(g: Groups, s: Segments, block: int
     (a first level's continuous feature has a group per value, and running sums of them all
     were a few hundred MB a thread at 10M rows). A block's sums start from the blocks' before
     and its segments' totals before: exact where the sums are whole numbers (counts, fixed
-    point); moments, doubles, take one block (their sums' rounding follows the rows before)."""
+    point); moments in doubles take one block (their sums' rounding follows the rows before)."""
     size = len(g.node)
     if block >= size:
         yield 0, size, _running(g.n, s.seg, s.starts), _running(g.sums, s.seg, s.starts)
@@ -285,13 +290,13 @@ def score(
     ``workers``: threads for the features (``parallel.side_by_side``).
 
     A feature's candidates are scored a part of the level's nodes at a time
-    (``Histogram.node_chunks``; classification only: the running sums of a regression's
-    moments are doubles, whose rounding follows the rows before) and ``CANDIDATE_CHUNK`` at
+    (``Histogram.node_chunks``; not moments in doubles, whose running sums' rounding follows
+    the rows before) and ``CANDIDATE_CHUNK`` at
     a time, each batch keeping only the candidates near its own best of a (node, feature),
     among which are those near the best of all: a level's temporaries are a batch's, not
     one set per candidate of the level."""
     t = _NodeTotals.of(totals, h.bits, rules.criterion)
-    chunks = [None] if h.moments else h.node_chunks()
+    chunks = [None] if _rounded(h) else h.node_chunks()
     regression = rules.criterion in REGRESSION
 
     def of_feature(f: Feature) -> list[dict[str, np.ndarray]]:

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from sqlglot import exp
 
-from ...dataset import Dataset, Feature
+from ...dataset import Dataset, Feature, frame_level0
 from ...tree import CONTINUOUS
 from .parallel import engine_workers, side_by_side
 
@@ -205,12 +205,14 @@ def read_level0(data: Dataset, query: Any, regression: bool, ranked: bool = Fals
     """The rows of the level-0 query (``build_level0``), read with one statement; ``ranked``:
     a level of growth, which keeps its columns' ranks (``Level.ranks``)."""
     width = 3 + len(data.features)
-    constant = _constant_columns(query)
+    made = frame_level0(data, query)
+    constant = _constant_columns(query) if made is None else {}
     if constant:
         query = query.copy()
         query.set("expressions", [e for j, e in enumerate(query.expressions)
                                   if j not in constant])
-    batches = list(data.engine.float_batches(query))
+    # a DataFrame's rows are made in numpy, with no statement (``dataset.frame_level0``)
+    batches = [made] if made is not None else list(data.engine.float_batches(query))
     fetched: list[np.ndarray] = [
         (batches[0][j] if len(batches) == 1 else np.concatenate([b[j] for b in batches]))
         if batches else np.zeros(0) for j in range(width - len(constant))
@@ -286,15 +288,19 @@ def per_row_sums(level: Level, n_classes: int, bits: int | None, moments: bool,
     """Each row's terms of the histogram's sums: its weight in its class's column (an integer
     count of ``2**-bits`` with ``bits``), or the moments ``w``, ``w*y``, ``w*y*y``; with
     ``poisson``, ``w*y*LN(y)`` (0 where y is not positive) last, as
-    ``cart.regression.poisson_terms`` writes them."""
+    ``cart.regression.poisson_terms`` writes them (with ``bits``, each as an integer count)."""
     if moments:
         wy = level.w * level.y
         if poisson:
             positive = level.y > 0
             with np.errstate(divide="ignore", invalid="ignore"):
                 last = np.where(positive, wy * ln(np.where(positive, level.y, 1.0)), 0.0)
-            return np.column_stack([level.w, wy, last])
-        return np.column_stack([level.w, wy, wy * level.y])
+        else:
+            last = wy * level.y
+        terms = [level.w, wy, last]
+        if bits is not None:
+            terms = [row_terms(t, bits) for t in terms]
+        return np.column_stack(terms)
     out = np.zeros((len(level.w), n_classes), dtype=np.float64 if bits is None else np.int64)
     out[np.arange(len(level.w)), level.y] = row_terms(level.w, bits)
     return out
@@ -367,9 +373,8 @@ class Histogram:
 
     def _no_sums(self) -> np.ndarray:
         """The sums of no row: ``terms``' width and type."""
-        fixed = self.bits is not None and not self.moments
         return np.zeros((0, 3 if self.moments else self.n_classes),
-                        dtype=np.int64 if fixed else np.float64)
+                        dtype=np.float64 if self.bits is None else np.int64)
 
     def totals(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per node (ascending): its id, row count and sums (``attr = -1`` rows)."""
@@ -492,7 +497,7 @@ class Histogram:
             number = np.zeros(size, dtype=np.int32 if fits else np.int64)
             number[slots] = np.arange(len(slots), dtype=number.dtype)
             return slots, counts, self._class_sums(number[key], rows, len(slots), parts)
-        order = np.argsort(key, kind="stable" if self.moments else None)
+        order = np.argsort(key, kind="stable" if self.moments and self.bits is None else None)
         key = key[order]
         starts = _group([key], len(key))
         n = np.diff(np.append(starts, len(key)))
