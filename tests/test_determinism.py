@@ -253,7 +253,7 @@ def test_regression_trees_are_identical_on_every_plan_and_engine(case):
     assert len(set(files.values())) == 1, files
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", range(5))
 @pytest.mark.parametrize("criterion", ["squared_error", "poisson"])
 def test_random_regression_tables_give_one_model_on_every_plan(seed, criterion):
     # Fractional weights and targets of every magnitude: the plans and SQLite agree to the bit.
@@ -268,7 +268,7 @@ def test_random_regression_tables_give_one_model_on_every_plan(seed, criterion):
         "w": rng.random(n) * 10.0 ** rng.integers(-6, 3),
         "t": np.abs(rng.normal(size=n)).round(int(rng.integers(0, 4))) * magnitude + 0.01,
     })
-    options = {"weight": "w", "criterion": criterion, "min_samples_leaf": 2}
+    options = {"weight": "w", "criterion": criterion, "min_samples_leaf": 2, "max_depth": 6}
     files = {plan: _tree_file(sqltree.train(rows, target="t", task="regression", plan=plan,
                                             **options))
              for plan in ("memory", "tables", "select")}

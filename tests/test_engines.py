@@ -612,15 +612,18 @@ def test_postgres_url_trains_a_dataframe_and_closes(postgres_admin: Any, postgre
     """``connection=<url>``: the DataFrame is copied to a temp table, the connection closed."""
     import sqltree
 
-    clients = "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'"
-    before = postgres_admin.execute(clients).fetchone()
-    model = sqltree.train(golf_numeric(), "play", connection=postgres_url)
+    # the training's own backends, by name: other tests' connections come and go meanwhile
+    name = "sqltree-url-test"
+    url = f"{postgres_url}{'&' if '?' in postgres_url else '?'}application_name={name}"
+    clients = ("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' "
+               f"AND application_name = '{name}'")
+    model = sqltree.train(golf_numeric(), "play", connection=url)
     assert_same_tree(model.root.to_dict(), sqltree.train(golf_numeric(), "play").root.to_dict())
     # a backend leaves pg_stat_activity a moment after its client disconnects
     deadline = time.monotonic() + 10
-    while postgres_admin.execute(clients).fetchone() != before and time.monotonic() < deadline:
+    while postgres_admin.execute(clients).fetchone() != (0,) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert postgres_admin.execute(clients).fetchone() == before
+    assert postgres_admin.execute(clients).fetchone() == (0,)
 
 
 SPECIAL_VALUES = (
