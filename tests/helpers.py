@@ -129,6 +129,17 @@ NODE_FACTS = ("n_samples", "impurity", "improvement", "tied", "value")
 """What scikit-learn's tree arrays hold of a node, besides its test."""
 
 
+def comparable(model: Any) -> dict[str, Any]:
+    """A model file's content that does not name its engine or plan (types, counts, times)."""
+    import copy
+
+    out = copy.deepcopy(model.to_dict())  # its feature records are the model's own
+    del out["stats"]
+    for f in out["features"]:
+        del f["sql_type"]
+    return out
+
+
 def assert_same_model(a: Any, b: Any, tol: float = 1e-9) -> None:
     """Two models grow the same tree (``assert_same_tree``) with the same ``NODE_FACTS`` at
     every node, floats to ``tol``."""

@@ -27,6 +27,7 @@ from sqltree.engines.duckdb import DuckDBEngine
 from sqltree.model import Model
 
 from .conftest import EngineFactory
+from .helpers import comparable
 
 ROWS = 300_000
 RUNS = 3
@@ -112,15 +113,6 @@ def test_model_files_are_identical_run_after_run(data, tmp_path, case):
         assert text == files[0], f"run {run} saved another model file"
 
 
-def _comparable(model: Model) -> dict[str, Any]:
-    """What a model file holds that does not name its engine (types, query counts, times)."""
-    out = model.to_dict()
-    del out["stats"]
-    for f in out["features"]:
-        del f["sql_type"]
-    return out
-
-
 ENGINES = [
     pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
     pytest.param("spark", id="spark", marks=[pytest.mark.spark, pytest.mark.slow]),
@@ -137,7 +129,7 @@ def test_other_engines_give_duckdbs_model(engine_factory: EngineFactory, case):
     engine, source = engine_factory(rows)
     other = sqltree.train(source, target="y", connection=engine, **options)
     assert duck.n_leaves > 10
-    assert _comparable(other) == _comparable(duck)
+    assert comparable(other) == comparable(duck)
 
 
 def test_fixed_point_bits_keep_every_sum_in_a_bigint():
@@ -223,7 +215,7 @@ def test_a_zero_threshold_is_zero_on_every_plan():
 
 
 def _tree_file(model: Model) -> str:
-    return json.dumps(_comparable(model), sort_keys=True)
+    return json.dumps(comparable(model), sort_keys=True)
 
 
 REGRESSION_FOUND = {

@@ -7,7 +7,6 @@ trains on it and grows DuckDB's trees on the bundled examples and the engine-par
 
 from __future__ import annotations
 
-import copy
 import functools
 import sqlite3
 import warnings
@@ -27,19 +26,10 @@ from sqltree.errors import OptionError, UnsupportedError
 from sqltree.model import Model
 
 from .conftest import DATA, ENGINES, SQLITE, EngineFactory
-from .helpers import read_csv
+from .helpers import comparable, read_csv
 from .test_determinism import CASES as DETERMINISM_CASES
 from .test_determinism import rows_of as determinism_rows
 from .test_engines import DATASETS, assert_same_tree, frame_of
-
-
-def comparable(model: Model) -> dict[str, Any]:
-    """A model file's content that does not name its engine or plan (types, counts, times)."""
-    out = copy.deepcopy(model.to_dict())  # its feature records are the model's own
-    del out["stats"]
-    for f in out["features"]:
-        del f["sql_type"]
-    return out
 
 
 @functools.cache
