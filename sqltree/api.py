@@ -15,7 +15,7 @@ from . import queries as q
 from .algorithm_registry import ENSEMBLES, ID3, facts
 from .algorithms import SCAN_REASON, SCAN_REFUSAL, SCAN_STRATEGIES, grow_and_prune
 from .algorithms.c45 import score_options
-from .algorithms.c45_scores import SCORE_COLUMNS, build_split_scores
+from .algorithms.c45_scores import C45ScoreRow, build_split_scores
 from .algorithms.memory import (
     LOCAL_FILE,
     MEMORY,
@@ -355,19 +355,18 @@ def split_scores(
         engine.cleanup()
     by_index = {f.index: f for f in data.features}
     records = []
-    for row in rows:
-        r = dict(zip(SCORE_COLUMNS, row, strict=True))
-        f = by_index[int(r["attr"])]
+    for r in map(C45ScoreRow._make, rows):
+        f = by_index[int(r.attr)]
         records.append(
             {
                 "attribute": f.name,
                 "kind": f.kind,
-                "threshold": r["threshold"],
-                "gain": r["gain"],
-                "split_info": r["split_info"],
-                "gain_ratio": r["gain_ratio"],
-                "known_weight": r["w_known"],
-                "weight": r["w_all"],
+                "threshold": r.threshold,
+                "gain": r.gain,
+                "split_info": r.split_info,
+                "gain_ratio": r.gain_ratio,
+                "known_weight": r.w_known,
+                "weight": r.w_all,
             }
         )
     import pandas as pd

@@ -268,15 +268,19 @@ class Strategy:
     def may_split(self, p: Pending) -> bool:
         raise NotImplementedError
 
-    def on_scores(self, by_node: dict[int, list[dict[str, Any]]]) -> None:
-        """Called once per level with every scored row, by node."""
+    def on_scores(self, by_node: dict[int, list[Any]]) -> None:
+        """Called once per level with every scored row (a ``score_row``), by node."""
 
     def build_scores(self, hist: exp.Table, features: list[Feature]) -> exp.Expression:
         raise NotImplementedError
 
-    score_columns: tuple[str, ...] = ()
+    score_row: type[Any]
+    """The class of the scoring query's rows: a ``NamedTuple`` of its columns, the node first
+    (``c45_scores.C45ScoreRow``, ``cart.scores.CARTScoreRow``), which ``on_scores`` and
+    ``choose`` receive."""
 
-    def choose(self, rows: list[dict[str, Any]], p: Pending) -> Any:
+    def choose(self, rows: list[Any], p: Pending) -> Any:
+        """The split of ``p`` among its scored rows (``score_row``), or None for a leaf."""
         raise NotImplementedError
 
     def select(self, choices: dict[int, Any], frontier: dict[int, Pending]) -> dict[int, Any]:
@@ -333,7 +337,7 @@ class Strategy:
         return self.data.engine.materialize("hist", self.build_histogram(level, features, nodes))
 
     def score_rows(self, hist: Any, features: list[Feature]) -> list[Sequence[Any]]:
-        """The scored rows of a level (``score_columns``), by default ``build_scores`` run."""
+        """The scored rows of a level (``score_row``'s fields), by default ``build_scores`` run."""
         return self.data.engine.execute(self.build_scores(hist, features))
 
     def materialize_partition(
@@ -418,11 +422,10 @@ def _choose(
     frontier: dict[int, Pending],
 ) -> dict[int, Any]:
     """Score the level's splits and let the strategy choose one per splittable node."""
-    by_node: dict[int, list[dict[str, Any]]] = {}
+    by_node: dict[int, list[Any]] = {}
+    make = strategy.score_row._make
     for row in strategy.score_rows(hist, features):
-        by_node.setdefault(int(row[0]), []).append(
-            dict(zip(strategy.score_columns, row, strict=True))
-        )
+        by_node.setdefault(int(row[0]), []).append(make(row))
     strategy.on_scores(by_node)
     choices: dict[int, Any] = {}
     for p in splittable:

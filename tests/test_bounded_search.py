@@ -180,10 +180,10 @@ def test_fewer_candidates_same_best() -> None:
             scores.build_cart_scores(hist, data.features, 3, search_edges=edges_or_none)
     every, bounded = (count(candidates, ctes) for candidates, ctes in captured)
     assert bounded < every / 2, (bounded, every)
-    rows = [[dict(zip(scores.SCORE_COLUMNS, r, strict=True)) for r in engine.execute(
+    rows = [[scores.CARTScoreRow._make(r) for r in engine.execute(
         scores.build_cart_scores(hist, data.features, 3, ordered_scan=True, search_edges=e))]
         for e in (None, edges)]
-    assert max(rows[1], key=lambda r: r["gain"]) == max(rows[0], key=lambda r: r["gain"])
+    assert max(rows[1], key=lambda r: r.gain) == max(rows[0], key=lambda r: r.gain)
 
 
 @pytest.mark.parametrize("value", ["fast", None, 1])

@@ -40,7 +40,7 @@ from .c45_bounded import (
 )
 from .c45_criteria import ScoreOptions
 from .c45_cuts import CHOSEN_COLUMNS, build_distinct_values, build_observed_thresholds
-from .c45_scores import SCORE_COLUMNS, build_branch_counts, build_split_scores
+from .c45_scores import C45ScoreRow, build_branch_counts, build_split_scores
 
 MISSING = ("fractional", "majority", "drop")
 
@@ -48,7 +48,7 @@ MISSING = ("fractional", "majority", "drop")
 class C45Strategy(Strategy):
     """ID3 and C4.5: gain or gain ratio, multiway nominal tests, fractional unknown values."""
 
-    score_columns = SCORE_COLUMNS
+    score_row = C45ScoreRow
 
     def __init__(self, data: Dataset, options: GrowOptions) -> None:
         super().__init__(data, options)
@@ -71,7 +71,7 @@ class C45Strategy(Strategy):
     def weight_bits(self) -> int | None:
         return self.bits if self.fractional else None
 
-    def on_scores(self, by_node: dict[int, list[dict[str, Any]]]) -> None:
+    def on_scores(self, by_node: dict[int, list[C45ScoreRow]]) -> None:
         """Density from the scores: cuts per unit of known weight (no query of its own)."""
         if self.bins or not self.data.engine.SUPPORTS_ORDERED_SCAN:
             return
@@ -80,10 +80,10 @@ class C45Strategy(Strategy):
         weight: dict[int, float] = {}
         for rows in by_node.values():
             for row in rows:
-                attr = int(row["attr"])
-                if attr in continuous and row["candidates"] is not None:
-                    cuts[attr] = cuts.get(attr, 0.0) + float(row["candidates"]) + 1
-                    weight[attr] = weight.get(attr, 0.0) + float(row["w_known"] or 0.0)
+                attr = int(row.attr)
+                if attr in continuous and row.candidates is not None:
+                    cuts[attr] = cuts.get(attr, 0.0) + float(row.candidates) + 1
+                    weight[attr] = weight.get(attr, 0.0) + float(row.w_known or 0.0)
         self.dense = frozenset(
             attr for attr, n in cuts.items()
             if weight[attr] > 0 and n >= DENSE_VALUES * weight[attr]
@@ -173,7 +173,7 @@ class C45Strategy(Strategy):
         return build_split_scores(hist, features, self.n_classes, options, edges,
                                   self.close_values)
 
-    def choose(self, rows: list[dict[str, Any]], p: Pending) -> _Choice | None:
+    def choose(self, rows: list[C45ScoreRow], p: Pending) -> _Choice | None:
         return choose_split(rows, self.candidates, self.options, p.used)
 
     def branchings(
@@ -318,7 +318,7 @@ class _Choice:
     feature: Feature
     threshold: float | None
     next_value: float | None
-    row: dict[str, Any]
+    row: C45ScoreRow
 
 
 def score_options(options: GrowOptions, all_thresholds: bool = False) -> ScoreOptions:
@@ -364,7 +364,7 @@ class SplitCandidates:
 
 
 def choose_split(
-    rows: list[dict[str, Any]],
+    rows: list[C45ScoreRow],
     candidates: SplitCandidates,
     options: GrowOptions,
     used: frozenset[int],
@@ -378,25 +378,25 @@ def choose_split(
     """
     features = candidates.features
     algorithm = facts(options.algorithm)
-    valid: list[tuple[Feature, dict[str, Any]]] = []
-    for row in sorted(rows, key=lambda r: r["attr"]):
-        f = features[int(row["attr"])]
+    valid: list[tuple[Feature, C45ScoreRow]] = []
+    for row in sorted(rows, key=lambda r: r.attr):
+        f = features[int(row.attr)]
         if f.kind == NOMINAL:
             if f.index in used and algorithm.nominal_once:
                 continue
-            if row["big_branches"] < 2 or row["gain"] is None:
+            if row.big_branches < 2 or row.gain is None:
                 continue
         else:
-            if row["threshold"] is None or row["mdl_gain"] is None:
+            if row.threshold is None or row.mdl_gain is None:
                 continue
-            if row["mdl_gain"] < J48_SMALL:
+            if row.mdl_gain < J48_SMALL:
                 continue
         valid.append((f, row))
     if not valid:
         return None
 
     if algorithm.gain_ratio:
-        averaged = [r["mdl_gain"] for f, r in valid if f.index in candidates.averaged]
+        averaged = [r.mdl_gain for f, r in valid if f.index in candidates.averaged]
         # J48 averages over the candidates it counts (many-valued nominals are left out).
         if not averaged:
             return None
@@ -406,26 +406,24 @@ def choose_split(
         chosen = None
         best_ratio = 0.0
         for f, r in valid:
-            ratio = float(r["gain_ratio"] or 0.0)
+            ratio = float(r.gain_ratio or 0.0)
             if (
-                r["mdl_gain"] >= average - 1e-3
-                and r["mdl_gain"] >= options.min_gain
+                r.mdl_gain >= average - 1e-3
+                and r.mdl_gain >= options.min_gain
                 and ratio - best_ratio > J48_SMALL
             ):
                 chosen, best_ratio = (f, r), ratio
         if chosen is None:
             return None
         f, r = chosen
-        return _Choice(f, r["threshold"], r["next_value"], r)
+        return _Choice(f, r.threshold, r.next_value, r)
 
-    pool = [
-        (f, r) for f, r in valid if r["gain"] > J48_SMALL and r["mdl_gain"] >= options.min_gain
-    ]
+    pool = [(f, r) for f, r in valid if r.gain > J48_SMALL and r.mdl_gain >= options.min_gain]
     if not pool:
         return None
-    best = max(float(r["gain"]) for _, r in pool)
-    f, r = next((f, r) for f, r in pool if float(r["gain"]) >= best - TIE_TOLERANCE)
-    return _Choice(f, r["threshold"], r["next_value"], r)
+    best = max(float(r.gain) for _, r in pool)
+    f, r = next((f, r) for f, r in pool if float(r.gain) >= best - TIE_TOLERANCE)
+    return _Choice(f, r.threshold, r.next_value, r)
 
 
 def _cut_midpoints(choices: dict[int, _Choice]) -> list[tuple[int, int, float, float]]:

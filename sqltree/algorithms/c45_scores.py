@@ -9,6 +9,7 @@ chooses among these few rows (``c45.choose_split``).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 from sqlglot import exp
 
@@ -32,10 +33,27 @@ from .c45_bounded import CloseValues, bounded_best_cuts
 from .c45_criteria import LN2, ScoreOptions, SplitCriteria, node_feature_totals
 from .c45_cuts import best_cuts_ordered, best_cuts_windowed
 
-SCORE_COLUMNS = (
-    "node", "attr", "threshold", "next_value", "gain", "mdl_gain", "split_info", "gain_ratio",
-    "candidates", "w_known", "w_all", "big_branches",
-)
+
+class C45ScoreRow(NamedTuple):
+    """A row of ``build_split_scores`` (or of its numpy twin, ``memory.c45_scores``): a
+    (node, feature)'s split, with the values as the engine returns them (``choose_split``
+    converts what it computes with)."""
+
+    node: int
+    attr: int
+    threshold: float | None  # a cut's value below it; None: a nominal feature's row
+    next_value: float | None  # the value above the cut
+    gain: float | None
+    mdl_gain: float | None  # the gain less the MDL cost of the cut (J48)
+    split_info: float | None
+    gain_ratio: float | None
+    candidates: int | None  # valid cuts (continuous), values (nominal)
+    w_known: float | None  # the node's weight of rows with a known value
+    w_all: float  # the node's weight
+    big_branches: int  # branches of at least ``min_cases`` (nominal); 2 for a cut
+
+
+SCORE_COLUMNS = C45ScoreRow._fields
 """The columns of ``build_split_scores``, in order."""
 
 

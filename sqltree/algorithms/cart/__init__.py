@@ -57,7 +57,7 @@ from ...pruning.cost_complexity import (
     node_numbering,
     prune_ccp,
 )
-from .scores import SCORE_COLUMNS, build_cart_scores, build_impurity
+from .scores import SCORE_COLUMNS, CARTScoreRow, build_cart_scores, build_impurity
 from .strategy import (
     EPSILON,
     INFINITE_THRESHOLD,
@@ -74,6 +74,7 @@ __all__ = [  # cost-complexity pruning is re-exported: CART's pruning API is fou
     "EXACT_SUBSETS_MAX",
     "INFINITE_THRESHOLD",
     "SCORE_COLUMNS",
+    "CARTScoreRow",
     "CARTStrategy",
     "best_first_numbering",
     "build_cart_scores",

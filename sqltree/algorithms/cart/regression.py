@@ -44,7 +44,7 @@ from ...grower import GrowOptions, Strategy
 from ...quantiles import bin_edges
 from ...sqlexpr import case, col, num, paren
 from ...tree import CONTINUOUS, Node
-from .scores import FEATURE_THRESHOLD, POISSON_EPSILON, REGRESSION, SCORE_COLUMNS, build_cart_scores
+from .scores import FEATURE_THRESHOLD, POISSON_EPSILON, REGRESSION, CARTScoreRow, build_cart_scores
 from .strategy import EPSILON, CARTStrategy, NodeInfo, candidates_of, resolve_options
 from .subsets import MEAN_ORDER, read_nominal_ranks
 
@@ -128,7 +128,6 @@ class RegressionStrategy(CARTStrategy):
         self.resolved = None
         self.root_weight = 0.0
         self._class_weight = None
-        self.score_columns = SCORE_COLUMNS
         self.hist_bits = fixed_point_bits(moment_bound(data, self.poisson, self.scale))
         self.tie_tolerance = TIE_TOLERANCE
         self.nominal_orders = [MEAN_ORDER]
@@ -264,17 +263,20 @@ def regression_split_scores(data: Dataset, *, criterion: str = "squared_error"
         strategy.read_counts(engine, hist)  # the root's impurity: the tie tolerance's scale
         scores = build_cart_scores(hist, data.features, q.MOMENTS, criterion=criterion,
                                    all_candidates=True, bits=strategy.hist_bits)
-        rows = [dict(zip(SCORE_COLUMNS, r, strict=True)) for r in engine.execute(scores)]
+        rows = [CARTScoreRow._make(r) for r in engine.execute(scores)]
         nominal = [(0, f.index) for f in data.features if f.kind != CONTINUOUS]
         ranks = read_nominal_ranks(engine, hist, nominal, q.MOMENTS, strategy.hist_bits,
                                    by=[MEAN_ORDER])
     finally:
         engine.drop(hist)
         engine.drop(level)
-    for row in rows:  # impurities of y' as impurities of y
-        for key in ("gain", "impurity_left", "impurity_right", "impurity_after"):
-            if key in row and row[key] is not None:
-                row[key] = math.ldexp(float(row[key]), strategy.impurity_scale)
+    scale = strategy.impurity_scale
+    impurities = ("gain", "impurity_left", "impurity_right", "impurity_after")
+    rows = [  # impurities of y' as impurities of y
+        row._replace(**{key: math.ldexp(float(value), scale) for key in impurities
+                        if (value := getattr(row, key)) is not None})
+        for row in rows
+    ]
     return candidates_of(rows, ranks, data)
 
 

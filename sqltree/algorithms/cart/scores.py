@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from functools import partial
-from typing import Any
+from typing import NamedTuple
 
 from sqlglot import exp
 
@@ -57,32 +57,37 @@ from .subsets import (
 FEATURE_THRESHOLD = 1e-7
 """Adjacent values closer than this are not split apart (scikit-learn's constant)."""
 
-CANDIDATE_COLUMNS = (
-    "node",
-    "attr",
-    "kind",
-    "o",
-    "cut",
-    "threshold",
-    "next_value",
-    "side",
-    "n_left",
-    "w_left",
-    "n_right",
-    "w_right",
-    "n_unknown",
-)
-"""What identifies a candidate and what it sends left and right."""
 
-SCORE_COLUMNS = (
-    *CANDIDATE_COLUMNS,
-    "impurity_left",
-    "impurity_right",
-    "gain",
-    "impurity_after",
-    "n_near",
-)
+class CARTScoreRow(NamedTuple):
+    """A row of ``build_cart_scores`` (or of its numpy twin, ``memory.cart_scores``), of a
+    classification or a regression tree: a candidate split of a (node, feature), with the
+    values as the engine returns them (the readers convert what they compute with)."""
+
+    node: int
+    attr: int
+    kind: int  # CONTINUOUS_CUT, ORDERED_CUT, SUBSET or KNOWN_LEFT
+    o: int  # an ordered cut's order of the nominal values (``subsets``), else -1
+    cut: int  # an ordered cut's last rank left, a subset's mask
+    threshold: float | None  # a continuous cut's value below it, else None
+    next_value: float | None  # the value above the cut
+    side: int  # 1: unknown values go left, 0: right
+    n_left: float
+    w_left: float
+    n_right: float
+    w_right: float
+    n_unknown: int
+    impurity_left: float | None
+    impurity_right: float | None
+    gain: float | None  # the impurity decrease per unit weight of the node
+    impurity_after: float | None
+    n_near: int  # the feature's candidates within the tie tolerance of its best
+
+
+SCORE_COLUMNS = CARTScoreRow._fields
 """Columns of the scoring query's rows."""
+
+CANDIDATE_COLUMNS = SCORE_COLUMNS[: SCORE_COLUMNS.index("n_unknown") + 1]
+"""What identifies a candidate and what it sends left and right."""
 
 REGRESSION = ("squared_error", "friedman_mse", "poisson")
 """Criteria of regression trees, scored over a histogram of moments."""
@@ -674,17 +679,17 @@ def _best_per_feature(
     )
 
 
-def left_codes(row: dict[str, Any], values: Sequence[tuple[int, int, int, int]]) -> set[int]:
+def left_codes(row: CARTScoreRow, values: Sequence[tuple[int, int, int, int]]) -> set[int]:
     """The value codes a nominal candidate sends left.
 
     ``values`` are the node's (code, rank by code, order, rank in that order), as
     ``subsets.build_nominal_ranks`` reads them for the same histogram.
     """
-    kind = int(row["kind"])
+    kind = int(row.kind)
     if kind == KNOWN_LEFT:
         return {v for v, _, _, _ in values}
     if kind == SUBSET:
-        mask = int(row["cut"])
+        mask = int(row.cut)
         return {v for v, rank, _, _ in values if mask >> rank & 1}
-    o, cut = int(row["o"]), int(row["cut"])
+    o, cut = int(row.o), int(row.cut)
     return {v for v, _, order, rank in values if order == o and rank <= cut}

@@ -31,7 +31,7 @@ from .scores import (
     FEATURE_THRESHOLD,
     KNOWN_LEFT,
     REGRESSION,
-    SCORE_COLUMNS,
+    CARTScoreRow,
     build_cart_scores,
     left_codes,
 )
@@ -61,7 +61,7 @@ class NodeInfo:
 @dataclass
 class CARTChoice:
     feature: Feature
-    row: dict[str, Any]
+    row: CARTScoreRow
     improvement: float
     tied: bool
 
@@ -81,6 +81,8 @@ class ResolvedOptions:
 class CARTStrategy(Strategy):
     """CART as scikit-learn's ``DecisionTreeClassifier(splitter="best")`` grows it."""
 
+    score_row = CARTScoreRow
+
     masks: exp.Table | None = None
     """The stored partitions of nominal values (``subset_masks``), from level 0 on."""
 
@@ -99,7 +101,6 @@ class CARTStrategy(Strategy):
         self.resolved: ResolvedOptions | None = None
         self.root_weight = 0.0
         self._class_weight = class_weights(data, options.class_weight)
-        self.score_columns = SCORE_COLUMNS
         self.tie_tolerance = TIE_TOLERANCE
         self.nominal_orders: list[int] | None = None  # the subsets' default
         # Class or sample weights make counts fractional: histograms then hold them in fixed
@@ -245,25 +246,25 @@ class CARTStrategy(Strategy):
             masks=self.masks,
         )
 
-    def choose(self, rows: list[dict[str, Any]], p: Pending) -> CARTChoice | None:
+    def choose(self, rows: list[CARTScoreRow], p: Pending) -> CARTChoice | None:
         r = self.resolved
         assert r is not None
-        rows = [row for row in rows if row["gain"] is not None]
+        rows = [row for row in rows if row.gain is not None]
         if not rows:
             return None
-        rows.sort(key=lambda row: int(row["attr"]))
-        best = max(float(row["gain"]) for row in rows)
-        near = [row for row in rows if float(row["gain"]) >= best - self.tie_tolerance]
+        rows.sort(key=lambda row: int(row.attr))
+        best = max(float(row.gain) for row in rows)
+        near = [row for row in rows if float(row.gain) >= best - self.tie_tolerance]
         row = near[0]
         weight = sum(p.node.counts)
         info = self.info[p.node.node_id]
-        improvement = self.improvement_of(weight, float(row["gain"]))
+        improvement = self.improvement_of(weight, float(row.gain))
         if improvement + EPSILON < r.min_impurity_decrease:
             return None
         info.improvement = improvement
-        info.tied = len(near) > 1 or int(row["n_near"]) > 1
+        info.tied = len(near) > 1 or int(row.n_near) > 1
         features = {f.index: f for f in self.data.features}
-        return CARTChoice(features[int(row["attr"])], row, improvement, info.tied)
+        return CARTChoice(features[int(row.attr)], row, improvement, info.tied)
 
     def improvement_of(self, weight: float, gain: float) -> float:
         """scikit-learn's improvement of a split: the impurity decrease per unit weight
@@ -334,10 +335,10 @@ class CARTStrategy(Strategy):
         for node_id, choice in choices.items():
             row = choice.row
             f = choice.feature
-            side = int(row["side"])
-            kind = int(row["kind"])
-            n_left, n_right = float(row["n_left"]), float(row["n_right"])
-            if float(row["n_unknown"]) > 0:
+            side = int(row.side)
+            kind = int(row.kind)
+            n_left, n_right = float(row.n_left), float(row.n_right)
+            if float(row.n_unknown) > 0:
                 unknown_branch = 0 if side == 1 else 1
             else:
                 # scikit-learn: no unknown value seen here, so they go where most rows went
@@ -349,10 +350,10 @@ class CARTStrategy(Strategy):
                 elif self.bins:
                     # the level table holds bin indexes; the tree cuts at the left bin's top
                     # edge, a training value, as Spark and MADlib cut at bin boundaries
-                    test = float(row["threshold"])
+                    test = float(row.threshold)
                     threshold = self.bins[f.index][int(test)]
                 else:
-                    threshold = midpoint(float(row["threshold"]), float(row["next_value"]))
+                    threshold = midpoint(float(row.threshold), float(row.next_value))
                     test = threshold
                 split = Split(f.name, CONTINUOUS, threshold=threshold)
                 keys: list[list[int]] = [[0], [1]]
@@ -364,7 +365,7 @@ class CARTStrategy(Strategy):
                 keys = [sorted(left), right]
                 split = Split(f.name, NOMINAL, groups=[[f.values[c] for c in g] for g in keys])
                 test = None
-            w_left, w_right = float(row["w_left"]), float(row["w_right"])
+            w_left, w_right = float(row.w_left), float(row.w_right)
             branchings[node_id] = Branching(
                 split=split,
                 test_threshold=test,
@@ -509,19 +510,9 @@ def split_scores(
     hist = engine.materialize("hist", q.build_histogram(
         level, data.features, k, counts=True, one_pass=engine.ONE_PASS_HISTOGRAM))
     try:
-        rows = [
-            dict(zip(SCORE_COLUMNS, r, strict=True))
-            for r in engine.execute(
-                build_cart_scores(
-                    hist,
-                    data.features,
-                    k,
-                    criterion=crit,
-                    all_candidates=True,
-                    exhaustive=exhaustive,
-                )
-            )
-        ]
+        scores = build_cart_scores(hist, data.features, k, criterion=crit, all_candidates=True,
+                                   exhaustive=exhaustive)
+        rows = [CARTScoreRow._make(r) for r in engine.execute(scores)]
         nominal = [(0, f.index) for f in data.features if f.kind == NOMINAL]
         ranks = read_nominal_ranks(engine, hist, nominal, k)
     finally:
@@ -531,23 +522,23 @@ def split_scores(
 
 
 def candidates_of(
-    rows: list[dict[str, Any]],
+    rows: list[CARTScoreRow],
     ranks: Mapping[tuple[int, int], list[tuple[int, int, int, int]]],
     data: Dataset,
 ) -> list[dict[str, Any]]:
-    """``split_scores``' dicts of the root's scored candidates (``SCORE_COLUMNS`` rows) and
+    """``split_scores``' dicts of the root's scored candidates (``CARTScoreRow``) and
     its nominal values' ranks (``read_nominal_ranks``)."""
     features = {f.index: f for f in data.features}
     out = []
     for row in rows:
-        f = features[int(row["attr"])]
+        f = features[int(row.attr)]
         item: dict[str, Any] = {"feature": f.name}
-        kind = int(row["kind"])
+        kind = int(row.kind)
         if f.kind == CONTINUOUS:
             item["threshold"] = (
                 math.inf
                 if kind == KNOWN_LEFT
-                else midpoint(float(row["threshold"]), float(row["next_value"]))
+                else midpoint(float(row.threshold), float(row.next_value))
             )
         else:
             values = ranks.get((0, f.index), [])
@@ -555,8 +546,8 @@ def candidates_of(
             left = left_codes(row, values)
             item["left"] = [f.values[c] for c in codes if c in left]
             item["right"] = [f.values[c] for c in codes if c not in left]
-        item["unknown_left"] = int(row["side"]) == 1
+        item["unknown_left"] = int(row.side) == 1
         for key in ("n_left", "n_right", "w_left", "w_right", "impurity_after", "gain"):
-            item[key] = float(row[key])
+            item[key] = float(getattr(row, key))
         out.append(item)
     return out

@@ -121,7 +121,7 @@ class _Scorer:
         ``gain_ratio`` as ``_with_gain_ratio`` adds them; only those ``choose_split`` can
         choose (a nominal split into two big branches or more with a gain, a cut whose gain
         less its MDL cost is at least J48's ``SMALL``). The others it passes over, and at the
-        deep levels they were three rows in four, each a tuple and then a dict."""
+        deep levels they were three rows in four, each a tuple and then a ``C45ScoreRow``."""
         w_all = t.w_all[at]
         if threshold is not None and self.options.mdl:
             with np.errstate(divide="ignore"):
