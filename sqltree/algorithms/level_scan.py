@@ -178,7 +178,9 @@ class LevelScanStages:
             stats.append(count.copy() * exp.column("v_w", table="a", quoted=True))
         for i, f in enumerate(features):
             code = exp.func("COALESCE", exp.column(f.column, quoted=True) + num(1), num(0))
-            columns.append(alias(exp.cast(code, "INT"), f"c{i}"))
+            # narrow rows: every level rewrites them (PostgreSQL writes each tuple whole)
+            narrow = self._layout.features[i].n_codes < 2**15
+            columns.append(alias(exp.cast(code, "SMALLINT" if narrow else "INT"), f"c{i}"))
         codes = exp.select(*columns).from_(level0.subquery("l0", copy=False), copy=False)
         self.backend = SqlBackend(engine, codes, self._layout, stats, np.ones(len(stats)),
                                   n_classes=0 if self._moments else self.n_classes,
