@@ -316,6 +316,15 @@ class Engine(ABC):
     def _create_temp_table(self, name: str, query: exp.Expression) -> None:
         """Create a session-local table ``name`` holding the rows of ``query``."""
 
+    @property
+    def defers_tables(self) -> bool:
+        """Whether ``materialize(..., deferred=True)`` leaves the rows to the first reader."""
+        return False
+
+    def _create_deferred_table(self, name: str, query: exp.Expression) -> None:
+        """``_create_temp_table`` whose rows are computed when first read."""
+        self._create_temp_table(name, query)
+
     @abstractmethod
     def _drop_temp_table(self, name: str) -> None:
         """Drop a table made by ``_create_temp_table`` if it exists."""
@@ -488,8 +497,13 @@ class Engine(ABC):
         """A fresh name for a temporary object, unique to this engine instance."""
         return f"{self._prefix}{hint}_{next(self._counter)}"
 
-    def materialize(self, hint: str, query: exp.Expression) -> exp.Table:
-        """Store ``query``'s rows in a new temporary table and return a reference to it."""
+    def materialize(self, hint: str, query: exp.Expression, deferred: bool = False
+                    ) -> exp.Table:
+        """Store ``query``'s rows in a new temporary table and return a reference to it.
+
+        ``deferred``: the rows may be computed by the first statement that reads the table
+        rather than now, on an engine that can (``defers_tables``); the tables it reads must
+        then stay until that statement has run."""
         self.begin()
         name = self.temp_name(hint)
         if self._select is not None:
@@ -499,7 +513,10 @@ class Engine(ABC):
         self._temp.append(name)
         with self.counted(f"-- {name} :=\n" + self.render(query) if self.keep_sql else "",
                           f"stored {name.removeprefix(self._prefix)}"):
-            self._create_temp_table(name, query)
+            if deferred and self.defers_tables:
+                self._create_deferred_table(name, query)
+            else:
+                self._create_temp_table(name, query)
         return exp.Table(this=exp.to_identifier(name, quoted=True))
 
     def load_rows(

@@ -307,6 +307,20 @@ class SparkEngine(Engine):
                 frame = small
         frame.createOrReplaceTempView(name)
 
+    @property
+    def defers_tables(self) -> bool:
+        # Only a local checkpoint is filled as the first reader computes it (its blocks are
+        # persisted then); a reliable one would run a job of its own afterwards to write them.
+        return self._context is not None and not self._context.getCheckpointDir()
+
+    def _create_deferred_table(self, name: str, query: exp.Expression) -> None:
+        # A level's routed rows are stored by the job of the next histogram that reads
+        # them: the job that counted them was one more pass over every row per level.
+        frame = self.spark.sql(self._sending(self.render(query)))
+        stored = frame.localCheckpoint(eager=False)
+        self._stored.setdefault(name, []).append(stored)
+        stored.createOrReplaceTempView(name)
+
     def load_rows(
         self, hint: str, columns: Sequence[str], types: Sequence[str], rows: Sequence[Sequence[Any]]
     ) -> exp.Table:

@@ -171,6 +171,10 @@ class SqlBackend(Backend):
         self.votes: list[exp.Table] = []
         self.form = engine.HISTOGRAM_FORM
         self.wide = wide
+        self.stale: list[exp.Table] = []
+        """Earlier pairs that the current ones, not yet computed, still come from."""
+        self._read = True
+        """Whether a statement has read the current pairs (so they are stored)."""
 
     @staticmethod
     def _in_pairs(node: exp.Expression) -> exp.Expression:
@@ -230,6 +234,8 @@ class SqlBackend(Backend):
         if self.pairs is not None:
             self.engine.drop(self.pairs)
             self.pairs = None
+        self._drop_stale()
+        self._read = True
 
     def _sums(self) -> list[exp.Expression]:
         return [part for i, s in enumerate(self.summed)
@@ -372,8 +378,13 @@ class SqlBackend(Backend):
         return exp.select(*[_c(k) for k in keys], *columns).from_(
             grouped.subquery("g")).group_by(*[_c(k) for k in keys])
 
+    def _drop_stale(self) -> None:
+        while self.stale:
+            self.engine.drop(self.stale.pop())
+
     def _fetch(self, query: exp.Expression) -> list[np.ndarray] | None:
         batches = list(self.engine.float_batches(query))
+        self._read = True
         if not batches:
             return None
         return [np.concatenate([b[i] for b in batches]) for i in range(len(batches[0]))]
@@ -468,9 +479,15 @@ class SqlBackend(Backend):
         query = exp.select(*[_c(n) for n in self.ids], _c("node"), _c("cnt"), _c("scan"),
                            *[_c(n) for n in self.carried]).from_(
             moved.subquery("m")).where(exp.GTE(this=_c("node"), expression=num(0)))
-        old = self.pairs
-        self.pairs = self.engine.materialize("pairs", query)
-        self.engine.drop(old)
+        if self._read:  # the pairs before these are stored: nothing computes from them
+            self._drop_stale()
+        self.stale.append(self.pairs)
+        # deferred: computed by the next level's histogram, which reads them anyway (no pass
+        # of their own); the pairs they come from stay until then
+        self.pairs = self.engine.materialize("pairs", query, deferred=True)
+        self._read = not self.engine.defers_tables
+        if self._read:
+            self._drop_stale()
         self.engine.drop(splits)
         if table is not None:
             self.engine.drop(table)
@@ -489,6 +506,7 @@ class SqlBackend(Backend):
             exp.alias_(table, "l"), on=exp.EQ(this=_c("node", "a"), expression=_c("node", "l"))
         ).group_by(_c("rid", "a"))
         self.votes.append(self.engine.materialize("votes", query))
+        self._read = True
         self.engine.drop(table)
 
     def votes_summary(self, n_classes: int) -> np.ndarray:
