@@ -7,7 +7,7 @@ import math
 import os
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -433,15 +433,15 @@ def describe(
         mean, total_weight, least, total, most = _read_target_mean(engine, relation, target, w)
         _check_target_magnitude(target, least, most, total_weight)
         pairs = [(None, total_weight)]
+        _read_domains(engine, relation, feats)
     else:
-        mean, pairs = None, _read_classes(engine, relation, target, w)
+        mean, pairs = None, _read_classes_and_domains(engine, relation, target, w, feats)
         least = total = most = None
     n_null = n_rows - int(row["labelled"])
     if n_null:
         warnings.warn(
             f"{n_null} rows with a NULL target are left out of training", stacklevel=3
         )
-    _read_domains(engine, relation, feats)
     return Dataset(
         engine=engine,
         relation=relation,
@@ -649,6 +649,44 @@ def _checks(
     return checks
 
 
+def _read_classes_and_domains(
+    engine: Engine, relation: exp.Expression, target: str, w: exp.Expression,
+    feats: list[Feature],
+) -> list[tuple[Value, float]]:
+    """The classes with their weights, in ``sort_key`` order (NULL targets are left out), and
+    each nominal feature's domain (``_read_domains``), in one ``GROUPING SETS`` statement with
+    a set for the target where the engine has them: one scan of the source less (on Spark, a
+    job or two)."""
+    nominal = [f for f in feats if f.kind == NOMINAL]
+    if not nominal or not engine.SUPPORTS_GROUPING_SETS:
+        pairs = _read_classes(engine, relation, target, w)
+        _read_domains(engine, relation, feats)
+        return pairs
+    columns = [_column(target), *[_column(f.name) for f in nominal]]
+    query = (
+        exp.select(*[exp.func("GROUPING", c.copy()) for c in columns], *columns,
+                   exp.func("SUM", w))
+        .from_(relation)
+        .group_by(exp.GroupingSets(expressions=[exp.paren(c.copy()) for c in columns]))
+    )
+    n = len(columns)
+    classes: list[tuple[Value, Any]] = []
+    domains: list[list[Value]] = [[] for _ in nominal]
+    for row in engine.execute(query):
+        # A row is one value of the one column whose GROUPING() is 0 (its NULL group too).
+        i = list(row[:n]).index(0)
+        value = row[n + i]
+        if value is None:
+            continue
+        if i == 0:
+            classes.append((value, row[-1]))
+        else:
+            domains[i - 1].append(value)
+    for f, values in zip(nominal, domains, strict=True):
+        f.values = sorted(values, key=sort_key)
+    return _checked_classes(target, classes)
+
+
 def _read_classes(
     engine: Engine, relation: exp.Expression, target: str, w: exp.Expression
 ) -> list[tuple[Value, float]]:
@@ -660,6 +698,11 @@ def _read_classes(
         .where(col(target).is_(exp.null()).not_())
         .group_by(col(target))
     )
+    return _checked_classes(target, rows)
+
+
+def _checked_classes(target: str, rows: Iterable[Sequence[Any]]) -> list[tuple[Value, float]]:
+    """The (class, weight) rows in ``sort_key`` order, refusing what is not a set of labels."""
     pairs = sorted(((v, float(s)) for v, s in rows), key=lambda p: sort_key(p[0]))
     if any(isinstance(v, float) and math.isnan(v) for v, _ in pairs):
         raise DataError(
