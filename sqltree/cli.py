@@ -176,10 +176,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_connection(t)
 
     p = _command(sub, "predict", help="score a source with a saved model (CSV to stdout)")
-    p.add_argument("model", help="model file written by 'sqltree train'")
+    p.add_argument("model", help="a tree or ensemble file written by 'sqltree train' (or "
+                                 "an imported ensemble's .save())")
     p.add_argument("source", help="table, query, or Parquet/CSV path to score")
     p.add_argument("--output", "-o", metavar="FILE", help="write .csv or .parquet instead")
-    p.add_argument("--proba", action="store_true", help="add one probability column per class")
+    p.add_argument("--proba", action="store_true",
+                   help="add one probability column per class (classification)")
     p.add_argument("--into", metavar="TABLE", help="write the scored rows to a table")
     _add_leaf_flag(p)
     _add_unknown_flag(p)
@@ -216,6 +218,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="regression: a numeric target's candidates scored by the variance "
                          "decrease, as a regression tree's root scores them (default: "
                          "classification: gain and gain ratio)")
+    sc.add_argument("--features", metavar="A,B,...", action="append",
+                    help="score splits of these columns only (default: all but the target "
+                         "and --weight)" + repeatable)
+    sc.add_argument("--weight", metavar="COLUMN",
+                    help="a column of row weights, as train --weight weighs them")
     sc.add_argument("--date-features", action="store_true",
                     help="score the parts of DATE/TIMESTAMP columns (see train --help)")
     add_connection(sc)
@@ -409,10 +416,11 @@ def _add_leaf_flag(p: argparse.ArgumentParser) -> None:
 
 def _add_unknown_flag(p: argparse.ArgumentParser) -> None:
     """``--unknown`` for sql, predict and evaluate: what is deployed can be scored first."""
-    p.add_argument("--unknown", choices=["fractional", "majority"], default="fractional",
-                   help="at a C4.5 test that meets an unknown value: C4.5's exact weighted "
-                        "sum over the branches (default), or the heaviest branch (a plain, "
-                        "much shorter CASE)")
+    # default None, read as "fractional" for a tree: an ensemble refuses the flag only if given
+    p.add_argument("--unknown", choices=["fractional", "majority"],
+                   help="a single tree: at a C4.5 test that meets an unknown value, C4.5's "
+                        "exact weighted sum over the branches (default), or the heaviest "
+                        "branch (a plain, much shorter CASE)")
 
 
 def _add_max_depth(p: argparse.ArgumentParser) -> None:
@@ -465,16 +473,19 @@ def _add_evaluate_parser(sub: Any) -> argparse.ArgumentParser:
     e = _command(sub, "evaluate", help="evaluate a saved model on a source, in the engine",
                        description="Accuracy, kappa, per-class precision/recall/F1, log loss "
                        "and the confusion matrix, counted by one GROUP BY query.")
-    e.add_argument("model", help="model file written by 'sqltree train'")
+    e.add_argument("model", help="a tree or ensemble file written by 'sqltree train' (or "
+                                 "an imported ensemble's .save())")
     e.add_argument("source", help="table, query, or Parquet/CSV path holding the target column")
     weights = e.add_mutually_exclusive_group()
     weights.add_argument("--weight", metavar="COLUMN",
-                         help="weigh rows by this column (default: the model's training weight "
-                              "column, if any)")
-    weights.add_argument("--unweighted", action="store_true", help="count every row as 1")
+                         help="a single tree: weigh rows by this column (default: the model's "
+                              "training weight column, if any)")
+    weights.add_argument("--unweighted", action="store_true",
+                         help="count every row as 1 (what an ensemble's evaluation does)")
     e.add_argument("--json", action="store_true", help="print every figure as JSON")
     e.add_argument("--threshold", type=float, metavar="P",
-                   help="two classes: predict the second where its probability is at least P")
+                   help="a single tree of two classes: predict the second where its "
+                        "probability is at least P")
     _add_unknown_flag(e)
     return e
 
@@ -724,12 +735,20 @@ def _dispatch(args: argparse.Namespace) -> int:
         return 0
     if args.command == "predict":
         _check_output(args.output, SCORED_SUFFIXES, "scored rows")
-        model = _load_tree(args.model, "predict")
-        scored = model.predict(
-            args.source, connection=_connection(args.connect, args.create_db), proba=args.proba,
-            into=args.into, unknown=args.unknown,
-            **({"output": "leaf", "column": "leaf"} if args.leaf else {}),
-        )
+        model = sqltree.load(args.model)
+        if isinstance(model, sqltree.Ensemble):
+            _refuse_for_ensemble(model, ("--leaf", args.leaf), ("--unknown", args.unknown))
+            if args.proba and model.is_regression:
+                raise OptionError(f"--proba: {args.model} holds a regression ensemble, which "
+                                  "predicts a number, not class probabilities")
+            scored = model.predict(args.source, proba=args.proba, into=args.into,
+                                   connection=_connection(args.connect, args.create_db))
+        else:
+            scored = model.predict(
+                args.source, connection=_connection(args.connect, args.create_db),
+                proba=args.proba, into=args.into, unknown=args.unknown or "fractional",
+                **({"output": "leaf", "column": "leaf"} if args.leaf else {}),
+            )
         if scored is None:
             return 0
         if args.output:
@@ -764,6 +783,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _evaluate_command(args)
     if args.command == "scores":
         frame = sqltree.split_scores(args.source, target=args.target, task=args.task,
+                                     features=_csv(args.features), weight=args.weight,
                                      date_features=args.date_features,
                                      connection=_connection(args.connect, args.create_db))
         print(frame.to_string(index=False))
@@ -802,7 +822,7 @@ def _sql_command(args: argparse.Namespace) -> int:
     if isinstance(model, sqltree.Ensemble):
         return _ensemble_sql(args, model)
     options = dict(output="leaf" if args.leaf else "label", proba=args.proba,
-                   unknown=args.unknown, quote_identifiers=not args.no_quote)
+                   unknown=args.unknown or "fractional", quote_identifiers=not args.no_quote)
     if args.leaf:
         options["column"] = "leaf"
     if args.check:
@@ -833,15 +853,31 @@ def _load_tree(path: str, command: str) -> Any:
     model = sqltree.load(path)
     if isinstance(model, sqltree.Ensemble):
         raise OptionError(f"{path} holds an ensemble of {model.n_trees:,} trees: `sqltree "
-                          f"{command}` takes a single tree; `sqltree sql`, `sqltree "
-                          "importances` and `sqltree show --summary` take ensembles (in Python: "
-                          "Ensemble.predict and Ensemble.evaluate)")
+                          f"{command}` takes a single tree; `sqltree predict`, `evaluate`, "
+                          "`sql`, `importances` and `show --summary` take ensembles")
     return model
+
+
+def _refuse_for_ensemble(model: Any, *flags: tuple[str, Any]) -> None:
+    """Refuse, before any query, the first flag given that applies to a single tree only."""
+    why = {
+        "--leaf": f"an ensemble's row reaches a leaf in each of its {model.n_trees:,} trees, "
+                  "not one leaf",
+        "--unknown": "an ensemble's trees send an unknown (NULL) value down the branch each "
+                     "test records, with no C4.5 fractional split to choose",
+        "--weight": "an ensemble's evaluation counts every row as 1 (--unweighted)",
+        "--threshold": "an ensemble's evaluation predicts the likeliest class; `sqltree "
+                       "predict --proba` gives the probabilities to cut",
+    }
+    for flag, given in flags:
+        if given not in (None, False):
+            raise OptionError(f"{flag} is for a single tree, not an ensemble: {why[flag]}")
 
 
 def _ensemble_sql(args: argparse.Namespace, model: Any) -> int:
     """``sqltree sql`` for an ensemble: the query over ``--table`` (default ``data``)."""
-    for flag, given in (("--dbt", args.dbt), ("--leaf", args.leaf), ("--no-quote", args.no_quote)):
+    for flag, given in (("--dbt", args.dbt), ("--leaf", args.leaf), ("--no-quote", args.no_quote),
+                        ("--unknown", args.unknown)):
         if given:
             raise OptionError(f"{flag} is for a single tree, not an ensemble")
     report: dict[str, Any] = {}
@@ -1004,15 +1040,65 @@ def _print_evaluations(args: argparse.Namespace, model: Any, held_out: Any, conn
 
 
 def _evaluate_command(args: argparse.Namespace) -> int:
+    import sqltree
 
-    model = _load_tree(args.model, "evaluate")
-    weight: str | bool = False if args.unweighted else (args.weight or True)
+    model = sqltree.load(args.model)
     shown = " ".join(args.source.split())
     title = f"Evaluation on {shown if len(shown) <= 60 else shown[:57] + '...'}"
+    if isinstance(model, sqltree.Ensemble):
+        return _evaluate_ensemble(args, model, title)
+    weight: str | bool = False if args.unweighted else (args.weight or True)
     extra = {} if args.threshold is None else {"threshold": args.threshold}
-    evaluation = model.evaluate(args.source, weight=weight, title=title, unknown=args.unknown,
+    evaluation = model.evaluate(args.source, weight=weight, title=title,
+                                unknown=args.unknown or "fractional",
                                 connection=_connection(args.connect, args.create_db), **extra)
     print(evaluation.to_json() if args.json else evaluation)
+    return 0
+
+
+def _evaluate_ensemble(args: argparse.Namespace, model: Any, title: str) -> int:
+    """``sqltree evaluate`` for a forest or boosting: ``Ensemble.evaluate``'s figures, under
+    the names and in the lines a tree's evaluation gives them (``--json``: the same keys)."""
+    import json
+
+    from .evaluation import weka_number
+
+    _refuse_for_ensemble(model, ("--weight", args.weight), ("--threshold", args.threshold),
+                         ("--unknown", args.unknown))
+    if model.options.get("weight") and not args.unweighted:
+        print(f"sqltree: note: an ensemble's evaluation counts every row as 1, not by its "
+              f"training weight column {model.options['weight']!r}", file=sys.stderr)
+    figures = model.evaluate(args.source, connection=_connection(args.connect, args.create_db))
+    rows = int(figures["rows"])
+    if model.is_regression:
+        document: dict[str, Any] = {
+            "title": title, "trees": model.n_trees, "count": rows,
+            "root_mean_squared_error": figures["rmse"],
+            "mean_absolute_error": figures["mae"], "r2": figures["r2"],
+            "mean_squared_error": figures["rmse"] ** 2,
+        }
+        lines = [f"Root mean squared error           {figures['rmse']:14.6g}",
+                 f"Mean absolute error               {figures['mae']:14.6g}",
+                 f"R squared                         {figures['r2']:14.6f}",
+                 f"Total Number of Instances         {rows:14d}"]
+    else:
+        correct = round(figures["accuracy"] * rows)
+        document = {
+            "title": title, "trees": model.n_trees, "rows": rows,
+            "classes": list(model.classes), "correct": correct,
+            "accuracy": figures["accuracy"], "error_rate": 1.0 - figures["accuracy"],
+            "log_loss": figures["log_loss"],
+        }
+        lines = [f"{'Correctly Classified Instances':<35}{weka_number(correct)}     "
+                 f"{weka_number(100 * figures['accuracy'])} %",
+                 f"{'Incorrectly Classified Instances':<35}{weka_number(rows - correct)}     "
+                 f"{weka_number(100 - 100 * figures['accuracy'])} %",
+                 f"{'Log loss':<35}{weka_number(figures['log_loss'])}",
+                 f"{'Total Number of Instances':<35}{weka_number(rows)}"]
+    if args.json:
+        print(json.dumps(document, indent=1, ensure_ascii=False, default=str))
+    else:
+        print("\n".join([f"=== {title} ===", "", *lines]) + "\n")
     return 0
 
 

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import io
 import json
+from pathlib import Path
 
+import duckdb
+import numpy as np
+import pandas as pd
 import pytest
 
+import sqltree
 from sqltree.cli import main
-from tests.helpers import GOLF
+from tests.helpers import GOLF, GOLF_NUMERIC
 
 
 def run(capsys, *args) -> tuple[int, str, str]:
@@ -49,3 +55,227 @@ def test_ensemble_flags_are_checked_before_training(capsys, args, message):
     status, _, err = run(capsys, "train", GOLF, "-t", "play", *args)
     assert status == 2
     assert message in err
+
+
+# -- predict and evaluate a saved forest or boosting ---------------------------------------------
+TRAINED = {
+    "forest": ["--forest", "5", "--max-features", "2", "--random-state", "1"],
+    "boost": ["--boost", "3", "--min-samples-leaf", "1", "--learning-rate", "0.5"],
+}
+
+
+@pytest.fixture(scope="module")
+def ensembles(tmp_path_factory) -> dict[str, Path]:
+    """A forest and a boosting of golf's classes, and a boosting of golf's humidity (a
+    regression), each trained by the command line and saved."""
+    folder = tmp_path_factory.mktemp("ensembles")
+    paths = {}
+    for name, flags in TRAINED.items():
+        paths[name] = folder / f"{name}.json"
+        assert main(["train", str(GOLF), "-t", "play", *flags, "-q", "-o",
+                     str(paths[name])]) == 0
+    paths["regression"] = folder / "regression.json"
+    assert main(["train", str(GOLF_NUMERIC), "-t", "humidity", "--task", "regression",
+                 "--features", "outlook,temperature", "--features", "wind,play",
+                 "--boost", "4", "--min-samples-leaf", "1", "--learning-rate", "0.5", "-q",
+                 "-o", str(paths["regression"])]) == 0
+    return paths
+
+
+@pytest.mark.parametrize("name", list(TRAINED))
+def test_predict_an_ensemble_gives_the_library_rows(capsys, ensembles, name):
+    model = sqltree.load(ensembles[name])
+    assert isinstance(model, sqltree.Ensemble)
+    expected = model.predict(str(GOLF), proba=True)
+    assert expected is not None
+    status, out, err = run(capsys, "predict", ensembles[name], GOLF, "--proba")
+    assert status == 0, err
+    assert out == expected.to_csv(index=False)  # every row, every digit
+    # and the library's numpy scoring of the same rows agrees
+    scored = pd.read_csv(io.StringIO(out))
+    assert list(scored["prediction"]) == list(model.predict_frame(expected))
+    assert np.allclose(scored[["proba_no", "proba_yes"]].to_numpy(),
+                       model.predict_proba_frame(expected), rtol=1e-12, atol=0)
+    status, out, err = run(capsys, "predict", ensembles[name], GOLF)
+    assert status == 0, err
+    assert out == model.predict(str(GOLF)).to_csv(index=False)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("name", list(TRAINED))
+def test_evaluate_an_ensemble_gives_the_library_figures(capsys, ensembles, name, tmp_path):
+    model = sqltree.load(ensembles[name])
+    expected = model.evaluate(str(GOLF))
+    status, out, err = run(capsys, "evaluate", ensembles[name], GOLF, "--json")
+    assert status == 0, err
+    document = json.loads(out)
+    assert document["title"] == f"Evaluation on {GOLF}"
+    assert document["rows"] == expected["rows"] == 14
+    assert document["accuracy"] == expected["accuracy"]
+    assert document["log_loss"] == expected["log_loss"]
+    assert document["trees"] == model.n_trees and document["classes"] == ["no", "yes"]
+    # the accuracy counts the rows `sqltree predict` gets right
+    scored_path = tmp_path / "scored.csv"
+    assert main(["predict", str(ensembles[name]), str(GOLF), "-o", str(scored_path)]) == 0
+    scored = pd.read_csv(scored_path)
+    right = int((scored["prediction"] == scored["play"]).sum())
+    assert document["correct"] == right and document["accuracy"] == right / 14
+
+    status, out, err = run(capsys, "evaluate", ensembles[name], GOLF)
+    assert status == 0, err
+    lines = out.splitlines()
+    assert lines[:2] == [f"=== Evaluation on {GOLF} ===", ""]
+    assert lines[2].split()[:4] == ["Correctly", "Classified", "Instances", str(right)]
+    assert float(lines[2].split()[4]) == pytest.approx(100 * right / 14, abs=5e-5)
+    assert float(lines[4].split()[-1]) == pytest.approx(expected["log_loss"], abs=5e-5)
+    assert lines[5].split() == ["Total", "Number", "of", "Instances", "14"]
+    # every row counts 1 in an ensemble's evaluation: --unweighted changes nothing
+    assert run(capsys, "evaluate", ensembles[name], GOLF, "--unweighted")[1] == out
+
+
+def test_a_regression_ensemble_predicts_and_evaluates_as_the_library(capsys, ensembles):
+    path = ensembles["regression"]
+    model = sqltree.load(path)
+    assert model.is_regression
+    status, out, err = run(capsys, "predict", path, GOLF_NUMERIC)
+    assert status == 0, err
+    expected = model.predict(str(GOLF_NUMERIC))
+    assert out == expected.to_csv(index=False)  # type: ignore[union-attr]
+    scored = pd.read_csv(io.StringIO(out))
+    assert np.allclose(scored["prediction"], model.predict_frame(expected), rtol=1e-12, atol=0)
+
+    figures = model.evaluate(str(GOLF_NUMERIC))
+    status, out, err = run(capsys, "evaluate", path, GOLF_NUMERIC, "--json")
+    assert status == 0, err
+    document = json.loads(out)
+    assert document["count"] == figures["rows"] == 14
+    assert document["root_mean_squared_error"] == figures["rmse"]
+    assert document["mean_absolute_error"] == figures["mae"]
+    assert document["r2"] == figures["r2"]
+    errors = scored["prediction"] - scored["humidity"]
+    assert figures["rmse"] == pytest.approx(float(np.sqrt((errors ** 2).mean())), rel=1e-12)
+    status, out, err = run(capsys, "evaluate", path, GOLF_NUMERIC)
+    assert status == 0, err
+    assert f"R squared                         {figures['r2']:14.6f}" in out
+    assert out.rstrip().splitlines()[-1].split() == ["Total", "Number", "of", "Instances", "14"]
+
+
+def test_predict_and_evaluate_an_ensemble_in_a_database(capsys, ensembles, tmp_path):
+    database = tmp_path / "shop.duckdb"
+    with duckdb.connect(str(database)) as con:
+        con.execute(f"CREATE TABLE golf AS SELECT * FROM read_csv('{GOLF}', "
+                    "auto_type_candidates=['BIGINT','DOUBLE','VARCHAR'])")
+    model = sqltree.load(ensembles["forest"])
+    status, out, err = run(capsys, "predict", ensembles["forest"], "golf", "--connect",
+                           database, "--into", "scored", "--proba")
+    assert status == 0 and out == "", err
+    with duckdb.connect(str(database)) as con:
+        got = con.execute("SELECT * FROM scored").df()
+        expected = model.predict("golf", connection=con, proba=True)
+    columns = list(expected.columns)  # type: ignore[union-attr]
+    assert list(got.columns) == columns
+    assert (got.sort_values(columns).reset_index(drop=True)
+            .equals(expected.sort_values(columns).reset_index(drop=True)))  # type: ignore[union-attr]
+    status, out, err = run(capsys, "evaluate", ensembles["forest"], "golf", "--connect",
+                           database, "--json")
+    assert status == 0, err
+    with duckdb.connect(str(database)) as con:
+        assert json.loads(out)["accuracy"] == model.evaluate("golf", connection=con)["accuracy"]
+
+
+def test_an_imported_ensemble_file_is_predicted_and_evaluated(capsys, tmp_path):
+    ensemble = pytest.importorskip("sklearn.ensemble")
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"a": rng.normal(size=80), "b": rng.uniform(size=80)})
+    frame["y"] = np.where(frame["a"] + frame["b"] > 0.5, "up", "down")
+    estimator = ensemble.RandomForestClassifier(n_estimators=4, max_depth=3, random_state=0)
+    estimator.fit(frame[["a", "b"]], frame["y"])
+    model = sqltree.from_sklearn(estimator, feature_names=["a", "b"])
+    model.target = "y"
+    path, rows = tmp_path / "imported.json", tmp_path / "rows.parquet"
+    model.save(path)
+    frame.to_parquet(rows)
+    status, out, err = run(capsys, "predict", path, rows)
+    assert status == 0, err
+    assert list(pd.read_csv(io.StringIO(out))["prediction"]) == list(
+        estimator.predict(frame[["a", "b"]]))
+    status, out, err = run(capsys, "evaluate", path, rows, "--json")
+    assert status == 0, err
+    assert json.loads(out)["accuracy"] == sqltree.load(path).evaluate(str(rows))["accuracy"]
+
+
+@pytest.mark.parametrize(("name", "args", "message"), [
+    ("forest", ["predict", "--leaf"], "--leaf is for a single tree, not an ensemble"),
+    ("boost", ["predict", "--unknown", "majority"], "--unknown is for a single tree"),
+    ("forest", ["predict", "--unknown", "fractional"], "--unknown is for a single tree"),
+    ("regression", ["predict", "--proba"], "holds a regression ensemble, which predicts a number"),
+    ("forest", ["evaluate", "--weight", "w"], "--weight is for a single tree"),
+    ("boost", ["evaluate", "--threshold", "0.3"], "--threshold is for a single tree"),
+    ("forest", ["evaluate", "--unknown", "majority"], "--unknown is for a single tree"),
+])
+def test_flags_of_single_trees_are_refused_for_ensembles_before_any_query(
+        capsys, ensembles, name, args, message):
+    # the source does not exist: reading it would fail with status 1, not this refusal
+    command, *flags = args
+    status, out, err = run(capsys, command, ensembles[name], "no_such_table", *flags)
+    assert (status, out) == (2, "")
+    assert message in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_trees_still_take_the_single_tree_flags(capsys, tmp_path):
+    path = tmp_path / "tree.json"
+    sqltree.train(str(GOLF), target="play").save(path)
+    status, out, err = run(capsys, "predict", path, GOLF, "--leaf", "--unknown", "majority")
+    assert status == 0, err
+    assert out.splitlines()[0].endswith(",leaf")
+    status, out, err = run(capsys, "evaluate", path, GOLF, "--threshold", "0.5", "--json")
+    assert status == 0 and json.loads(out)["accuracy"] == 1.0, err
+
+
+# -- scores --features and --weight -------------------------------------------------------------
+@pytest.fixture(scope="module")
+def weighted_golf(tmp_path_factory) -> Path:
+    """golf with a weight column and a column whose name holds a comma."""
+    frame = pd.read_csv(GOLF)
+    frame["w"] = [1.0 + (i % 3) for i in range(len(frame))]
+    frame["gust,kmh"] = [10 + 7 * (i % 5) for i in range(len(frame))]
+    path = tmp_path_factory.mktemp("scores") / "golf_weighted.csv"
+    frame.to_csv(path, index=False)
+    return path
+
+
+@pytest.mark.parametrize(("flags", "options"), [
+    (["--features", "outlook,humidity"], {"features": ["outlook", "humidity"]}),
+    (["--features", "outlook", "--features", "gust\\,kmh,windy"],
+     {"features": ["outlook", "gust,kmh", "windy"]}),
+    (["--weight", "w"], {"weight": "w"}),
+    (["--weight", "w", "--features", "temperature, gust\\,kmh"],
+     {"weight": "w", "features": ["temperature", "gust,kmh"]}),
+], ids=["features", "escaped-comma", "weight", "both"])
+def test_scores_features_and_weight_are_split_scores_options(capsys, weighted_golf, flags,
+                                                             options):
+    status, out, err = run(capsys, "scores", weighted_golf, "-t", "play", *flags)
+    assert status == 0, err
+    expected = sqltree.split_scores(str(weighted_golf), target="play", **options)
+    assert out == expected.to_string(index=False) + "\n"
+    shown = set(expected["attribute"])
+    assert shown <= set(options.get("features", shown))
+    if "weight" in options:  # the weights change the scores, and are no feature
+        assert "w" not in shown
+        unweighted = sqltree.split_scores(str(weighted_golf), target="play",
+                                          features=options.get("features"))
+        assert not expected.equals(unweighted)
+
+
+def test_regression_scores_take_features_and_weight(capsys, tmp_path):
+    frame = pd.read_csv(GOLF_NUMERIC)
+    frame["w"] = [1.0 + (i % 4) for i in range(len(frame))]
+    path = tmp_path / "humidity_weighted.csv"
+    frame.to_csv(path, index=False)
+    status, out, err = run(capsys, "scores", path, "-t", "humidity", "--task", "regression",
+                           "--features", "outlook,wind", "--weight", "w")
+    assert status == 0, err
+    expected = sqltree.split_scores(str(path), target="humidity", task="regression",
+                                    features=["outlook", "wind"], weight="w")
+    assert out == expected.to_string(index=False) + "\n"
+    assert set(expected["attribute"]) == {"outlook", "wind"}
