@@ -121,8 +121,8 @@ def test_on_every_engine(engine_factory: Any) -> None:
     improvements alike (tests/test_determinism.py), so one full scan serves every engine."""
     engine, source = engine_factory(frame(rows=600), "bounded")
     bounded = sqltree.train(source.copy(), "label", connection=engine, algorithm="cart",
-                            max_depth=3, threshold_search="bounded")
-    full = sqltree.train(frame(rows=600), "label", algorithm="cart", max_depth=3,
+                            max_depth=2, threshold_search="bounded")
+    full = sqltree.train(frame(rows=600), "label", algorithm="cart", max_depth=2,
                          plan="tables", threshold_search="full")
     assert_identical(full, bounded)
 
