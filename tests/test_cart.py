@@ -582,7 +582,7 @@ def test_tree_grown_from_histograms_summed_by_class_is_the_same(monkeypatch, opt
 def test_same_cart_tree_on_every_engine(engine_factory, criterion):
     frame = _engine_frame()
     engine, source = engine_factory(frame)
-    options = GrowOptions(algorithm="cart", criterion=criterion, max_depth=4, min_samples_leaf=3)
+    options = GrowOptions(algorithm="cart", criterion=criterion, max_depth=3, min_samples_leaf=3)
     root, _ = grow(describe(source, engine, "label"), options)
     reference, _ = grow(describe(frame, DuckDBEngine(), "label"), options)
     assert _shape(root) == _shape(reference)

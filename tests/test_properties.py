@@ -543,7 +543,7 @@ def test_pruning_never_adds_leaves(case):
 
 
 @given(case=VALID, seed=st.integers(0, 2**32 - 1))
-@settings(max_examples=examples(20))
+@settings(max_examples=examples(10))
 def test_row_order_does_not_change_the_tree(case, seed):
     table, opts = case
     order = list(range(table.n_rows))

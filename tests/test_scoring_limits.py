@@ -189,7 +189,7 @@ DEEP = {
 WIDE_FRACTIONAL = {
     "leaves-1000-fractional": (lambda: model_of(wide(1000, fractional=True, k=2, seed=1), 2),
                                lambda: wide_rows(400, 2)),
-    "multiway-4000-fractional": (lambda: model_of(fractional_tree(4000, 4), 3),
+    "multiway-2000-fractional": (lambda: model_of(fractional_tree(2000, 4), 3),
                                  lambda: unknown_rows(400, 5).assign(rid=range(400))),
 }
 
