@@ -501,7 +501,7 @@ PRESETS = ("SET threads = 1", "SET perfect_ht_threshold = 7",
 @given(case=VALID, source=st.sampled_from(SOURCES),
        presets=st.lists(st.sampled_from(PRESETS), unique=True), transaction=st.booleans(),
        data=st.data())
-@settings(max_examples=examples(60))
+@settings(max_examples=examples(40))
 def test_trained_models_score_count_and_save_consistently(case, source, presets, transaction,
                                                           data):
     """For every trained model: the compiled SQL on DuckDB and SQLite, ``predict`` and the
