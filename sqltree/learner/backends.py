@@ -172,9 +172,8 @@ class SqlBackend(Backend):
         self.form = engine.HISTOGRAM_FORM
         self.wide = wide
         self.stale: list[exp.Table] = []
-        """Earlier pairs that the current ones, not yet computed, still come from."""
-        self._read = True
-        """Whether a statement has read the current pairs (so they are stored)."""
+        """Earlier pairs that the current ones, not yet computed, still come from: dropped
+        once a statement has read (and so stored) the current ones."""
 
     @staticmethod
     def _in_pairs(node: exp.Expression) -> exp.Expression:
@@ -235,7 +234,6 @@ class SqlBackend(Backend):
             self.engine.drop(self.pairs)
             self.pairs = None
         self._drop_stale()
-        self._read = True
 
     def _sums(self) -> list[exp.Expression]:
         return [part for i, s in enumerate(self.summed)
@@ -384,7 +382,7 @@ class SqlBackend(Backend):
 
     def _fetch(self, query: exp.Expression) -> list[np.ndarray] | None:
         batches = list(self.engine.float_batches(query))
-        self._read = True
+        self._drop_stale()
         if not batches:
             return None
         return [np.concatenate([b[i] for b in batches]) for i in range(len(batches[0]))]
@@ -479,14 +477,11 @@ class SqlBackend(Backend):
         query = exp.select(*[_c(n) for n in self.ids], _c("node"), _c("cnt"), _c("scan"),
                            *[_c(n) for n in self.carried]).from_(
             moved.subquery("m")).where(exp.GTE(this=_c("node"), expression=num(0)))
-        if self._read:  # the pairs before these are stored: nothing computes from them
-            self._drop_stale()
         self.stale.append(self.pairs)
         # deferred: computed by the next level's histogram, which reads them anyway (no pass
         # of their own); the pairs they come from stay until then
         self.pairs = self.engine.materialize("pairs", query, deferred=True)
-        self._read = not self.engine.defers_tables
-        if self._read:
+        if not self.engine.defers_tables:
             self._drop_stale()
         self.engine.drop(splits)
         if table is not None:
@@ -506,7 +501,7 @@ class SqlBackend(Backend):
             exp.alias_(table, "l"), on=exp.EQ(this=_c("node", "a"), expression=_c("node", "l"))
         ).group_by(_c("rid", "a"))
         self.votes.append(self.engine.materialize("votes", query))
-        self._read = True
+        self._drop_stale()
         self.engine.drop(table)
 
     def votes_summary(self, n_classes: int) -> np.ndarray:
