@@ -25,6 +25,8 @@ The rank of the quantile ``i / max_bins`` of ``n`` values is ``ceil(i * n / max_
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
@@ -82,26 +84,29 @@ class _Column:
         # the grid's 2**CELL_BITS cells cover [lo, hi]: span * 2**e < 2**CELL_BITS
         self.exponent = CELL_BITS - math.frexp(span)[1] if hi > lo else 0
 
-    def locate(self, rank: int, within: int, cells: Sequence[_Cell], depth: int,
-               last: bool) -> None:
-        """Narrow ``rank``, the ``within``-th row of ``cells`` in order, to its cell."""
-        seen = 0
-        for cell, n, lo, hi in cells:
-            if within <= seen + n:
-                if lo == hi:
-                    self.values[rank] = lo
-                    self.open.pop(rank, None)
-                else:
-                    self.open[rank] = _Open(depth, cell, within - seen,
-                                            settled=last or n <= MAX_CELL_ROWS)
-                return
-            seen += n
-        raise AssertionError(  # pragma: no cover - a parent's cells hold all its rows
-            f"rank {rank} of {self.feature.name!r} is in no cell")
+    def locate(self, rank: int, within: int, cells: Sequence[_Cell], ends: Sequence[int],
+               depth: int, last: bool) -> None:
+        """Narrow ``rank``, the ``within``-th row of ``cells`` in order, to its cell;
+        ``ends``: the cells' running row counts (``_running``)."""
+        i = bisect.bisect_left(ends, within)
+        if i == len(cells):  # pragma: no cover - a parent's cells hold all its rows
+            raise AssertionError(f"rank {rank} of {self.feature.name!r} is in no cell")
+        cell, n, lo, hi = cells[i]
+        if lo == hi:
+            self.values[rank] = lo
+            self.open.pop(rank, None)
+        else:
+            self.open[rank] = _Open(depth, cell, within - (ends[i] - n),
+                                    settled=last or n <= MAX_CELL_ROWS)
 
 
 _Cell = tuple[int, int, float, float]
 """A counted cell: (cell, rows, least value, greatest value)."""
+
+
+def _running(cells: Sequence[_Cell]) -> list[int]:
+    """The cells' running row counts: a rank is in the first cell whose count reaches it."""
+    return list(itertools.accumulate(n for _, n, _, _ in cells))
 
 
 def bin_edges(data: Dataset, max_bins: int, min_gap: float = 0.0) -> dict[int, list[float]] | None:
@@ -128,21 +133,26 @@ def bin_edges(data: Dataset, max_bins: int, min_gap: float = 0.0) -> dict[int, l
         finite = sum(n for _, n, _, _ in cells)
         c.top = max((hi for _, _, _, hi in cells), default=None)
         n = finite + c.infinite
+        ends = _running(cells)
         for i in range(1, max_bins):
             rank = -(-i * n // max_bins)
             if rank > finite:
                 c.values[rank] = math.inf
             else:
-                c.locate(rank, rank, cells, 0, last=MAX_DEPTH == 1)
+                c.locate(rank, rank, cells, ends, 0, last=MAX_DEPTH == 1)
     for depth in range(1, MAX_DEPTH):
         searching = [(c, {o.cell for o in c.open.values() if not o.settled}) for c in columns]
         searching = [(c, cells) for c, cells in searching if cells]
         if not searching:
             break
         for (c, _), cells in zip(searching, _count(data, searching, depth)):
+            within: dict[int, list[_Cell]] = {}  # a parent cell -> its cells, in order
+            for x in cells:
+                within.setdefault(x[0] >> CELL_BITS, []).append(x)
+            ends = {parent: _running(part) for parent, part in within.items()}
             for rank, o in list(c.open.items()):
                 if not o.settled:
-                    c.locate(rank, o.within, [x for x in cells if x[0] >> CELL_BITS == o.cell],
+                    c.locate(rank, o.within, within.get(o.cell, []), ends.get(o.cell, []),
                              depth, last=depth == MAX_DEPTH - 1)
     if any(c.open for c in columns):
         _read_ranks(data, columns)
@@ -347,12 +357,16 @@ def _read_ranks(data: Dataset, columns: Sequence[_Column]) -> None:
         ranked.subquery("v", copy=False)).join(pairs, on=exp.and_(*[
             exp.EQ(this=col(name, "v"), expression=col(name, "w"))
             for name in ("k", "cell", "r")]))
+    ranks: dict[tuple[int, int, int], list[int]] = {}  # (k, cell, within) -> open ranks
+    for k, (c, depth) in enumerate(asked):
+        for r, o in c.open.items():
+            if o.depth == depth:
+                ranks.setdefault((k, o.cell, o.within), []).append(r)
     for k, cell, within, value in data.engine.execute(query):
-        c, depth = asked[int(k)]
-        for r, o in list(c.open.items()):
-            if (o.depth, o.cell, o.within) == (depth, int(cell), int(within)):
-                c.values[r] = float(value)
-                del c.open[r]
+        c, _ = asked[int(k)]
+        for r in ranks.get((int(k), int(cell), int(within)), []):
+            c.values[r] = float(value)
+            del c.open[r]
     for c in columns:
         if c.open:  # pragma: no cover - every open rank is inside its cell
             raise AssertionError(f"ranks {sorted(c.open)} of {c.feature.name!r} not read")

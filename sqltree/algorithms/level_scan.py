@@ -206,15 +206,21 @@ class LevelScanStages:
     def _subtracted(self, hist: ScanHistogram) -> ScanHistogram:
         """``hist`` with the children that were not read: each its parent's histogram less
         its sibling's."""
-        extra_node, extra_code, extra_sums = [hist.node], [hist.code], [hist.sums]
-        for child, (parent, sibling) in sorted(self._derived.items()):
-            # the last level reads the first feature only (its counts)
-            dense = self._kept[parent][: hist.layout.width] - hist.of_node(sibling)
-            codes = np.flatnonzero(dense[:, 0] > 0)
-            extra_node.append(np.full(len(codes), child, dtype=np.int64))
-            extra_code.append(codes.astype(np.int64))
-            extra_sums.append(dense[codes])
+        children = sorted(self._derived)
+        parents = [self._derived[c][0] for c in children]
+        siblings = np.array([self._derived[c][1] for c in children], dtype=np.int64)
+        # every derived child at once: its parent's dense histogram (the last level reads the
+        # first feature only) less its sibling's long rows, scattered by (child, code)
+        dense = np.stack([self._kept[p][: hist.layout.width] for p in parents])
+        by_sibling = np.argsort(siblings, kind="stable")
+        read = np.isin(hist.node, siblings)
+        at = by_sibling[np.searchsorted(siblings[by_sibling], hist.node[read])]
+        dense[at, hist.code[read]] -= hist.sums[read]  # a (node, code) is one row: no repeats
+        child_at, codes = np.nonzero(dense[:, :, 0] > 0)
         self._kept, self._derived = {}, {}
+        extra_node = [hist.node, np.array(children, dtype=np.int64)[child_at]]
+        extra_code = [hist.code, codes.astype(np.int64)]
+        extra_sums = [hist.sums, dense[child_at, codes]]
         node, code = np.concatenate(extra_node), np.concatenate(extra_code)
         order = np.lexsort((code, node))
         return ScanHistogram(node[order], code[order], np.concatenate(extra_sums)[order],

@@ -202,12 +202,13 @@ class SqlBackend(Backend):
             h = exp.Mod(this=exp.paren(h * _c("k", "t") + _c("d", "t")),
                         expression=num(2_147_483_647))
             bounds = sampling.thresholds()
-        codes = (self.codes.subquery("c") if isinstance(self.codes, exp.Select)
+        # the codes' query is large (level 0's binning): built on, never copied
+        codes = (self.codes.subquery("c", copy=False) if isinstance(self.codes, exp.Select)
                  else exp.alias_(self.codes.copy(), "c"))
         drawn = exp.select(
             *[alias(rid.copy(), "rid")][: len(self.ids)], alias(_c("root", "t"), "node"),
             alias(h, "h"), *[_c(n, "c") for n in self.carried],
-        ).from_(codes).join(exp.alias_(table, "t"), join_type="CROSS")
+        ).from_(codes, copy=False).join(exp.alias_(table, "t"), join_type="CROSS", copy=False)
         # narrow columns: the pairs are many (a row per drawn row and tree)
         count: exp.Expression = num(1)
         kept: exp.Expression | None = None
@@ -221,7 +222,7 @@ class SqlBackend(Backend):
             *[_c(n) for n in self.ids], alias(exp.cast(_c("node"), "INT"), "node"),
             alias(exp.cast(num(1) if out_of_bag else count, "SMALLINT"), "cnt"),
             alias(exp.cast(num(1), "SMALLINT"), "scan"), *[_c(n) for n in self.carried],
-        ).from_(drawn.subquery("d"))
+        ).from_(drawn.subquery("d", copy=False), copy=False)
         if kept is not None:
             query = query.where(kept)
         elif out_of_bag:
