@@ -14,8 +14,8 @@ from . import progress as reporting
 from . import queries as q
 from .algorithm_registry import ENSEMBLES, ID3, facts
 from .algorithms import SCAN_REASON, SCAN_REFUSAL, SCAN_STRATEGIES, grow_and_prune
-from .algorithms.c45 import score_options
-from .algorithms.c45_scores import C45ScoreRow, build_split_scores
+from .algorithms.c45.scores import C45ScoreRow, build_split_scores
+from .algorithms.c45.strategy import score_options
 from .algorithms.memory import (
     LOCAL_FILE,
     MEMORY,

@@ -57,7 +57,7 @@ def training_weight_bits(data: Dataset) -> int:
 
 
 def entropy_bound(total_weight: float, n_classes: int, n_rows: int) -> float:
-    """A bound of the entropy sums over a node's values (``c45_criteria.node_feature_totals``).
+    """A bound of the entropy sums over a node's values (``c45.criteria.node_feature_totals``).
 
     A value of weight ``t`` adds ``t H`` (at most ``t ln k``) and ``t ln t`` (at least
     ``-1/e``, at most ``t ln W``), and a node has at most ``n_rows`` values.

@@ -276,7 +276,7 @@ class Strategy:
 
     score_row: type[Any]
     """The class of the scoring query's rows: a ``NamedTuple`` of its columns, the node first
-    (``c45_scores.C45ScoreRow``, ``cart.scores.CARTScoreRow``), which ``on_scores`` and
+    (``c45.scores.C45ScoreRow``, ``cart.scores.CARTScoreRow``), which ``on_scores`` and
     ``choose`` receive."""
 
     def choose(self, rows: list[Any], p: Pending) -> Any:

@@ -15,8 +15,8 @@ from sqlglot import exp
 
 from . import queries as q
 from .algorithms import cart
-from .algorithms.c45 import score_options
-from .algorithms.c45_scores import build_split_scores
+from .algorithms.c45.scores import build_split_scores
+from .algorithms.c45.strategy import score_options
 from .dataset import Dataset, describe
 from .engines.duckdb import DuckDBEngine
 from .grower import GrowOptions

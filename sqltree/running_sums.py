@@ -6,7 +6,7 @@ one thread, which is slow when a level holds a few large nodes. Instead the hist
 once in (attr, node, v) order by a streaming window whose sums run across the groups, and a
 group's own sums are those less the totals of the groups before it. Both are exact in fixed
 point (``fixed_point.to_fixed``): in floating point a group's sums would be differences of two large
-running totals. C4.5's best-cut scan (``algorithms.c45_cuts``) and CART's scores read these.
+running totals. C4.5's best-cut scan (``algorithms.c45.cuts``) and CART's scores read these.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def ordered_running_sums(
     ``<prefix><i>`` (the sum of ``columns[i]`` over the group's values up to v). The histogram
     is read once in (attr, node, v) order by a streaming window, whose sums run across groups;
     a group's sums before it come from its known totals, summed in the same order (see
-    ``c45_cuts.best_cuts_ordered``, which does the same with the totals it needs anyway). With
+    ``c45.cuts.best_cuts_ordered``, which does the same with the totals it needs anyway). With
     ``ctes``, the scan becomes the materialised CTE ``running`` added to it, so that what
     follows the one-thread streaming window runs in parallel. ``fixed``: sum in fixed point
     (``to_fixed``), needed unless every weight is a whole number; ``bits``: the columns hold

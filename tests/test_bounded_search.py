@@ -214,9 +214,9 @@ def test_hostile_tables(case: tuple[Any, dict[str, Any]]) -> None:
 def bound_every_level(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Bound every level, however few values its nodes hold (small tables would scan fully);
     the list holds, per bounded scoring query built, its number of close features."""
-    from sqltree.algorithms import c45_scores
+    from sqltree.algorithms.c45 import scores as c45_scores
 
-    monkeypatch.setattr("sqltree.algorithms.c45.MIN_GROUP_VALUES", 0)
+    monkeypatch.setattr("sqltree.algorithms.c45.strategy.MIN_GROUP_VALUES", 0)
     built: list[int] = []
     real = c45_scores.bounded_best_cuts
 
@@ -286,10 +286,10 @@ def test_c45_most_classes(bound_every_level: list[int]) -> None:
 def test_c45_scoring_rows_are_the_full_scans() -> None:
     """The scoring rows, MDL counts of valid cuts included, are the full scan's; the normal
     feature's values closer than 1e-5 are taken off the count of the bins left unscanned."""
-    from sqltree.algorithms import c45_scores
-    from sqltree.algorithms.c45 import score_options
-    from sqltree.algorithms.c45_bounded import CloseValues, build_close_values, close_features
-    from sqltree.algorithms.c45_cuts import build_distinct_values
+    from sqltree.algorithms.c45 import scores as c45_scores
+    from sqltree.algorithms.c45.bounded import CloseValues, build_close_values, close_features
+    from sqltree.algorithms.c45.cuts import build_distinct_values
+    from sqltree.algorithms.c45.strategy import score_options
     from sqltree.grower import GrowOptions
 
     engine, data, edges, _level, hist = binned_histogram(counts=False)
@@ -313,7 +313,7 @@ def test_c45_close_values_scored_as_the_full_scan(bound_every_level: list[int]) 
     where J48's 1e-5 still separates doubles (2**36: 1.5e-5 apart, below 2**36: 7.6e-6),
     across zero and with negative values: every level's scoring rows, valid cuts counted, are
     the full scan's."""
-    from sqltree.algorithms.c45 import C45Strategy
+    from sqltree.algorithms.c45.strategy import C45Strategy
 
     rng = np.random.default_rng(7)
     data = close_values(rows=400, seed=7)

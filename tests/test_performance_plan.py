@@ -258,8 +258,8 @@ def test_ordered_scan_scores_equal_windowed_scores(frame, options, fractional):
     # DuckDB scores continuous cuts with one ordered streaming scan; the portable query uses
     # windows per (node, attribute). Both must give the same best cut and scores everywhere,
     # in fixed point or (whole-number weights, as at the root) in floating point.
-    from sqltree.algorithms.c45 import score_options
-    from sqltree.algorithms.c45_scores import build_split_scores
+    from sqltree.algorithms.c45.scores import build_split_scores
+    from sqltree.algorithms.c45.strategy import score_options
 
     engine = DuckDBEngine()
     data = describe(frame, engine, "label")
@@ -320,8 +320,8 @@ def test_ordered_scan_scores_are_exact_after_heavy_groups():
     # ordered scan must see it as the windowed one does.
     import pandas as pd
 
-    from sqltree.algorithms.c45 import score_options
-    from sqltree.algorithms.c45_scores import build_split_scores
+    from sqltree.algorithms.c45.scores import build_split_scores
+    from sqltree.algorithms.c45.strategy import score_options
 
     engine = DuckDBEngine()
     frame = pd.DataFrame({"a": [1.0, 2.0], "label": ["x", "y"]})
@@ -368,7 +368,7 @@ def _grouped_and_ungrouped(frame, monkeypatch, module, **options):
 def test_ungrouped_histograms_grow_the_grouped_tree(frame, monkeypatch, options):
     # Features whose (node, value) pairs are nearly all distinct get a histogram row per
     # level row; "b" (1,000 values over 4,000 rows) repeats values within nodes.
-    from sqltree.algorithms import c45
+    from sqltree.algorithms.c45 import strategy as c45
 
     trees, seen = _grouped_and_ungrouped(frame, monkeypatch, c45, pruning=None, **options)
     assert any(seen), "no level read an ungrouped histogram"
@@ -410,7 +410,7 @@ def test_bin_edges_closer_than_the_cut_gap_merge():
 def test_binned_level_table_holds_small_integers(frame):
     engine = DuckDBEngine()
     data = describe(frame, engine, "label")
-    from sqltree.algorithms.c45 import C45Strategy
+    from sqltree.algorithms.c45.strategy import C45Strategy
 
     strategy = C45Strategy(data, GrowOptions(max_bins=16))
     level = engine.materialize("level", strategy.build_level0())

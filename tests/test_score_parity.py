@@ -46,7 +46,7 @@ import pytest
 import sqltree
 from sqltree.algorithm_registry import facts
 from sqltree.algorithms import DEEP_STRATEGIES, MEMORY_STRATEGIES, SCAN_STRATEGIES, STRATEGIES
-from sqltree.algorithms.c45_scores import SCORE_COLUMNS as C45_COLUMNS
+from sqltree.algorithms.c45.scores import SCORE_COLUMNS as C45_COLUMNS
 from sqltree.algorithms.cart.scores import SCORE_COLUMNS as CART_COLUMNS
 from sqltree.algorithms.level_scan import ScanHistogram
 from sqltree.algorithms.memory import c45 as memory_c45

@@ -4,9 +4,9 @@ A plug-in is a ``Strategy``: it decides which nodes may split, builds the criter
 shared histogram, chooses one split per node from the scored rows and plans its branches. The
 histogram, running sums, partition and level table are the grower's, ``queries``'s and
 ``running_sums``'s, the same for every algorithm; an algorithm's own SQL sits next to it
-(``c45_criteria``, ``c45_cuts``, ``c45_scores`` for C4.5 and ID3; the package ``cart``). The
-registry is explicit (no discovery): adding an algorithm is one module, one entry here, and
-its name and facts in ``sqltree.algorithm_registry``.
+(the packages ``c45`` for C4.5 and ID3, and ``cart``). The registry is explicit (no
+discovery): adding an algorithm is one module, one entry here, and its name and facts in
+``sqltree.algorithm_registry``.
 Post-pruning is ``sqltree.pruning``'s, after growth: ``grow_and_prune`` runs what the grow
 options ask for.
 """
@@ -22,7 +22,7 @@ from ..errors import UnsupportedOptionError
 from ..grower import GrowOptions, GrowStats, Progress, Strategy, grow_with
 from ..pruning import PruneStats, prune
 from ..tree import Node
-from .c45 import C45Strategy
+from .c45.strategy import C45Strategy
 from .cart import CARTStrategy
 from .cart.regression import RegressionStrategy
 from .level_scan import SCAN_STRATEGIES, scan_strategy

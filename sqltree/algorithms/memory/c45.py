@@ -16,7 +16,7 @@ from sqlglot import exp
 
 from ...dataset import Feature
 from ...grower import RouteRow, TestRow
-from ..c45 import C45Strategy, score_options
+from ..c45.strategy import C45Strategy, score_options
 from .c45_scores import branch_counts, distinct_values, observed_threshold, score
 from .level import Histogram, Level, as_weight, read_level0
 from .recount import RowsInMemory

@@ -1,4 +1,4 @@
-"""C4.5's and ID3's scoring query (``c45_scores.build_split_scores``) computed in numpy.
+"""C4.5's and ID3's scoring query (``c45.scores.build_split_scores``) computed in numpy.
 
 The rows are the query's (``SCORE_COLUMNS``), one per (node, feature), with the query's double
 arithmetic in the query's order: the (node, feature) totals as fixed-point sums where weights
@@ -11,7 +11,7 @@ them; numpy's faster one only screens out the cuts that cannot come near a node'
 (``_near_best``).
 
 ``branch_counts`` and ``observed_threshold`` are the strategy's two other readings of the
-engine (``c45_scores.build_branch_counts``, ``c45_cuts.build_observed_thresholds``).
+engine (``c45.scores.build_branch_counts``, ``c45.cuts.build_observed_thresholds``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from ... import queries as q
 from ...criteria import J48_SMALL
 from ...dataset import Feature
 from ...tree import CONTINUOUS
-from ..c45_criteria import LN2, ScoreOptions
+from ..c45.criteria import LN2, ScoreOptions
 from . import routes
 from .cart_scores import Segments, _left_sum, _rows, group_max
 from .level import NEAR_BEST_ERROR, Groups, Histogram, Ranks, as_weight, ln, xlogx

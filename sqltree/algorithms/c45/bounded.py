@@ -1,5 +1,5 @@
 """C4.5's and ID3's best cut per (node, continuous feature) by the bound-pruned search
-(``sqltree.bounded_search``): the rows of ``c45_cuts.best_cuts_ordered``, to the last bit.
+(``sqltree.bounded_search``): the rows of ``cuts.best_cuts_ordered``, to the last bit.
 
 J48 compares features by gain ratio among those whose gain is at least the average of every
 feature's gain, so each (node, feature)'s best cut, its gain, split info and its number of
@@ -34,12 +34,12 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from .. import bounded_search as bs
-from ..criteria import J48_SMALL
-from ..queries import attr_in
-from ..running_sums import same_group
-from ..sqlexpr import add_all, alias, case, class_columns, col, num, paren, window, xlogx
-from .c45_criteria import LN2, SplitCriteria
+from ... import bounded_search as bs
+from ...criteria import J48_SMALL
+from ...queries import attr_in
+from ...running_sums import same_group
+from ...sqlexpr import add_all, alias, case, class_columns, col, num, paren, window, xlogx
+from .criteria import LN2, SplitCriteria
 
 MAX_C45_BOUND_CLASSES = bs.MAX_BOUND_CLASSES
 """Above this many classes the 2^k corners cost more than the scan they save."""

@@ -2,8 +2,8 @@
 
 Both read the level's histogram (``queries.build_histogram``). The scoring query gives one row
 per (node, nominal feature), scored as its multiway split, and one per (node, continuous
-feature) with its best cut (``c45_cuts``); the criteria are ``c45_criteria``'s. Python then
-chooses among these few rows (``c45.choose_split``).
+feature) with its best cut (``cuts``); the criteria are ``criteria``'s. Python then
+chooses among these few rows (``strategy.choose_split``).
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from typing import NamedTuple
 
 from sqlglot import exp
 
-from ..dataset import Feature
-from ..fixed_point import weight_sum
-from ..queries import UNKNOWN_KEY, attr_in
-from ..running_sums import same_group
-from ..sqlexpr import (
+from ...dataset import Feature
+from ...fixed_point import weight_sum
+from ...queries import UNKNOWN_KEY, attr_in
+from ...running_sums import same_group
+from ...sqlexpr import (
     alias,
     case,
     class_columns,
@@ -28,10 +28,10 @@ from ..sqlexpr import (
     without_nested_loops,
     xlogx,
 )
-from ..tree import CONTINUOUS
-from .c45_bounded import CloseValues, bounded_best_cuts
-from .c45_criteria import LN2, ScoreOptions, SplitCriteria, node_feature_totals
-from .c45_cuts import best_cuts_ordered, best_cuts_windowed
+from ...tree import CONTINUOUS
+from .bounded import CloseValues, bounded_best_cuts
+from .criteria import LN2, ScoreOptions, SplitCriteria, node_feature_totals
+from .cuts import best_cuts_ordered, best_cuts_windowed
 
 
 class C45ScoreRow(NamedTuple):
@@ -70,7 +70,7 @@ def build_split_scores(
     One row per (node, feature) with the best threshold of a continuous feature (by gain, ties
     to the lowest threshold), or one row per candidate threshold when ``all_thresholds``.
     Columns: ``SCORE_COLUMNS``. ``search_edges``: bin edges of the continuous features to
-    search bound-pruned (``c45_bounded``; the histogram holds their bins), the same rows;
+    search bound-pruned (``bounded``; the histogram holds their bins), the same rows;
     ``close``: those of them with values not more than the cut gap apart.
     """
     agg = node_feature_totals(hist, features, class_columns(n_classes), options)

@@ -2,7 +2,7 @@
 
 Both are taken over the totals of a (node, feature) group of the level's histogram
 (``node_feature_totals``): a nominal feature's multiway split from sums over its values, a
-continuous feature's cut from the class sums up to the cut (``c45_cuts``). Entropies are in
+continuous feature's cut from the class sums up to the cut (``cuts``). Entropies are in
 nats here, divided by ln 2 once at the end. The formulas are ``sqltree.criteria``'s, which the
 tests hold these against.
 """
@@ -15,12 +15,12 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from ..criteria import J48_SMALL, TIE_TOLERANCE
-from ..dataset import Feature
-from ..fixed_point import from_fixed, to_fixed, weight, weight_sum
-from ..queries import attr_in, of_features
-from ..sqlexpr import alias, case, col, num, paren, safe_div, total, xlogx
-from ..tree import CONTINUOUS
+from ...criteria import J48_SMALL, TIE_TOLERANCE
+from ...dataset import Feature
+from ...fixed_point import from_fixed, to_fixed, weight, weight_sum
+from ...queries import attr_in, of_features
+from ...sqlexpr import alias, case, col, num, paren, safe_div, total, xlogx
+from ...tree import CONTINUOUS
 
 LN2 = math.log(2.0)
 

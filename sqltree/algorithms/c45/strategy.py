@@ -1,8 +1,8 @@
 """ID3 and C4.5 (as J48 builds it): gain or gain ratio, multiway nominal tests, fractional
 unknown values. The level loop, histogram, partition and running sums are shared
 (``sqltree.grower``, ``sqltree.queries``, ``sqltree.running_sums``); this module holds what only
-these algorithms decide, and their SQL is in ``c45_criteria`` (gain, split info),
-``c45_cuts`` (the best cut per node) and ``c45_scores`` (the scoring query).
+these algorithms decide, and their SQL is in ``criteria`` (gain, split info),
+``cuts`` (the best cut per node) and ``scores`` (the scoring query).
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from typing import Any
 
 from sqlglot import exp
 
-from .. import queries as q
-from ..algorithm_registry import facts
-from ..bounded_search import SEARCH_BINS
-from ..criteria import J48_SMALL, TIE_TOLERANCE
-from ..dataset import Dataset, Feature
-from ..fixed_point import entropy_bound, fixed_point_bits, training_weight_bits
-from ..grower import (
+from ... import queries as q
+from ...algorithm_registry import facts
+from ...bounded_search import SEARCH_BINS
+from ...criteria import J48_SMALL, TIE_TOLERANCE
+from ...dataset import Dataset, Feature
+from ...fixed_point import entropy_bound, fixed_point_bits, training_weight_bits
+from ...grower import (
     DENSE_VALUES,
     Branching,
     GrowOptions,
@@ -28,9 +28,9 @@ from ..grower import (
     TestRow,
     load_rows,
 )
-from ..quantiles import bin_edges
-from ..tree import CONTINUOUS, NOMINAL, Node, Split, argmax
-from .c45_bounded import (
+from ...quantiles import bin_edges
+from ...tree import CONTINUOUS, NOMINAL, Node, Split, argmax
+from .bounded import (
     MAX_C45_BOUND_CLASSES,
     MIN_GROUP_VALUES,
     CloseValues,
@@ -38,9 +38,9 @@ from .c45_bounded import (
     close_features,
     count_known,
 )
-from .c45_criteria import ScoreOptions
-from .c45_cuts import CHOSEN_COLUMNS, build_distinct_values, build_observed_thresholds
-from .c45_scores import C45ScoreRow, build_branch_counts, build_split_scores
+from .criteria import ScoreOptions
+from .cuts import CHOSEN_COLUMNS, build_distinct_values, build_observed_thresholds
+from .scores import C45ScoreRow, build_branch_counts, build_split_scores
 
 MISSING = ("fractional", "majority", "drop")
 
@@ -91,7 +91,7 @@ class C45Strategy(Strategy):
 
     close_values: CloseValues | None = None
     """The bounded features with values not more than J48's cut gap apart, and those values
-    (``c45_bounded.build_close_values``), found at level 0."""
+    (``bounded.build_close_values``), found at level 0."""
 
     def build_level0(self) -> exp.Expression:
         options = self.options

@@ -14,13 +14,13 @@ from collections.abc import Sequence
 
 from sqlglot import exp
 
-from ..dataset import Feature
-from ..fixed_point import weight
-from ..queries import attr_in
-from ..running_sums import left_sum, ordered_scan, same_group, scan_term, sum_before
-from ..sqlexpr import add_all, alias, case, class_columns, col, computed_once, num, total, window
-from ..tree import CONTINUOUS
-from .c45_criteria import SplitCriteria
+from ...dataset import Feature
+from ...fixed_point import weight
+from ...queries import attr_in
+from ...running_sums import left_sum, ordered_scan, same_group, scan_term, sum_before
+from ...sqlexpr import add_all, alias, case, class_columns, col, computed_once, num, total, window
+from ...tree import CONTINUOUS
+from .criteria import SplitCriteria
 
 
 # -- windows per (node, feature) -----------------------------------------------------------------
