@@ -330,12 +330,17 @@ def build_ensemble_query(
     raw: bool = False,
     form: str = "auto",
     dialect: str | None = None,
+    ordered: bool = False,
 ) -> Compiled:
     """``SELECT <columns>, <prediction> [, proba_<class>...] [, raw_<i>...] FROM relation``.
 
     ``columns`` are the relation's columns to keep (default: the model's features). ``raw``
     adds the raw scores before the link (``raw_0``, ...). ``dialect`` matters only for a
-    float32 model: in ``NO_FLOAT32`` dialects it rounds by arithmetic.
+    float32 model: in ``NO_FLOAT32`` dialects it rounds by arithmetic. ``ordered`` returns
+    the rows in the relation's order: the expression form keeps it (each step is a
+    projection of the one before), the table form's join and ``GROUP BY`` do not, so there
+    the rows are sorted by the row number they were given before the join (as
+    ``Model.predict`` restores the order of a tree's expansion query).
     """
     arith = dialect in NO_FLOAT32
     chosen, reason = choose_form(ensemble, form)
@@ -361,6 +366,8 @@ def build_ensemble_query(
         else:
             steps, sums, n_steps, n_thr = _expression_steps(ensemble, relation, nm, arith)
         query = _finish(ensemble, steps, sums, nm, keep, column_name, proba, raw, arith)
+        if ordered and chosen == "table":
+            query = query.order_by(nm.ref("row"), copy=False)
     return Compiled(query, chosen, reason, n_steps, n_thr)
 
 

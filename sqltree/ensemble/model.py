@@ -264,14 +264,16 @@ class Ensemble:
         raw: bool = False,
         form: str = "auto",
         dialect: str | None = None,
+        ordered: bool = False,
     ) -> exp.Select:
         """``SELECT <columns>, <prediction> [, proba_<class>...] FROM relation`` as a sqlglot
         query (see ``sqltree.ensemble.compile``); ``columns`` default to the model's
-        features."""
+        features. ``ordered`` returns the rows in the relation's order whatever the form
+        (``predict`` asks for it; the table form then sorts them)."""
         from .compile import build_ensemble_query
 
         return build_ensemble_query(self, relation, columns, column_name=column, proba=proba,
-                                    raw=raw, form=form, dialect=dialect).query
+                                    raw=raw, form=form, dialect=dialect, ordered=ordered).query
 
     def to_sql(
         self,
@@ -354,7 +356,9 @@ class Ensemble:
     ) -> pandas.DataFrame | None:
         """Score ``source`` (a table, query, file or DataFrame, as ``Model.predict`` takes) in
         the engine with the compiled SQL: the source's columns plus the prediction (and
-        ``proba_<class>`` columns), or with ``into`` a table written and None.
+        ``proba_<class>`` columns) in the source's row order, whatever the ``form``, or with
+        ``into`` a table written and None (its rows in no particular order, as
+        ``Model.predict`` writes them).
 
         Before any scoring, a column the trees test whose type family (number, text,
         boolean) differs from training's raises ``DataError`` naming it, as ``Model.predict``
@@ -379,7 +383,8 @@ class Ensemble:
             names = [n for n, _ in schema]
             self._check_source(dict(schema), engine, target=target)
             query = self.scoring_query(relation, names, column=column, proba=proba, raw=raw,
-                                       form=form, dialect=engine.dialect)
+                                       form=form, dialect=engine.dialect,
+                                       ordered=into is None)
             from ..compiler import collector_paused
 
             with collector_paused():
