@@ -478,14 +478,14 @@ def _add_evaluate_parser(sub: Any) -> argparse.ArgumentParser:
     e.add_argument("source", help="table, query, or Parquet/CSV path holding the target column")
     weights = e.add_mutually_exclusive_group()
     weights.add_argument("--weight", metavar="COLUMN",
-                         help="a single tree: weigh rows by this column (default: the model's "
-                              "training weight column, if any)")
+                         help="weigh rows by this column (default: the model's training "
+                              "weight column, if any)")
     weights.add_argument("--unweighted", action="store_true",
-                         help="count every row as 1 (what an ensemble's evaluation does)")
+                         help="count every row as 1")
     e.add_argument("--json", action="store_true", help="print every figure as JSON")
     e.add_argument("--threshold", type=float, metavar="P",
-                   help="a single tree of two classes: predict the second where its "
-                        "probability is at least P")
+                   help="a model of two classes (a tree or an ensemble): predict the second "
+                        "where its probability is at least P")
     _add_unknown_flag(e)
     return e
 
@@ -865,9 +865,6 @@ def _refuse_for_ensemble(model: Any, *flags: tuple[str, Any]) -> None:
                   "not one leaf",
         "--unknown": "an ensemble's trees send an unknown (NULL) value down the branch each "
                      "test records, with no C4.5 fractional split to choose",
-        "--weight": "an ensemble's evaluation counts every row as 1 (--unweighted)",
-        "--threshold": "an ensemble's evaluation predicts the likeliest class; `sqltree "
-                       "predict --proba` gives the probabilities to cut",
     }
     for flag, given in flags:
         if given not in (None, False):
@@ -1040,65 +1037,22 @@ def _print_evaluations(args: argparse.Namespace, model: Any, held_out: Any, conn
 
 
 def _evaluate_command(args: argparse.Namespace) -> int:
+    """``sqltree evaluate MODEL SOURCE``: a tree's or an ensemble's evaluation, the same
+    block (``--json``: the same keys)."""
     import sqltree
 
     model = sqltree.load(args.model)
     shown = " ".join(args.source.split())
     title = f"Evaluation on {shown if len(shown) <= 60 else shown[:57] + '...'}"
-    if isinstance(model, sqltree.Ensemble):
-        return _evaluate_ensemble(args, model, title)
     weight: str | bool = False if args.unweighted else (args.weight or True)
-    extra = {} if args.threshold is None else {"threshold": args.threshold}
+    extra: dict[str, Any] = {} if args.threshold is None else {"threshold": args.threshold}
+    if isinstance(model, sqltree.Ensemble):
+        _refuse_for_ensemble(model, ("--unknown", args.unknown))
+    else:
+        extra["unknown"] = args.unknown or "fractional"
     evaluation = model.evaluate(args.source, weight=weight, title=title,
-                                unknown=args.unknown or "fractional",
                                 connection=_connection(args.connect, args.create_db), **extra)
     print(evaluation.to_json() if args.json else evaluation)
-    return 0
-
-
-def _evaluate_ensemble(args: argparse.Namespace, model: Any, title: str) -> int:
-    """``sqltree evaluate`` for a forest or boosting: ``Ensemble.evaluate``'s figures, under
-    the names and in the lines a tree's evaluation gives them (``--json``: the same keys)."""
-    import json
-
-    from .evaluation import weka_number
-
-    _refuse_for_ensemble(model, ("--weight", args.weight), ("--threshold", args.threshold),
-                         ("--unknown", args.unknown))
-    if model.options.get("weight") and not args.unweighted:
-        print(f"sqltree: note: an ensemble's evaluation counts every row as 1, not by its "
-              f"training weight column {model.options['weight']!r}", file=sys.stderr)
-    figures = model.evaluate(args.source, connection=_connection(args.connect, args.create_db))
-    rows = int(figures["rows"])
-    if model.is_regression:
-        document: dict[str, Any] = {
-            "title": title, "trees": model.n_trees, "count": rows,
-            "root_mean_squared_error": figures["rmse"],
-            "mean_absolute_error": figures["mae"], "r2": figures["r2"],
-            "mean_squared_error": figures["rmse"] ** 2,
-        }
-        lines = [f"Root mean squared error           {figures['rmse']:14.6g}",
-                 f"Mean absolute error               {figures['mae']:14.6g}",
-                 f"R squared                         {figures['r2']:14.6f}",
-                 f"Total Number of Instances         {rows:14d}"]
-    else:
-        correct = round(figures["accuracy"] * rows)
-        document = {
-            "title": title, "trees": model.n_trees, "rows": rows,
-            "classes": list(model.classes), "correct": correct,
-            "accuracy": figures["accuracy"], "error_rate": 1.0 - figures["accuracy"],
-            "log_loss": figures["log_loss"],
-        }
-        lines = [f"{'Correctly Classified Instances':<35}{weka_number(correct)}     "
-                 f"{weka_number(100 * figures['accuracy'])} %",
-                 f"{'Incorrectly Classified Instances':<35}{weka_number(rows - correct)}     "
-                 f"{weka_number(100 - 100 * figures['accuracy'])} %",
-                 f"{'Log loss':<35}{weka_number(figures['log_loss'])}",
-                 f"{'Total Number of Instances':<35}{weka_number(rows)}"]
-    if args.json:
-        print(json.dumps(document, indent=1, ensure_ascii=False, default=str))
-    else:
-        print("\n".join([f"=== {title} ===", "", *lines]) + "\n")
     return 0
 
 

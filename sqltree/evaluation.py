@@ -409,6 +409,11 @@ class Evaluation:
     def to_json(self, indent: int | None = 1) -> str:
         return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False, default=str)
 
+    def __getitem__(self, key: str) -> Any:
+        """The figure ``to_dict()`` names ``key``: ``evaluation["accuracy"]``, as the dict
+        an ensemble's evaluation used to return is read."""
+        return self.to_dict()[key]
+
     def __str__(self) -> str:
         return report(self)
 
@@ -438,6 +443,38 @@ def _average(figures: Sequence[ClassFigures], weights: Sequence[float], label: s
 
 
 # -- the query ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ScoredColumns:
+    """The columns a scoring query hands the evaluation's aggregate: the target and the
+    weight column kept from the source, the predicted class and one probability per class,
+    named so that neither can take the place of a kept column (``Names``)."""
+
+    target: str
+    weight: str | None
+    n_classes: int
+
+    @property
+    def kept(self) -> list[str]:
+        return [self.target, *([self.weight] if self.weight else [])]
+
+    @property
+    def names(self) -> Names:
+        return Names.avoiding(self.kept)
+
+    @property
+    def predicted(self) -> str:
+        return self.names.prefix + "predicted"
+
+    @property
+    def probas(self) -> list[str]:
+        return [f"{self.names.prefix}p{c}" for c in range(self.n_classes)]
+
+    @property
+    def alias(self) -> str:
+        """The scoring query's alias in the aggregate over it."""
+        return self.names.prefix + "scored"
+
+
 def build_evaluation_query(
     root: Node,
     classes: Sequence[Value],
@@ -447,26 +484,31 @@ def build_evaluation_query(
     *,
     expand: bool = False,
 ) -> exp.Select:
-    """``SELECT actual, predicted, COUNT(*), SUM(w), SUM(w * p_actual), ..., p_0, ..., p_k
-    GROUP BY actual, predicted, p_0, ..., p_k`` over the compiled scoring query of
-    ``relation``: a tree gives few distinct probability vectors (about one per leaf), and their
-    weights per actual class give the ROC and precision-recall areas.
+    """``build_groups_query`` over the tree's compiled scoring query of ``relation``: a tree
+    gives few distinct probability vectors (about one per leaf), so few groups.
 
     ``expand`` spreads C4.5's unknown values by copies of the rows (DuckDB) instead of the
     closed form, as ``Model.predict`` does (see ``compiler.scoring.build_scoring_query``).
     """
-    kept = [target, *([weight] if weight else [])]
-    nm = Names.avoiding(kept)
-    predicted = nm.prefix + "predicted"
-    probas = [f"{nm.prefix}p{c}" for c in range(len(classes))]
-    scored = build_scoring_query(
-        root, classes, relation, kept, predicted, probas, expand=expand, ordered=False
-    )
-    s = nm.prefix + "scored"
+    scored = ScoredColumns(target, weight, len(classes))
+    query = build_scoring_query(root, classes, relation, scored.kept, scored.predicted,
+                                scored.probas, expand=expand, ordered=False)
+    return build_groups_query(query, classes, scored)
+
+
+def build_groups_query(query: exp.Select, classes: Sequence[Value],
+                       scored: ScoredColumns) -> exp.Select:
+    """``SELECT actual, predicted, COUNT(*), SUM(w), SUM(w * p_actual), ..., p_0, ..., p_k
+    GROUP BY actual, predicted, p_0, ..., p_k`` over ``query``, any model's scoring query
+    that gives the columns ``scored`` names (a tree's, an ensemble's): the rows of
+    ``from_groups``. The weights of each probability vector per actual class give the ROC and
+    precision-recall areas.
+    """
+    target, weight, nm, s = scored.target, scored.weight, scored.names, scored.alias
     actual = column(target, s)
     w = (exp.cast(column(weight, s), exp.DataType.build("DOUBLE")) if weight
          else dnum(1.0))
-    p = [column(name, s) for name in probas]
+    p = [column(name, s) for name in scored.probas]
     p_actual = exp.Case(
         ifs=[exp.If(this=exp.EQ(this=actual.copy(), expression=literal(c)),
                     true=p[i].copy()) for i, c in enumerate(classes)],
@@ -485,7 +527,7 @@ def build_evaluation_query(
            if weight else exp.false())
     outputs = [
         actual.copy(),
-        column(predicted, s),
+        column(scored.predicted, s),
         exp.Count(this=exp.Star()),
         exp.Sum(this=w.copy()),
         weighted_sum(p_actual),
@@ -497,10 +539,10 @@ def build_evaluation_query(
     select = exp.Select(expressions=[
         exp.Alias(this=e, alias=nm.ident(name)) for e, name in zip(outputs, _GROUP_COLUMNS)
     ] + [pc.copy() for pc in p])  # by probabilities too: the ROC and precision-recall areas
-    select = select.from_(exp.Subquery(this=scored, alias=exp.TableAlias(
+    select = select.from_(exp.Subquery(this=query, alias=exp.TableAlias(
         this=exp.to_identifier(s, quoted=True))), copy=False)
-    return select.group_by(actual.copy(), column(predicted, s), *[pc.copy() for pc in p],
-                           copy=False)
+    return select.group_by(actual.copy(), column(scored.predicted, s),
+                           *[pc.copy() for pc in p], copy=False)
 
 
 # -- evaluate ----------------------------------------------------------------------------------
@@ -526,15 +568,8 @@ def evaluate(
     threshold: float | None = None,
 ) -> Evaluation:
     """Evaluate ``model`` on ``source`` in the engine (see ``Model.evaluate``)."""
-    if threshold is not None and len(model.classes) != 2:
-        raise OptionError(f"threshold= needs a model of two classes; this one has "
-                          f"{len(model.classes)}")
-    if threshold is not None and (not isinstance(threshold, (int, float))
-                                  or not 0.0 <= threshold <= 1.0):
-        raise OptionError(f"threshold must be a probability in [0, 1], not {threshold!r}")
+    check_options(model.classes, title, threshold)
     root = scoring_tree(model.root, unknown)
-    if not isinstance(title, str):
-        raise OptionError(f"title must be text, not {title!r}")
     weight_column = model_weight(model, weight)
     engine = get_engine(connection)
     try:
@@ -564,17 +599,31 @@ def evaluate(
     return evaluation if threshold is None else evaluation.at_threshold(threshold)
 
 
+def check_options(classes: Sequence[Value], title: str, threshold: float | None) -> None:
+    """Refuse a title that is not text, and a threshold that is not a probability or is
+    given for a model of other than two classes, before any query."""
+    if threshold is not None and len(classes) != 2:
+        raise OptionError(f"threshold= needs a model of two classes; this one has "
+                          f"{len(classes)}")
+    if threshold is not None and (not isinstance(threshold, (int, float))
+                                  or not 0.0 <= threshold <= 1.0):
+        raise OptionError(f"threshold must be a probability in [0, 1], not {threshold!r}")
+    if not isinstance(title, str):
+        raise OptionError(f"title must be text, not {title!r}")
+
+
 def from_groups(
     groups: Sequence[Sequence[Any]],
     model_classes: Sequence[Value],
-    training_counts: Sequence[float],
+    training_counts: Sequence[float] | None,
     weight: str | None,
     title: str = "Evaluation",
 ) -> Evaluation:
-    """An ``Evaluation`` from the rows of ``build_evaluation_query``.
+    """An ``Evaluation`` from the rows of ``build_groups_query``.
 
     ``training_counts`` (the model's class weights in training) give the prior that the
-    relative errors compare with: each class's weight plus one, as Weka counts it.
+    relative errors compare with: each class's weight plus one, as Weka counts it. None (a
+    model that did not record them, such as an ensemble) leaves the relative errors unknown.
     """
     n = len(_GROUP_COLUMNS)
     # Added up in one order whatever order the engine returns the groups in: float sums
@@ -604,7 +653,8 @@ def from_groups(
         matrix[index[_key(r["actual"])]][index[_key(r["predicted"])]] += float(r["weight"])
         for name in sums:
             sums[name] += float(r[name])
-    prior_abs, prior_sq = _prior_errors(classes, matrix, model_classes, training_counts)
+    prior_abs, prior_sq = (0.0, 0.0) if training_counts is None else _prior_errors(
+        classes, matrix, model_classes, training_counts)
     unseen = sorted(others.values(), key=sort_key)
     evaluation = Evaluation(
         classes=classes, matrix=matrix, rows=sum(int(r["rows"]) for r in labelled),

@@ -1,4 +1,5 @@
-"""The reference SQL in ``sql/``: what sqltree generates for the bundled golf examples.
+"""The reference SQL in ``sql/``: what sqltree generates for the bundled golf examples (a
+tree's training and scoring SQL, and a tiny forest's and boosting's scoring queries).
 
 Regenerate with ``python -m sqltree.reference`` after a deliberate change to the SQL; the tests
 fail when the generated SQL and the files differ.
@@ -86,6 +87,38 @@ def reference_files() -> dict[str, str]:
             )
         if name == "golf":
             files.update(_deployed(model))
+    files.update(_ensemble_files())
+    return files
+
+
+ENSEMBLES = {
+    "forest": ("random forest of 3 trees of depth 2",
+               {"algorithm": "random-forest", "n_estimators": 3, "max_depth": 2,
+                "random_state": 0}),
+    "boosting": ("gradient boosting, 3 rounds of depth 2, two classes",
+                 {"algorithm": "gradient-boosting", "max_iter": 3, "max_depth": 2,
+                  "min_samples_leaf": 1, "learning_rate": 0.5}),
+}
+"""The tiny ensembles of ``sql/ensemble/``: trained on the golf data with a numeric humidity
+(numeric and nominal tests), deterministic (the forest's bagging and feature draws are hashes
+of ``random_state``; boosting has no randomness)."""
+ENSEMBLE_DIALECTS = ("duckdb", "postgres", "sqlite")
+
+
+def _ensemble_files() -> dict[str, str]:
+    """The ensembles' scoring queries with probabilities, over a table named golf_numeric."""
+    import sqltree
+
+    files = {}
+    for name, (what, options) in ENSEMBLES.items():
+        model = sqltree.train(str(DATA / "golf_numeric_humidity.csv"), target="play",
+                              features=["outlook", "temperature", "humidity", "wind"],
+                              **options)
+        for dialect in ENSEMBLE_DIALECTS:
+            text = model.to_sql(dialect, table="golf_numeric", proba=True, pretty=True)
+            files[f"ensemble/{name}.{dialect}.sql"] = (
+                HEADER.format(what=f"{what}, scoring query, {dialect}") + text + ";\n"
+            )
     return files
 
 

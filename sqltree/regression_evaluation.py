@@ -21,15 +21,17 @@ from sqlglot import exp
 
 from . import compiler, dates
 from .compiler.blocks import column, dnum
-from .compiler.scoring import Names
 from .dataset import resolve_relation
 from .engines import get_engine
 from .errors import DataError
-from .evaluation import Scorable, model_weight
+from .evaluation import Scorable, ScoredColumns, model_weight
 from .source_check import check_source
 
 _SUMS = ("rows", "rows_null_target", "total", "sum_sq_error", "sum_abs_error", "sum_dev",
          "sum_sq_dev", "bad_weights")
+
+_SHORT_NAMES = {"rows": "count", "rmse": "root_mean_squared_error",
+                "mae": "mean_absolute_error"}
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,11 @@ class RegressionEvaluation:
     def to_json(self, indent: int | None = 1) -> str:
         return json.dumps(self.to_dict(), indent=indent)
 
+    def __getitem__(self, key: str) -> Any:
+        """The figure ``to_dict()`` names ``key``, or one of the short names the dict an
+        ensemble's evaluation used to return had (``rows``, ``rmse``, ``mae``)."""
+        return self.to_dict()[_SHORT_NAMES.get(key, key)]
+
     def __str__(self) -> str:
         lines = [
             f"=== {self.title} ===",
@@ -119,20 +126,30 @@ class RegressionEvaluation:
 def build_regression_query(
     model: Scorable, relation: exp.Expression, weight: str | None = None
 ) -> exp.Select:
-    """One row of ``_SUMS`` over the rows of ``relation`` scored by the model's SQL."""
-    kept = [model.target, *([weight] if weight else [])]
-    nm = Names.avoiding(kept)
-    predicted = nm.prefix + "predicted"
-    scored = exp.select(
-        *[column(c) for c in kept],
-        exp.alias_(compiler.compile_value(model.root), nm.ident("predicted"), copy=False),
+    """``build_sums_query`` over the rows of ``relation`` scored by the tree's SQL."""
+    scored = ScoredColumns(model.target, weight, 0)
+    query = exp.select(
+        *[column(c) for c in scored.kept],
+        exp.alias_(compiler.compile_value(model.root), scored.names.ident("predicted"),
+                   copy=False),
     ).from_(relation.copy(), copy=False)
-    s = nm.prefix + "scored"
-    actual = exp.cast(column(model.target, s), "DOUBLE")
+    return build_sums_query(query, scored, tree_centre(model))
+
+
+def tree_centre(model: Scorable) -> float:
+    """The centre of a tree's target moments: its training mean (``root.value``)."""
+    return model.root.value if model.root.value is not None else 0.0
+
+
+def build_sums_query(query: exp.Select, scored: ScoredColumns, centre: float) -> exp.Select:
+    """One row of ``_SUMS`` over ``query``, any model's scoring query that gives the columns
+    ``scored`` names (a tree's, an ensemble's); ``centre`` is subtracted from the target
+    before its moments are summed (see the module's docstring)."""
+    weight, s = scored.weight, scored.alias
+    actual = exp.cast(column(scored.target, s), "DOUBLE")
     known = actual.copy().is_(exp.null()).not_()
     w = exp.cast(column(weight, s), "DOUBLE") if weight else dnum(1.0)
-    error = exp.paren(column(predicted, s) - actual.copy())
-    centre = model.root.value if model.root.value is not None else 0.0
+    error = exp.paren(column(scored.predicted, s) - actual.copy())
     deviation = exp.paren(actual.copy() - dnum(centre))
 
     def known_sum(e: exp.Expression) -> exp.Expression:
@@ -159,8 +176,9 @@ def build_regression_query(
         count_when(bad),
     ]
     return exp.select(*[
-        exp.alias_(e, nm.ident(name), copy=False) for e, name in zip(outputs, _SUMS, strict=True)
-    ]).from_(exp.Subquery(this=scored, alias=exp.TableAlias(
+        exp.alias_(e, scored.names.ident(name), copy=False)
+        for e, name in zip(outputs, _SUMS, strict=True)
+    ]).from_(exp.Subquery(this=query, alias=exp.TableAlias(
         this=exp.to_identifier(s, quoted=True))), copy=False)
 
 
@@ -191,18 +209,24 @@ def evaluate_regression(
             (row,) = engine.execute(build_regression_query(model, relation, weight_column))
     finally:
         engine.cleanup()
+    return from_sums(row, weight_column, tree_centre(model), title)
+
+
+def from_sums(row: Sequence[Any], weight: str | None, centre: float,
+              title: str = "Evaluation") -> RegressionEvaluation:
+    """A ``RegressionEvaluation`` from the row of ``build_sums_query``."""
     sums = dict(zip(_SUMS, row, strict=True))
     if int(sums["bad_weights"] or 0):
         raise DataError(f"{int(sums['bad_weights'])} rows have a NULL or negative weight in "
-                        f"{weight_column!r}")
+                        f"{weight!r}")
     if not int(sums["rows"] or 0):
         raise DataError("the source has no rows with a known target to evaluate")
     return RegressionEvaluation(
         rows=int(sums["rows"]), rows_null_target=int(sums["rows_null_target"] or 0),
-        weight=weight_column, total=float(sums["total"]),
+        weight=weight, total=float(sums["total"]),
         sum_sq_error=float(sums["sum_sq_error"]), sum_abs_error=float(sums["sum_abs_error"]),
-        centre=model.root.value if model.root.value is not None else 0.0,
-        sum_dev=float(sums["sum_dev"]), sum_sq_dev=float(sums["sum_sq_dev"]), title=title,
+        centre=centre, sum_dev=float(sums["sum_dev"]), sum_sq_dev=float(sums["sum_sq_dev"]),
+        title=title,
     )
 
 

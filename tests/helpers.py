@@ -177,3 +177,76 @@ def close(a: Any, b: Any, rel: float = 1e-9) -> bool:
     if isinstance(a, float) and isinstance(b, float):
         return math.isclose(a, b, rel_tol=rel, abs_tol=1e-12)
     return a == b
+
+
+def assert_figures_are_scikit_learns(evaluation: Any, actual: Any, predicted: Any, proba: Any,
+                                     weights: Any = None) -> None:
+    """Every figure of a classifier's ``Evaluation`` equals scikit-learn's metrics of the
+    labelled rows' classes, predictions and probabilities (in ``score_classes`` order), and
+    Weka's absolute and squared errors computed from them (a tree's or an ensemble's)."""
+    import numpy as np
+    from sklearn import metrics
+
+    labels = evaluation.classes
+    assert evaluation.rows == len(actual)
+    assert np.allclose(evaluation.matrix, metrics.confusion_matrix(
+        actual, predicted, labels=labels, sample_weight=weights))
+    assert evaluation.accuracy == pytest.approx(
+        metrics.accuracy_score(actual, predicted, sample_weight=weights), abs=1e-12)
+    assert evaluation.kappa == pytest.approx(
+        metrics.cohen_kappa_score(actual, predicted, sample_weight=weights), abs=1e-12)
+    assert evaluation.log_loss == pytest.approx(metrics.log_loss(
+        actual, proba, labels=evaluation.score_classes, sample_weight=weights), abs=1e-9)
+    assert evaluation.matthews_correlation == pytest.approx(
+        metrics.matthews_corrcoef(actual, predicted, sample_weight=weights), abs=1e-9)
+    assert evaluation.balanced_accuracy == pytest.approx(
+        metrics.balanced_accuracy_score(actual, predicted, sample_weight=weights), abs=1e-9)
+    _assert_ranking_figures_are_scikit_learns(evaluation, actual, proba, weights)
+    p, r, f, s = metrics.precision_recall_fscore_support(
+        actual, predicted, labels=labels, sample_weight=weights, zero_division=0)
+    mine = evaluation.per_class()
+    assert [c.precision for c in mine] == pytest.approx(p, abs=1e-12)
+    assert [c.recall for c in mine] == pytest.approx(r, abs=1e-12)
+    assert [c.f1 for c in mine] == pytest.approx(f, abs=1e-12)
+    assert [c.support for c in mine] == pytest.approx(s, abs=1e-9)
+    for average, figures in (("weighted", evaluation.weighted_average()),
+                             ("macro", evaluation.macro_average())):
+        p, r, f, _ = metrics.precision_recall_fscore_support(
+            actual, predicted, average=average, sample_weight=weights, zero_division=0)
+        assert (figures.precision, figures.recall, figures.f1) == pytest.approx(
+            (p, r, f), abs=1e-12), average
+    # Weka's error measures, from the probabilities
+    truth = np.array([[float(a == c) for c in evaluation.score_classes] for a in actual])
+    w = np.ones(len(actual)) if weights is None else weights
+    k = len(labels)
+    assert evaluation.mean_absolute_error == pytest.approx(
+        np.average(np.abs(proba - truth).sum(axis=1) / k, weights=w), abs=1e-9)
+    assert evaluation.root_mean_squared_error == pytest.approx(
+        math.sqrt(np.average(((proba - truth) ** 2).sum(axis=1) / k, weights=w)), abs=1e-9)
+
+
+def _assert_ranking_figures_are_scikit_learns(evaluation: Any, actual: Any, proba: Any,
+                                              weights: Any) -> None:
+    import numpy as np
+    from sklearn import metrics
+
+    labels = evaluation.score_classes
+    onehot = np.array([[a == c for c in labels] for a in actual])
+    if len(labels) == 2:
+        expected = metrics.roc_auc_score(onehot[:, 1], proba[:, 1], sample_weight=weights)
+        assert evaluation.roc_auc == pytest.approx(expected, abs=1e-9)
+        expected = metrics.average_precision_score(onehot[:, 1], proba[:, 1],
+                                                   sample_weight=weights)
+        assert evaluation.pr_auc == pytest.approx(expected, abs=1e-9)
+    else:
+        assert evaluation.roc_auc == pytest.approx(metrics.roc_auc_score(
+            actual, proba, multi_class="ovr", average="weighted", labels=labels,
+            sample_weight=weights), abs=1e-9)
+        assert evaluation.pr_auc == pytest.approx(metrics.average_precision_score(
+            onehot, proba, average="weighted", sample_weight=weights), abs=1e-9)
+    for c, label in enumerate(labels):
+        assert evaluation.roc_auc_by_class()[label] == pytest.approx(
+            metrics.roc_auc_score(onehot[:, c], proba[:, c], sample_weight=weights), abs=1e-9)
+        assert evaluation.pr_auc_by_class()[label] == pytest.approx(
+            metrics.average_precision_score(onehot[:, c], proba[:, c], sample_weight=weights),
+            abs=1e-9)

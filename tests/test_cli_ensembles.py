@@ -13,7 +13,7 @@ import pytest
 
 import sqltree
 from sqltree.cli import main
-from tests.helpers import GOLF, GOLF_NUMERIC
+from tests.helpers import GOLF, GOLF_NUMERIC, read_csv
 
 
 def run(capsys, *args) -> tuple[int, str, str]:
@@ -104,14 +104,13 @@ def test_predict_an_ensemble_gives_the_library_rows(capsys, ensembles, name):
 @pytest.mark.parametrize("name", list(TRAINED))
 def test_evaluate_an_ensemble_gives_the_library_figures(capsys, ensembles, name, tmp_path):
     model = sqltree.load(ensembles[name])
-    expected = model.evaluate(str(GOLF))
+    expected = model.evaluate(str(GOLF), title=f"Evaluation on {GOLF}")
     status, out, err = run(capsys, "evaluate", ensembles[name], GOLF, "--json")
     assert status == 0, err
     document = json.loads(out)
+    assert document == json.loads(expected.to_json())  # every figure, as a tree's are given
     assert document["title"] == f"Evaluation on {GOLF}"
     assert document["rows"] == expected["rows"] == 14
-    assert document["accuracy"] == expected["accuracy"]
-    assert document["log_loss"] == expected["log_loss"]
     assert document["trees"] == model.n_trees and document["classes"] == ["no", "yes"]
     # the accuracy counts the rows `sqltree predict` gets right
     scored_path = tmp_path / "scored.csv"
@@ -122,14 +121,36 @@ def test_evaluate_an_ensemble_gives_the_library_figures(capsys, ensembles, name,
 
     status, out, err = run(capsys, "evaluate", ensembles[name], GOLF)
     assert status == 0, err
+    assert out == f"{expected}\n"  # the block a tree's evaluation prints
     lines = out.splitlines()
     assert lines[:2] == [f"=== Evaluation on {GOLF} ===", ""]
     assert lines[2].split()[:4] == ["Correctly", "Classified", "Instances", str(right)]
-    assert float(lines[2].split()[4]) == pytest.approx(100 * right / 14, abs=5e-5)
-    assert float(lines[4].split()[-1]) == pytest.approx(expected["log_loss"], abs=5e-5)
-    assert lines[5].split() == ["Total", "Number", "of", "Instances", "14"]
-    # every row counts 1 in an ensemble's evaluation: --unweighted changes nothing
+    assert "=== Detailed Accuracy By Class ===" in lines
+    assert "=== Confusion Matrix ===" in lines
+    # the model was trained without a weight column: --unweighted changes nothing
     assert run(capsys, "evaluate", ensembles[name], GOLF, "--unweighted")[1] == out
+
+
+def test_evaluate_a_boosting_at_a_threshold(capsys, ensembles):
+    model = sqltree.load(ensembles["boost"])
+    proba = model.predict_proba_frame(read_csv(GOLF))[:, 1]
+    assert proba.max() < 0.95  # no row's probability of "yes" reaches the threshold
+    status, out, err = run(capsys, "evaluate", ensembles["boost"], GOLF, "--threshold", "0.95",
+                           "--json")
+    assert status == 0, err
+    document = json.loads(out)
+    assert document["threshold"] == 0.95
+    assert document["confusion_matrix"] == [[5, 0], [9, 0]]  # every row predicted "no"
+    assert document["roc_auc"] == model.evaluate(str(GOLF))["roc_auc"]  # the scores stay
+
+
+def test_evaluate_an_ensemble_by_a_weight_column(capsys, ensembles, weighted_golf):
+    status, out, err = run(capsys, "evaluate", ensembles["forest"], weighted_golf,
+                           "--weight", "w", "--json")
+    assert status == 0, err
+    document = json.loads(out)
+    assert document["weight_column"] == "w"
+    assert document["total_weight"] == float(pd.read_csv(weighted_golf)["w"].sum())
 
 
 def test_a_regression_ensemble_predicts_and_evaluates_as_the_library(capsys, ensembles):
@@ -143,10 +164,11 @@ def test_a_regression_ensemble_predicts_and_evaluates_as_the_library(capsys, ens
     scored = pd.read_csv(io.StringIO(out))
     assert np.allclose(scored["prediction"], model.predict_frame(expected), rtol=1e-12, atol=0)
 
-    figures = model.evaluate(str(GOLF_NUMERIC))
+    figures = model.evaluate(str(GOLF_NUMERIC), title=f"Evaluation on {GOLF_NUMERIC}")
     status, out, err = run(capsys, "evaluate", path, GOLF_NUMERIC, "--json")
     assert status == 0, err
     document = json.loads(out)
+    assert document == json.loads(figures.to_json())
     assert document["count"] == figures["rows"] == 14
     assert document["root_mean_squared_error"] == figures["rmse"]
     assert document["mean_absolute_error"] == figures["mae"]
@@ -155,8 +177,12 @@ def test_a_regression_ensemble_predicts_and_evaluates_as_the_library(capsys, ens
     assert figures["rmse"] == pytest.approx(float(np.sqrt((errors ** 2).mean())), rel=1e-12)
     status, out, err = run(capsys, "evaluate", path, GOLF_NUMERIC)
     assert status == 0, err
+    assert out == f"{figures}\n"  # the block a regression tree's evaluation prints
     assert f"R squared                         {figures['r2']:14.6f}" in out
     assert out.rstrip().splitlines()[-1].split() == ["Total", "Number", "of", "Instances", "14"]
+    # a threshold cuts class probabilities, which a regression has none of
+    status, out, err = run(capsys, "evaluate", path, GOLF_NUMERIC, "--threshold", "0.5")
+    assert (status, out) == (1, "") and "threshold= does not apply" in err
 
 
 def test_predict_and_evaluate_an_ensemble_in_a_database(capsys, ensembles, tmp_path):
@@ -208,8 +234,6 @@ def test_an_imported_ensemble_file_is_predicted_and_evaluated(capsys, tmp_path):
     ("boost", ["predict", "--unknown", "majority"], "--unknown is for a single tree"),
     ("forest", ["predict", "--unknown", "fractional"], "--unknown is for a single tree"),
     ("regression", ["predict", "--proba"], "holds a regression ensemble, which predicts a number"),
-    ("forest", ["evaluate", "--weight", "w"], "--weight is for a single tree"),
-    ("boost", ["evaluate", "--threshold", "0.3"], "--threshold is for a single tree"),
     ("forest", ["evaluate", "--unknown", "majority"], "--unknown is for a single tree"),
 ])
 def test_flags_of_single_trees_are_refused_for_ensembles_before_any_query(

@@ -208,22 +208,57 @@ def test_report_gives_form_reason_and_length():
     assert "leaves" in report["reason"]
 
 
+def numeric_only(model: Ensemble) -> Ensemble:
+    """The model with its categorical tests made numeric (the table form holds only those)."""
+    for t in model.trees:
+        t.categories.clear()
+        t.feature[t.feature == 2] = 1
+        t.threshold[(t.feature == 1) & (t.threshold == 0)] = 0.5
+    return model
+
+
 @pytest.mark.parametrize("engine_factory", [pytest.param("duckdb", id="duckdb"), SQLITE],
                          indirect=True)
 @pytest.mark.parametrize("kind", ["forest_regression", "sigmoid", "softmax"])
 def test_table_form_agrees(engine_factory, kind):
     rng = np.random.default_rng(7)
-    model = ensemble(kind, rng)
-    for t in model.trees:
-        t.categories.clear()
-        t.feature[t.feature == 2] = 1
-        t.threshold[(t.feature == 1) & (t.threshold == 0)] = 0.5
+    model = numeric_only(ensemble(kind, rng))
     data = frame(rng, 300, 4, nominal=(2,))
     engine, source = engine_factory(data, "boxes")
     got = model.predict(source, connection=engine, proba=not model.is_regression,
                         form="table")
     # the engine adds the leaves in its own order
     check_scores(model, got, data, rtol=1e-12)
+
+
+@pytest.mark.parametrize("engine_factory", [pytest.param("duckdb", id="duckdb"), SQLITE],
+                         indirect=True)
+@pytest.mark.parametrize("form", ["table", "expression"])
+@pytest.mark.parametrize(("kind", "proba"), [
+    ("forest", False), ("forest", True), ("forest_regression", False), ("sigmoid", True),
+    ("softmax", False), ("softmax", True),
+])
+def test_predict_returns_the_rows_in_the_source_order(engine_factory, form, kind, proba):
+    rng = np.random.default_rng(11)
+    model = numeric_only(ensemble(kind, rng))
+    # enough rows that DuckDB's threads return the table form's join out of order unsorted
+    data = frame(rng, 5000, 4, nominal=(2,)).sample(frac=1.0, random_state=1)
+    engine, source = engine_factory(data.reset_index(drop=True), "ordered")
+    report: dict = {}
+    model.to_sql("duckdb", form=form, report=report)
+    assert report["form"] == form
+    got = model.predict(source, connection=engine, proba=proba, form=form)
+    assert got is not None
+    assert got["rid"].tolist() == data["rid"].tolist()
+    if model.is_regression:
+        np.testing.assert_allclose(got["prediction"].to_numpy(dtype=float),
+                                   model.predict_frame(data), rtol=1e-12, atol=0)
+        return
+    assert [str(v) for v in got["prediction"]] == [str(v) for v in model.predict_frame(data)]
+    if proba:
+        names = [f"proba_{c}" for c in model.classes]
+        np.testing.assert_allclose(got[names].to_numpy(dtype=float),
+                                   model.predict_proba_frame(data), rtol=1e-12, atol=1e-300)
 
 
 def test_table_form_refuses_categorical_tests():

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import sqlite3
 
+import duckdb
+import numpy as np
 import pytest
 import sqlglot
 
 import sqltree
-from sqltree.reference import SQL_DIR, reference_files
-from tests.helpers import DATA, GOLF, python_predictions, read_csv
+from sqltree.reference import ENSEMBLES, SQL_DIR, reference_files
+from tests.helpers import DATA, GOLF, GOLF_NUMERIC, python_predictions, read_csv
 
 FILES = reference_files()
 
@@ -53,3 +55,26 @@ def test_sqlite_scoring_file_runs_and_agrees():
     got = [r[0] for r in con.execute(f"SELECT {expression} FROM golf")]
     assert got == python_predictions(model, frame)
     assert (DATA / "golf.csv").exists()
+
+
+@pytest.mark.parametrize("dialect", ["duckdb", "sqlite"])
+@pytest.mark.parametrize("name", sorted(ENSEMBLES))
+def test_ensemble_file_runs_and_agrees(name, dialect):
+    """Each ensemble file, run as it is on its engine over the golf_numeric table, gives the
+    numpy scoring of the model it was written from."""
+    _, options = ENSEMBLES[name]
+    model = sqltree.train(str(GOLF_NUMERIC), target="play",
+                          features=["outlook", "temperature", "humidity", "wind"], **options)
+    frame = read_csv(GOLF_NUMERIC)
+    sql = (SQL_DIR / "ensemble" / f"{name}.{dialect}.sql").read_text(encoding="utf-8")
+    if dialect == "sqlite":
+        con = sqlite3.connect(":memory:")
+        frame.to_sql("golf_numeric", con, index=False)
+        rows = con.execute(sql).fetchall()
+    else:
+        duck = duckdb.connect()
+        duck.register("golf_numeric", frame)
+        rows = duck.execute(sql).fetchall()
+    assert [r[4] for r in rows] == list(model.predict_frame(frame))
+    np.testing.assert_allclose([r[5:] for r in rows], model.predict_proba_frame(frame),
+                               rtol=1e-12, atol=0)

@@ -330,21 +330,33 @@ def build_ensemble_query(
     raw: bool = False,
     form: str = "auto",
     dialect: str | None = None,
+    ordered: bool = False,
+    proba_columns: Sequence[str] | None = None,
 ) -> Compiled:
     """``SELECT <columns>, <prediction> [, proba_<class>...] [, raw_<i>...] FROM relation``.
 
     ``columns`` are the relation's columns to keep (default: the model's features). ``raw``
     adds the raw scores before the link (``raw_0``, ...). ``dialect`` matters only for a
-    float32 model: in ``NO_FLOAT32`` dialects it rounds by arithmetic.
+    float32 model: in ``NO_FLOAT32`` dialects it rounds by arithmetic. ``ordered`` returns
+    the rows in the relation's order: the expression form keeps it (each step is a
+    projection of the one before), the table form's join and ``GROUP BY`` do not, so there
+    the rows are sorted by the row number they were given before the join (as
+    ``Model.predict`` restores the order of a tree's expansion query). ``proba_columns``
+    name the probability columns (default ``proba_names``: ``proba_<class>``).
     """
     arith = dialect in NO_FLOAT32
     chosen, reason = choose_form(ensemble, form)
     keep = list(columns) if columns is not None else ensemble.feature_names
     outputs = [column_name]
+    probas: list[str] = []
     if proba:
         if ensemble.is_regression:
             raise OptionError("a regression model predicts a number, not probabilities")
-        outputs += proba_names(ensemble)
+        probas = list(proba_columns) if proba_columns is not None else proba_names(ensemble)
+        if len(probas) != len(ensemble.classes):
+            raise OptionError(f"{len(probas)} probability columns named for "
+                              f"{len(ensemble.classes)} classes")
+        outputs += probas
     n_out = ensemble.n_outputs
     if raw:
         outputs += [f"raw_{i}" for i in range(n_out)]
@@ -360,7 +372,9 @@ def build_ensemble_query(
             steps, sums, n_steps, n_thr = _table_steps(ensemble, relation, nm)
         else:
             steps, sums, n_steps, n_thr = _expression_steps(ensemble, relation, nm, arith)
-        query = _finish(ensemble, steps, sums, nm, keep, column_name, proba, raw, arith)
+        query = _finish(ensemble, steps, sums, nm, keep, column_name, probas, raw, arith)
+        if ordered and chosen == "table":
+            query = query.order_by(nm.ref("row"), copy=False)
     return Compiled(query, chosen, reason, n_steps, n_thr)
 
 
@@ -461,9 +475,10 @@ def _rounder(f32: bool, arith: bool) -> Any:
 
 
 def _finish(ensemble: Ensemble, steps: list[exp.CTE], sums: list[exp.Expression], nm: Names,
-            keep: Sequence[str], column_name: str, proba: bool, raw: bool,
+            keep: Sequence[str], column_name: str, probas: Sequence[str], raw: bool,
             arith: bool = False) -> exp.Select:
-    """The link's steps and the final SELECT over the last step."""
+    """The link's steps and the final SELECT over the last step (``probas``: the probability
+    columns' names, none without probabilities)."""
     f32 = ensemble.precision == "float32"
     n_out = len(sums)
     r = _rounder(f32, arith)
@@ -522,9 +537,8 @@ def _finish(ensemble: Ensemble, steps: list[exp.CTE], sums: list[exp.Expression]
     else:
         labels = [literal(c) for c in ensemble.classes]
         select.append("expressions", _as(build_first_max(outs, labels), column_name))
-        if proba:
-            for o, name in zip(outs, proba_names(ensemble)):
-                select.append("expressions", _as(o.copy(), name))
+        for o, name in zip(outs, probas):
+            select.append("expressions", _as(o.copy(), name))
     if raw:
         for c in range(n_out):
             select.append("expressions", _as(nm.ref(f"raw{c}"), f"raw_{c}"))

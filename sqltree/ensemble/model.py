@@ -30,7 +30,9 @@ from .trees import TreeArrays
 if TYPE_CHECKING:
     import pandas
 
+    from ..evaluation import Evaluation
     from ..permutation import PermutationImportance
+    from ..regression_evaluation import RegressionEvaluation
 
 
 FORMAT = "sqltree-ensemble"
@@ -264,14 +266,16 @@ class Ensemble:
         raw: bool = False,
         form: str = "auto",
         dialect: str | None = None,
+        ordered: bool = False,
     ) -> exp.Select:
         """``SELECT <columns>, <prediction> [, proba_<class>...] FROM relation`` as a sqlglot
         query (see ``sqltree.ensemble.compile``); ``columns`` default to the model's
-        features."""
+        features. ``ordered`` returns the rows in the relation's order whatever the form
+        (``predict`` asks for it; the table form then sorts them)."""
         from .compile import build_ensemble_query
 
         return build_ensemble_query(self, relation, columns, column_name=column, proba=proba,
-                                    raw=raw, form=form, dialect=dialect).query
+                                    raw=raw, form=form, dialect=dialect, ordered=ordered).query
 
     def to_sql(
         self,
@@ -354,7 +358,9 @@ class Ensemble:
     ) -> pandas.DataFrame | None:
         """Score ``source`` (a table, query, file or DataFrame, as ``Model.predict`` takes) in
         the engine with the compiled SQL: the source's columns plus the prediction (and
-        ``proba_<class>`` columns), or with ``into`` a table written and None.
+        ``proba_<class>`` columns) in the source's row order, whatever the ``form``, or with
+        ``into`` a table written and None (its rows in no particular order, as
+        ``Model.predict`` writes them).
 
         Before any scoring, a column the trees test whose type family (number, text,
         boolean) differs from training's raises ``DataError`` naming it, as ``Model.predict``
@@ -362,13 +368,6 @@ class Ensemble:
         (``types_recorded``); an imported one (scikit-learn, LightGBM, XGBoost) never saw its
         source's types, so only its continuous features are checked (they must be numbers,
         which its thresholds compare)."""
-        return self._predict(source, connection=connection, proba=proba, raw=raw,
-                             column=column, into=into, form=form)
-
-    def _predict(self, source: Any, *, connection: Any, proba: bool = False,
-                 raw: bool = False, column: str = "prediction", into: str | None = None,
-                 form: str = "auto", target: bool = False) -> pandas.DataFrame | None:
-        """``predict``, with ``target`` checking the target's type too (``evaluate``)."""
         from ..dataset import resolve_relation
         from ..engines import get_engine
 
@@ -377,9 +376,10 @@ class Ensemble:
             relation = resolve_relation(source, engine)
             schema = engine.columns(relation)
             names = [n for n, _ in schema]
-            self._check_source(dict(schema), engine, target=target)
+            self._check_source(dict(schema), engine)
             query = self.scoring_query(relation, names, column=column, proba=proba, raw=raw,
-                                       form=form, dialect=engine.dialect)
+                                       form=form, dialect=engine.dialect,
+                                       ordered=into is None)
             from ..compiler import collector_paused
 
             with collector_paused():
@@ -414,33 +414,37 @@ class Ensemble:
         check_features(numbers, used, types, engine.dialect,
                        integer_booleans=bool(engine.BOOLEANS_AS_INTEGERS))
 
-    def evaluate(self, source: Any, *, connection: Any = None) -> dict[str, float]:
-        """Score ``source`` (which holds the target) in the engine and compare: accuracy and
-        log loss for a classifier, RMSE, MAE and R² for regression, and the row count.
+    def evaluate(
+        self,
+        source: Any,
+        *,
+        connection: Any = None,
+        weight: str | bool = True,
+        title: str = "Evaluation",
+        threshold: float | None = None,
+    ) -> Evaluation | RegressionEvaluation:
+        """Evaluate the model on ``source`` (which holds the target) in the engine, as
+        ``Model.evaluate`` evaluates a tree, by the same aggregate over the compiled SQL
+        (``sqltree.ensemble.evaluation``).
 
-        The features' and the target's types are checked first, as ``predict`` checks them
-        (where they are known: ``types_recorded``)."""
-        frame = self._predict(source, connection=connection, proba=not self.is_regression,
-                              target=True)
-        assert frame is not None
-        frame = frame[frame[self.target].notna()]
-        y = frame[self.target].to_numpy()
-        if self.is_regression:
-            err = frame["prediction"].to_numpy(dtype=float) - y.astype(float)
-            total = float(((y - y.mean()) ** 2).sum())
-            return {"rows": float(len(y)), "rmse": float(np.sqrt(np.mean(err ** 2))),
-                    "mae": float(np.mean(np.abs(err))),
-                    "r2": 1.0 - float((err ** 2).sum()) / total if total > 0 else 0.0}
-        from .compile import proba_names
+        A classifier's ``Evaluation`` has the confusion matrix, accuracy, Cohen's kappa,
+        per-class precision, recall, F1, ROC and precision-recall areas, MCC, balanced
+        accuracy and log loss; ``str()`` prints Weka's block, ``to_dict()`` every figure. Weka's
+        relative errors are unknown (``None``): an ensemble does not record its training class
+        distribution. A regression model's ``RegressionEvaluation`` has RMSE, MAE, R² and the
+        count. Both read like the dict this method used to return: ``evaluation["accuracy"]``,
+        ``["log_loss"]``, ``["rows"]``, and for regression ``["rmse"]``, ``["mae"]``,
+        ``["r2"]``.
 
-        probs = frame[proba_names(self)].to_numpy(dtype=float)
-        index = {c: i for i, c in enumerate(self.classes)}
-        known = np.array([v in index for v in y])
-        rows = np.arange(len(y))[known]
-        picked = probs[rows, [index[v] for v in y[known]]]
-        return {"rows": float(len(y)),
-                "accuracy": float(np.mean(frame["prediction"].to_numpy() == y)),
-                "log_loss": float(-np.mean(np.log(np.clip(picked, 1e-15, 1.0))))}
+        ``weight``: True counts each row with the training weight column (if the model was
+        trained with one), False counts rows, a column name weighs by that column.
+        ``threshold`` (two classes): the second class is predicted where its probability is at
+        least this. The features' and the target's types are checked first, as ``predict``
+        checks them (where they are known: ``types_recorded``)."""
+        from .evaluation import evaluate_ensemble
+
+        return evaluate_ensemble(self, source, connection=connection, weight=weight,
+                                 title=title, threshold=threshold)
 
     # -- importances ---------------------------------------------------------------------------
     def permutation_importance(
