@@ -13,6 +13,7 @@ import pytest
 import sqltree
 from sqltree.dataset import describe
 from sqltree.engines import get_engine
+from sqltree.engines.duckdb import DuckDBEngine
 from sqltree.errors import OptionError
 from sqltree.learner.boosting import BoostingOptions, train_boosting
 
@@ -80,6 +81,22 @@ def test_boosting_is_the_same_in_sql_and_in_memory(case, options):
         [r["train_loss"] for r in memory.stats["rounds"]], rel=1e-12)
     losses = [r["train_loss"] for r in sql.stats["rounds"]]
     assert losses == sorted(losses, reverse=True)  # every round lowers the training loss
+
+
+@pytest.mark.parametrize(("case", "options"), CASES[1:], ids=[c for c, _ in CASES[1:]])
+def test_boosting_on_the_select_plan_recomputes_scores_from_the_trees(case, options):
+    # A connection that stores no tables keeps no scores: each statement adds the trees so
+    # far to the base score in the order the tables plan stores them, so the doubles and the
+    # model are the same.
+    frame, target = _table(case)
+    engine = DuckDBEngine()
+    engine.keep_sql = True
+    engine.use_plan("select")
+    select = _boost(frame, target, engine=engine, **options)
+    assert _file(select) == _file(_boost(frame, target, **options))
+    statements = [s for s in engine.stats.sql if s]
+    assert all(s.lstrip().upper().startswith(("SELECT", "WITH")) for s in statements)
+    assert not any("_scores_" in s for s in statements)
 
 
 @on_engines(exclude=("duckdb",), sqlite=True)

@@ -196,6 +196,41 @@ def test_postgres_role_with_select_only_trains_on_the_select_plan(
 
 
 @pytest.mark.postgres
+def test_postgres_role_with_select_only_trains_boosted_trees(postgres_admin: Any, reader: Any):
+    # No scores table: each statement recomputes a row's scores from the trees so far; the
+    # validation rows are dealt by the row hash as on the tables plan.
+    from sqltree.engines.postgres import PostgresEngine
+
+    table, url = reader
+    options = {"algorithm": "gradient-boosting", "max_iter": 3, "max_leaf_nodes": 4,
+               "early_stopping": True, "validation_fraction": 0.2}
+    engine = PostgresEngine.connect(url)
+    try:
+        engine.keep_sql = True
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*NULL target")
+            there = sqltree.train(table, target="y", connection=engine, **options)
+            here = sqltree.train(frame_of("nulls"), target="y", plan="tables", **options)
+        statements = [s for s in engine.stats.sql if s]
+        assert statements
+        assert all(s.lstrip().upper().startswith(("SELECT", "WITH")) for s in statements)
+    finally:
+        engine.close()
+    assert there.stats["plan_reason"].startswith("this PostgreSQL session may not")
+    assert ensemble_file(there) == ensemble_file(here)
+    assert there.stats["n_iter"] == 3
+
+
+def ensemble_file(ensemble: Any) -> dict[str, Any]:
+    """An ensemble's model file without its run's statistics and its engine's types."""
+    data = ensemble.to_dict()
+    data.pop("stats")
+    for f in data["features"]:
+        f.pop("sql_type")
+    return data
+
+
+@pytest.mark.postgres
 def test_postgres_select_plan_settings_end_with_the_callers_transaction(postgres_url: str):
     import psycopg
 

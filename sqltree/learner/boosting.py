@@ -25,10 +25,11 @@ from sqlglot import exp
 from ..algorithm_registry import GRADIENT_BOOSTING
 from ..dataset import Dataset
 from ..engines.base import GROUPING_SETS, UNION, UNPIVOT
+from ..engines.select_plan import SELECT
 from ..ensemble import Ensemble, TreeArrays
 from ..errors import OptionError
 from ..model import features_info
-from ..sqlexpr import alias, case, num
+from ..sqlexpr import alias, case, computed_once, num
 from .encode import Encoded, encode
 from .gains import ROWS, Newton
 from .losses import Loss, loss_for
@@ -211,10 +212,21 @@ class SqlNewtonBackend(NewtonBackend):
             flag = case((exp.LT(this=_hash_sql(c("rid", table="c", quoted=True), validation),
                                 expression=num(round(fraction * PRIME))), num(1)),
                         default=num(0))
-        self.scores = self.engine.materialize("scores", exp.select(
-            alias(c("rid", table="c", quoted=True), "rid"), alias(flag, "val"),
-            *[alias(num(float(b)), n) for b, n in zip(base, names)],
-        ).from_(exp.alias_(self.codes.copy(), "c")))
+        # A connection that stores no tables (the select plan) keeps no scores table: each
+        # statement recomputes a row's scores from the trees so far, the base score plus
+        # each tree's CASE over the row's codes added in the order the tables plan adds them
+        # (the same doubles), and its validation flag from its hash. A statement then costs
+        # a CASE per earlier tree and row, where a scores table would be one join.
+        self.recomputed: list[exp.Expression] | None = None
+        self.flag = flag
+        self.scores: exp.Table | None = None
+        if self.engine.plan == SELECT:
+            self.recomputed = [num(float(b)) for b in base]
+        else:
+            self.scores = self.engine.materialize("scores", exp.select(
+                alias(c("rid", table="c", quoted=True), "rid"), alias(flag, "val"),
+                *[alias(num(float(b)), n) for b, n in zip(base, names)],
+            ).from_(exp.alias_(self.codes.copy(), "c")))
         self.round: exp.Table | None = None
         self.bits: list[tuple[int, int]] = []
         # a round's requests each read the rows of one path: one pass per request, never a
@@ -224,11 +236,30 @@ class SqlNewtonBackend(NewtonBackend):
         self.form = UNPIVOT if form == UNPIVOT else (
             GROUPING_SETS if self.engine.SUPPORTS_GROUPING_SETS else UNION)
 
-    def _score_columns(self, table: str) -> list[exp.Expression]:
-        return [exp.column(f"s{k}", table=table, quoted=True) for k in range(self.k)]
+    @property
+    def _scored(self) -> str:
+        """The table of ``_joined`` that holds a row's scores and validation flag."""
+        return "r" if self.recomputed is None else "c"
+
+    def _score_columns(self) -> list[exp.Expression]:
+        """Each output's raw score of a row of ``_joined``."""
+        return [exp.column(f"s{k}", table=self._scored, quoted=True) for k in range(self.k)]
+
+    def _validation(self) -> exp.Expression:
+        """Whether a row of ``_joined`` is a validation row (1) or a training row (0)."""
+        return exp.column("val", table=self._scored, quoted=True)
 
     def _joined(self) -> exp.Select:
-        return exp.select().from_(exp.alias_(self.codes.copy(), "c")).join(
+        """The training rows, each with its codes (``c``) and its scores and flag."""
+        codes = exp.alias_(self.codes.copy(), "c")
+        if self.recomputed is not None:  # computed once a row, read by several columns
+            scored = exp.select(
+                exp.Column(this=exp.Star(), table=exp.to_identifier("c", quoted=True)),
+                alias(self.flag.copy(), "val"),
+                *[alias(e.copy(), f"s{k}") for k, e in enumerate(self.recomputed)],
+            ).from_(codes)
+            return exp.select().from_(computed_once(scored).subquery("c", copy=False))
+        return exp.select().from_(codes).join(
             exp.alias_(self.scores.copy(), "r"),
             on=exp.EQ(this=exp.column("rid", table="c", quoted=True),
                       expression=exp.column("rid", table="r", quoted=True)))
@@ -237,7 +268,7 @@ class SqlNewtonBackend(NewtonBackend):
         y = exp.column("y", table="c", quoted=True)
         w = (exp.column("v_w", table="c", quoted=True) * num(self.weight_scale)
              if self.weighted else None)
-        grads = self.loss.gradients_sql(y, self._score_columns("r"))
+        grads = self.loss.gradients_sql(y, self._score_columns())
         columns: list[exp.Expression] = [exp.column("rid", table="c", quoted=True)] + [
             exp.column(f"c{i}", table="c", quoted=True) for i in range(len(self.layout.features))]
         for k, (g, h) in enumerate(grads):
@@ -245,7 +276,7 @@ class SqlNewtonBackend(NewtonBackend):
                 g, h = w.copy() * g, w.copy() * h
             columns += [alias(g, f"g{k}"), alias(h, f"h{k}")]
         query = self._joined().select(*columns, copy=False).where(
-            exp.EQ(this=exp.column("val", table="r", quoted=True), expression=num(0)))
+            exp.EQ(this=self._validation(), expression=num(0)))
         if self.round is not None:
             self.engine.drop(self.round)
         self.round = self.engine.materialize("round", query)
@@ -322,18 +353,23 @@ class SqlNewtonBackend(NewtonBackend):
         return out
 
     def end_round(self, trees: Sequence[tuple[int, TreeOverCodes]]) -> tuple[float, float | None]:
-        scores = self._score_columns("r")
-        for output, tree in trees:
-            scores[output] = exp.paren(scores[output] + _tree_sql(tree, 0, "c"))
-        query = self._joined().select(
-            exp.column("rid", table="c", quoted=True), exp.column("val", table="r", quoted=True),
-            *[alias(s, f"s{k}") for k, s in enumerate(scores)], copy=False)
-        old = self.scores
-        self.scores = self.engine.materialize("scores", query)
-        self.engine.drop(old)
+        if self.recomputed is not None:
+            for output, tree in trees:
+                self.recomputed[output] = exp.paren(
+                    self.recomputed[output] + _tree_sql(tree, 0, "c"))
+        else:
+            scores = self._score_columns()
+            for output, tree in trees:
+                scores[output] = exp.paren(scores[output] + _tree_sql(tree, 0, "c"))
+            query = self._joined().select(
+                exp.column("rid", table="c", quoted=True), alias(self._validation(), "val"),
+                *[alias(s, f"s{k}") for k, s in enumerate(scores)], copy=False)
+            old = self.scores
+            self.scores = self.engine.materialize("scores", query)
+            self.engine.drop(old)
         y = exp.column("y", table="c", quoted=True)
-        loss = self.loss.loss_sql(y, self._score_columns("r"))
-        val = exp.column("val", table="r", quoted=True)
+        loss = self.loss.loss_sql(y, self._score_columns())
+        val = self._validation()
         rows = self.engine.execute(self._joined().select(
             alias(val.copy(), "val"), exp.func("AVG", loss), copy=False).group_by(val.copy()))
         by = {int(v): float(m) for v, m in rows}
