@@ -313,8 +313,11 @@ class Engine(ABC):
         """Return (name, SQL type text) of a query's result columns without reading rows."""
 
     @abstractmethod
-    def _create_temp_table(self, name: str, query: exp.Expression) -> None:
-        """Create a session-local table ``name`` holding the rows of ``query``."""
+    def _create_temp_table(self, name: str, query: exp.Expression,
+                           statistics: bool = True) -> None:
+        """Create a session-local table ``name`` holding the rows of ``query``; ``statistics``:
+        whether later statements join it (an engine that gathers statistics for its planner
+        gathers them then)."""
 
     @property
     def defers_tables(self) -> bool:
@@ -497,13 +500,15 @@ class Engine(ABC):
         """A fresh name for a temporary object, unique to this engine instance."""
         return f"{self._prefix}{hint}_{next(self._counter)}"
 
-    def materialize(self, hint: str, query: exp.Expression, deferred: bool = False
-                    ) -> exp.Table:
+    def materialize(self, hint: str, query: exp.Expression, deferred: bool = False,
+                    statistics: bool = True) -> exp.Table:
         """Store ``query``'s rows in a new temporary table and return a reference to it.
 
         ``deferred``: the rows may be computed by the first statement that reads the table
         rather than now, on an engine that can (``defers_tables``); the tables it reads must
-        then stay until that statement has run."""
+        then stay until that statement has run. ``statistics``: whether statements will join
+        the table (False: it is only scanned and grouped, and its planner statistics would
+        be wasted work)."""
         self.begin()
         name = self.temp_name(hint)
         if self._select is not None:
@@ -516,7 +521,7 @@ class Engine(ABC):
             if deferred and self.defers_tables:
                 self._create_deferred_table(name, query)
             else:
-                self._create_temp_table(name, query)
+                self._create_temp_table(name, query, statistics)
         return exp.Table(this=exp.to_identifier(name, quoted=True))
 
     def load_rows(

@@ -231,7 +231,8 @@ class DuckDBEngine(Engine):
         rel = self.connection.sql(self._sending(sql))
         return [(name, str(dtype)) for name, dtype in zip(rel.columns, rel.types, strict=True)]
 
-    def _create_temp_table(self, name: str, query: exp.Expression) -> None:
+    def _create_temp_table(self, name: str, query: exp.Expression,
+                           statistics: bool = True) -> None:
         create = temp_table_create(name, query)
         self.connection.execute(self._sending(self.render(create)))
 

@@ -352,7 +352,8 @@ class PostgresEngine(Engine):
             self.parallel = bool(allowed)
         return self.parallel
 
-    def _create_temp_table(self, name: str, query: exp.Expression) -> None:
+    def _create_temp_table(self, name: str, query: exp.Expression,
+                           statistics: bool = True) -> None:
         create = temp_table_create(name, query)
         if self._parallel_tables():
             create.set("properties", exp.Properties(expressions=[exp.UnloggedProperty()]))
@@ -360,7 +361,8 @@ class PostgresEngine(Engine):
         self._execute(self.render(create), fetch=False)
         # Autovacuum never analyzes temp tables; without statistics the planner guesses row
         # counts and can pick nested loops for the level joins.
-        self._execute(self.render(analyze(table)), fetch=False)
+        if statistics:
+            self._execute(self.render(analyze(table)), fetch=False)
 
     def _drop_temp_table(self, name: str) -> None:
         drop = exp.Drop(

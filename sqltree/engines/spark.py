@@ -292,7 +292,8 @@ class SparkEngine(Engine):
         schema = self.spark.sql(self._sending(sql)).schema
         return [(f.name, _type_text(f.dataType)) for f in schema.fields]
 
-    def _create_temp_table(self, name: str, query: exp.Expression) -> None:
+    def _create_temp_table(self, name: str, query: exp.Expression,
+                           statistics: bool = True) -> None:
         # Each level is computed once and stored with its lineage cut: a view over a cached
         # query keeps the plan of every level before it, and analysing and matching that plan
         # against the cache made each query several times slower at depth 5 than at depth 1.

@@ -190,7 +190,8 @@ class SQLiteEngine(Engine):
         rows = self.execute(exp.select("name", "type").from_(info))
         return {str(name): str(kind or "") for name, kind in rows}
 
-    def _create_temp_table(self, name: str, query: exp.Expression) -> None:
+    def _create_temp_table(self, name: str, query: exp.Expression,
+                           statistics: bool = True) -> None:
         create = temp_table_create(name, query)
         self.connection.execute(self._sending(self.render(create)))
 

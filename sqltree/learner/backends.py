@@ -250,13 +250,30 @@ class SqlBackend(Backend):
         low = total.copy() - paren(high.copy() * num(2**LIMB_BITS))
         return [alias(high, f"{name}h"), alias(low, f"{name}l")]
 
-    def _joined(self) -> exp.Select:
+    def _joined(self, scanned: exp.Table | None = None) -> exp.Select:
+        """The pairs a histogram reads (``scan = 1``), each with its codes; ``scanned``: those
+        pairs stored apart already (``_scanned_apart``)."""
         assert self.pairs is not None
-        query = exp.select().from_(exp.alias_(self.pairs.copy(), "a"))
+        query = exp.select().from_(exp.alias_((scanned or self.pairs).copy(), "a"))
         if not self.carried:
             query = query.join(exp.alias_(self.codes.copy(), "c"),
                                on=exp.EQ(this=_c("rid", "a"), expression=_c("rid", "c")))
+        if scanned is not None:
+            return query
         return query.where(exp.EQ(this=_c("scan", "a"), expression=num(1)))
+
+    def _scanned_apart(self) -> exp.Table:
+        """The pairs to scan stored apart, for a histogram that reads them once per feature
+        (``UNION``): each ``GROUP BY`` then reads only them, not the whole level and a filter.
+        PostgreSQL, 1M rows, 16 features, depth 10: a level's histogram took 1.76-3.25 s
+        over the level, 1.07-2.23 s over its scanned rows (a third to a half of them), and
+        storing those rows 0.16-0.40 s. Dropped once the histogram is read (``stale``)."""
+        assert self.pairs is not None
+        apart = self.engine.materialize("scanned", exp.select(exp.Star()).from_(
+            self.pairs.copy()).where(exp.EQ(this=_c("scan"), expression=num(1))),
+            statistics=False)
+        self.stale.append(apart)
+        return apart
 
     def _class_key(self) -> list[exp.Expression]:
         return [_c("y", self.cv)] if self.n_classes else []
@@ -303,9 +320,10 @@ class SqlBackend(Backend):
             ]).from_(rows.subquery("u", copy=False), copy=False).group_by(
                 _c("node"), _c("code"), copy=False)
         parts = []
+        scanned = self._scanned_apart() if len(names) > 1 else None
         for n, o in zip(names, offsets):
             code = exp.Add(this=_c(n, self.cv), expression=num(o))
-            part = self._joined().select(
+            part = self._joined(scanned).select(
                 alias(node.copy(), "node"), alias(code, "code"),
                 *[alias(k.copy(), "y") for k in keys[1:]], *self._sums(), copy=False
             ).group_by(*[k.copy() for k in keys], code.copy(), copy=False)
