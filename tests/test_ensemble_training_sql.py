@@ -55,3 +55,22 @@ def test_a_trained_forest_round_trips_its_file_and_evaluates(tmp_path, models):
     figures = loaded.evaluate(frame)
     assert figures["accuracy"] > 0.6
     assert figures["rows"] == len(frame)
+
+
+@pytest.mark.parametrize("max_features", [None, "sqrt"])
+def test_a_forest_level_runs_the_same_statements_for_any_number_of_trees(max_features):
+    # Every tree's open nodes share a level's statements: a histogram, the pairs routed down
+    # (and with features drawn per node, the table of each node's features).
+    frame = mixed_table(3000)
+
+    def levels(trees: int) -> list[tuple[int | None, int | None]]:
+        forest = sqltree.train(frame, "label", algorithm="random-forest", n_estimators=trees,
+                               max_depth=4, max_features=max_features, random_state=1,
+                               plan="tables")
+        assert forest.stats["batches"] == 1
+        return [(lv["statements"], lv["scans"]) for lv in forest.stats["levels"]]
+
+    few, many = levels(2), levels(12)
+    assert few == many
+    assert all(scans == (2 if i < len(few) - 1 else 1) for i, (_, scans) in enumerate(few))
+    assert all(statements is not None and statements <= 5 for statements, _ in few)

@@ -110,6 +110,11 @@ class Backend:
         row count and the sums of ``y``, ``y*y`` and ``(y - mean of the votes)**2``."""
         raise NotImplementedError
 
+    def statements(self) -> tuple[int, int] | None:
+        """The statements run so far and those that read the training rows (None: no engine
+        runs statements)."""
+        return None
+
     def close(self) -> None:
         pass
 
@@ -174,6 +179,12 @@ class SqlBackend(Backend):
         self.stale: list[exp.Table] = []
         """Earlier pairs that the current ones, not yet computed, still come from: dropped
         once a statement has read (and so stored) the current ones."""
+        self.scans = 0
+        """Statements that read the pairs (a histogram, storing the scanned ones apart, routing
+        them down)."""
+
+    def statements(self) -> tuple[int, int] | None:
+        return self.engine.stats.queries, self.scans
 
     @staticmethod
     def _in_pairs(node: exp.Expression) -> exp.Expression:
@@ -272,6 +283,7 @@ class SqlBackend(Backend):
         apart = self.engine.materialize("scanned", exp.select(exp.Star()).from_(
             self.pairs.copy()).where(exp.EQ(this=_c("scan"), expression=num(1))),
             statistics=False)
+        self.scans += 1
         self.stale.append(apart)
         return apart
 
@@ -400,6 +412,7 @@ class SqlBackend(Backend):
             self.engine.drop(self.stale.pop())
 
     def _fetch(self, query: exp.Expression) -> list[np.ndarray] | None:
+        self.scans += 1
         batches = list(self.engine.float_batches(query))
         self._drop_stale()
         if not batches:
@@ -497,6 +510,7 @@ class SqlBackend(Backend):
                            *[_c(n) for n in self.carried]).from_(
             moved.subquery("m")).where(exp.GTE(this=_c("node"), expression=num(0)))
         self.stale.append(self.pairs)
+        self.scans += 1
         # deferred: computed by the next level's histogram, which reads them anyway (no pass
         # of their own); the pairs they come from stay until then
         self.pairs = self.engine.materialize("pairs", query, deferred=True)

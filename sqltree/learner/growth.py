@@ -72,6 +72,11 @@ class LevelStats:
     histogram_seconds: float = 0.0
     split_seconds: float = 0.0
     route_seconds: float = 0.0
+    statements: int | None = None
+    """Statements the engine ran for the level (None: grown in numpy): the same for any
+    number of trees, as every tree's open nodes share the level's statements."""
+    scans: int | None = None
+    """Those of them that read the level's rows (the histogram, and routing them down)."""
 
 
 def grow_level_wise(
@@ -110,6 +115,7 @@ def grow_level_wise(
     level = 0
     while open_nodes:
         started = time.perf_counter()
+        counted = backend.statements()
         if sampled:
             nodes = np.asarray(open_nodes, dtype=np.int64)
             masks = _feature_masks(open_nodes, where, layout, options, first_tree)
@@ -173,9 +179,14 @@ def grow_level_wise(
         if routes and next_open:
             backend.route(routes)
         now = time.perf_counter()
+        ran = backend.statements()
+        statements = scans = None
+        if counted is not None and ran is not None:
+            statements = ran[0] - counted[0]
+            scans = ran[1] - counted[1]
         stats = LevelStats(level, len(hist.nodes), scanned, now - started,
                            histogram_seconds=summed - started, split_seconds=chosen - summed,
-                           route_seconds=now - chosen)
+                           route_seconds=now - chosen, statements=statements, scans=scans)
         levels.append(stats)
         if on_level:
             on_level(stats)
