@@ -73,8 +73,9 @@ class LevelStats:
     split_seconds: float = 0.0
     route_seconds: float = 0.0
     statements: int | None = None
-    """Statements the engine ran for the level (None: grown in numpy): the same for any
-    number of trees, as every tree's open nodes share the level's statements."""
+    """Queries the engine counted for the level (``EngineStats.queries``; the small tables
+    of a level's splits are loaded apart), None when grown in numpy: the same for any number
+    of trees, as every tree's open nodes share the level's statements."""
     scans: int | None = None
     """Those of them that read the level's rows (the histogram, and routing them down)."""
 
