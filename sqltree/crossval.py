@@ -1,7 +1,7 @@
 """Cross-validation and held-out evaluation, with the rows dealt into parts in SQL.
 
 Which part (fold, or training and test) a row belongs to is computed in the engine, the same
-on DuckDB, PostgreSQL and Spark, from nothing but portable SQL:
+on DuckDB, PostgreSQL, Spark and SQLite, from nothing but portable SQL:
 
 1. Each row gets a hash (``sqltree.dealing``): the MD5 (hex text) of the seed and a text
    form of its values, or of its ``key`` column only. Engines write floats as text
@@ -20,11 +20,12 @@ on DuckDB, PostgreSQL and Spark, from nothing but portable SQL:
    the test part when ``FLOOR((p + 1) * f) > FLOOR(p * f)``: ``FLOOR(n * f)`` rows of ``n``,
    spread evenly through each class.
 
-The dealt rows are stored once in a temporary table; each fold trains on a query of the other
-folds' rows, by ``train`` with the options it was given (a tree, a forest or boosting), and is
-evaluated on its own rows with one query (``Model.evaluate``, ``Ensemble.evaluate``: the same
-``Evaluation``, pooled by the same sums). Rows with a NULL target are in no part: they are
-counted and left out.
+The dealt rows are stored once in a temporary table (on a connection that stores no tables,
+SQLite's or a read-only one, each part's query deals the rows again, the same way); each fold
+trains on a query of the other folds' rows, by ``train`` with the options it was given (a
+tree, a forest or boosting), and is evaluated on its own rows with one query
+(``Model.evaluate``, ``Ensemble.evaluate``: the same ``Evaluation``, pooled by the same sums).
+Rows with a NULL target are in no part: they are counted and left out.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from .dataset import resolve_relation, sort_key
 from .dealing import order_key, row_hash
 from .dealing import session as _session
 from .engines import get_engine
+from .engines.select_plan import SELECT
 from .ensemble import Ensemble
 from .errors import DataError, OptionError
 from .evaluation import Evaluation, combine, weka_number
@@ -255,9 +257,10 @@ def split_rule(test_fraction: float) -> Callable[[exp.Expression], exp.Expressio
 # -- the dealt table -----------------------------------------------------------------------------
 @dataclass
 class Dealt:
-    """The source's labelled rows with their part, stored in a temporary table."""
+    """The source's labelled rows with their part, stored in a temporary table, or the
+    dealing query itself where the connection stores no tables."""
 
-    table: exp.Table
+    table: exp.Table | exp.Subquery
     columns: list[str]
     part_column: str
     class_rows: list[tuple[Value, int]]
@@ -331,7 +334,12 @@ def dealt(
             relation, schema, target, part, part_column,
             offsets=offsets if stratified else None, seed=seed, key=key,
         )
-        table = engine.materialize("parts", query)
+        engine.use_plan()
+        if engine.plan == SELECT:  # a table only this engine's statements would define
+            table: exp.Table | exp.Subquery = query.subquery(
+                exp.to_identifier(part_column + "s", quoted=True), copy=False)
+        else:
+            table = engine.materialize("parts", query)
         yield Dealt(table, names, part_column, class_rows, null_rows, shared,
                     rows_held_by(source, engine))
 
