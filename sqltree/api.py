@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-
-from sqlglot import exp
 
 from . import progress as reporting
 from . import queries as q
@@ -17,15 +15,14 @@ from .algorithms import SCAN_REASON, SCAN_REFUSAL, SCAN_STRATEGIES, grow_and_pru
 from .algorithms.c45.scores import C45ScoreRow, build_split_scores
 from .algorithms.c45.strategy import score_options
 from .algorithms.memory import (
-    LOCAL_FILE,
     MEMORY,
-    PYTHON_MEMORY,
     SCAN,
     check_train_plan,
     memory_reason,
+    rows_held_by,
 )
 from .compiler import collector_paused
-from .dataset import Dataset, describe, describe_source, is_pandas_frame
+from .dataset import Dataset, describe, describe_source
 from .engines import get_engine
 from .engines.select_plan import AUTO, TABLES, check_plan
 from .errors import OptionError, UnsupportedOptionError
@@ -141,29 +138,20 @@ def train(
         a regression tree takes all but ``class_weight``, with ``criterion="squared_error"``.
     """
     task, algorithm = resolve_task(task, algorithm, cart_options)
-    if not isinstance(date_features, bool):
-        raise OptionError(f"date_features must be True or False, not {date_features!r}")
-    if algorithm in ENSEMBLES and date_features:
-        raise UnsupportedOptionError(
-            f"date_features applies to single trees, not to {algorithm}: compute the date "
-            "parts in a query (such as EXTRACT(month FROM d) AS month)")
     if algorithm in ENSEMBLES:
-        tree_only = {name: value for name, value in (
-            ("min_cases", min_cases), ("min_gain", min_gain), ("pruning", pruning),
-            ("subtree_raising", subtree_raising), ("validation", validation),
-            ("missing", missing), ("cf", cf)) if value != TREE_DEFAULTS[name]}
-        if tree_only:
-            raise OptionError(f"{', '.join(sorted(tree_only))} apply to single trees, not to "
-                              f"{algorithm}")
         from .ensembles import train_ensemble
 
-        options = {"max_depth": max_depth, "max_bins": max_bins, **cart_options}
-        if min_samples_split:
-            options["min_samples_split"] = min_samples_split
+        options = ensemble_options(algorithm, task, {
+            "min_cases": min_cases, "min_gain": min_gain, "pruning": pruning,
+            "subtree_raising": subtree_raising, "validation": validation, "missing": missing,
+            "cf": cf, "date_features": date_features, "max_depth": max_depth,
+            "max_bins": max_bins, "min_samples_split": min_samples_split, "plan": plan,
+            **cart_options})
         return train_ensemble(  # type: ignore[return-value]
             algorithm, source, target, task=task, connection=connection, features=features,
             nominal=nominal, continuous=continuous, weight=weight, progress=progress,
             plan=plan, options=options)
+    _check_date_features(date_features)
     check_keywords("train", cart_options, [*inspect.signature(train).parameters, *CART_OPTIONS])
     check_train_plan(plan)
     check_train_options(
@@ -188,6 +176,42 @@ def train(
              "date_features": date_features}
     return _fit(source, target, connection, roles, options, progress,
                 PruneOptions(pruning, cf, subtree_raising, validation), plan)
+
+
+def ensemble_options(algorithm: str, task: str, keywords: Mapping[str, Any]) -> dict[str, Any]:
+    """``train``'s keywords for a forest or boosting, checked before any query: a single
+    tree's options refused, the others the learner's options (``train_ensemble``'s
+    ``options``, returned), checked there.
+
+    ``keywords``: ``train``'s keyword arguments by name, at least the single-tree options
+    (``TREE_DEFAULTS``), ``date_features``, ``max_depth``, ``max_bins``, ``min_samples_split``
+    and ``plan``, and those it gathers in ``**cart_options`` (``n_estimators``, ``max_iter``,
+    ...). Cross-validation calls it before it deals the rows."""
+    _check_date_features(keywords["date_features"])
+    if keywords["date_features"]:
+        raise UnsupportedOptionError(
+            f"date_features applies to single trees, not to {algorithm}: compute the date "
+            "parts in a query (such as EXTRACT(month FROM d) AS month)")
+    tree_only = [name for name, default in TREE_DEFAULTS.items()  # validation: any source
+                 if keywords[name] is not default and (default is None
+                                                       or keywords[name] != default)]
+    if tree_only:
+        raise OptionError(f"{', '.join(sorted(tree_only))} apply to single trees, not to "
+                          f"{algorithm}")
+    named = inspect.signature(train).parameters
+    options = {"max_depth": keywords["max_depth"], "max_bins": keywords["max_bins"],
+               **{name: value for name, value in keywords.items() if name not in named}}
+    if keywords["min_samples_split"]:
+        options["min_samples_split"] = keywords["min_samples_split"]
+    from .ensembles import check_ensemble_options
+
+    check_ensemble_options(algorithm, task, options, keywords["plan"])
+    return options
+
+
+def _check_date_features(date_features: Any) -> None:
+    if not isinstance(date_features, bool):
+        raise OptionError(f"date_features must be True or False, not {date_features!r}")
 
 
 @dataclass(frozen=True)
@@ -257,25 +281,6 @@ def _fit(
                                  "cf": post.cf, "subtree_raising": post.subtree_raising},
         stats=stats,
     )
-
-
-HELD_BY = "sqltree_held_by"
-"""Set in a query's ``meta`` to where its rows are held when they are this process's own
-(``rows_held_by``): cross-validation's folds of a DataFrame, or of a file that its own DuckDB
-database dealt, are queries of a table, and ``plan="auto"`` treats them as their source."""
-
-
-def rows_held_by(source: Any, engine: Any) -> str | None:
-    """Where the training rows are when they are this process's own (``memory_reason``):
-    in Python memory, or in a file that sqltree's own DuckDB database reads; None when they
-    are in a user's engine."""
-    if isinstance(source, exp.Expression) and source.meta.get(HELD_BY):
-        return str(source.meta[HELD_BY])
-    if is_pandas_frame(source):
-        return PYTHON_MEMORY
-    if getattr(engine, "own_database", False):
-        return LOCAL_FILE
-    return None
 
 
 def _sql_reason(engine: Any, memory: str | None) -> str:

@@ -452,7 +452,7 @@ def _add_debug(parser: argparse.ArgumentParser, sub: argparse._SubParsersAction)
 def _add_evaluation_flags(t: argparse.ArgumentParser) -> None:
     """``train``'s held-out and cross-validated evaluations."""
     ev = t.add_argument_group(
-        "evaluation (computed in the engine; printed after the tree, even with --quiet)")
+        "evaluation (computed in the engine; printed after the model, even with --quiet)")
     ev.add_argument("--folds", type=int, metavar="K",
                     help="also K-fold cross-validation, folds dealt in SQL (stratified)")
     ev.add_argument("--test", metavar="SOURCE", help="also evaluate on this source")
@@ -720,13 +720,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         )
         options.update(ensemble)
         model, held_out = _train_or_hold_out(args, connection, options)
-        if ensemble:
-            if not args.quiet:
-                print(_ensemble_text(model))
-        else:
-            if not args.quiet:
-                print(model.text())
-            _print_evaluations(args, model, held_out, connection, options)
+        if not args.quiet:  # a tree's text ends with a line break, an evaluation's too
+            print(_ensemble_text(model) + "\n" if ensemble else model.text())
+        _print_evaluations(args, model, held_out, connection, options)
         if args.output:
             with _written(args.output) as path:
                 model.save(path)
@@ -938,10 +934,6 @@ def _check_train_args(args: argparse.Namespace) -> None:
     print is refused later (``_lost_model``), once every option's value has been checked."""
     _check_output(args.output, MODEL_SUFFIXES, "models")
     _check_evaluation_flags(args)
-    if (args.forest is not None or args.boost is not None) and any(
-            v is not None for v in (args.folds, args.test, args.test_fraction)):
-        raise OptionError("--folds, --test and --test-fraction evaluate trees; evaluate a "
-                          "forest or boosting with `sqltree evaluate MODEL.json SOURCE`")
 
 
 def _ensemble_text(model: Any) -> str:
@@ -1018,11 +1010,12 @@ def _lost_model(event: Any) -> None:
 
 def _print_evaluations(args: argparse.Namespace, model: Any, held_out: Any, connection: Any,
                        options: dict[str, Any]) -> None:
-    """J48's order: the training set (unless --quiet, or the model saw only part of it), then
-    a test source, the held-out rows, and cross-validation."""
+    """J48's order: the training set (a tree's, unless --quiet, or the model saw only part of
+    it), then a test source, the held-out rows, and cross-validation (of a tree, a forest or
+    boosting, as ``options`` say)."""
     import sqltree
 
-    if not args.quiet and held_out is None:
+    if not args.quiet and held_out is None and not isinstance(model, sqltree.Ensemble):
         print(model.evaluate(args.source, connection=connection,
                              title="Evaluation on training set"), end="\n\n")
     if args.test is not None:

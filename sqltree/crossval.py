@@ -1,7 +1,7 @@
 """Cross-validation and held-out evaluation, with the rows dealt into parts in SQL.
 
 Which part (fold, or training and test) a row belongs to is computed in the engine, the same
-on DuckDB, PostgreSQL and Spark, from nothing but portable SQL:
+on DuckDB, PostgreSQL, Spark and SQLite, from nothing but portable SQL:
 
 1. Each row gets a hash (``sqltree.dealing``): the MD5 (hex text) of the seed and a text
    form of its values, or of its ``key`` column only. Engines write floats as text
@@ -20,9 +20,12 @@ on DuckDB, PostgreSQL and Spark, from nothing but portable SQL:
    the test part when ``FLOOR((p + 1) * f) > FLOOR(p * f)``: ``FLOOR(n * f)`` rows of ``n``,
    spread evenly through each class.
 
-The dealt rows are stored once in a temporary table; each fold trains on a query of the other
-folds' rows and is evaluated on its own rows with one query (``Model.evaluate``). Rows with a
-NULL target are in no part: they are counted and left out.
+The dealt rows are stored once in a temporary table (on a connection that stores no tables,
+SQLite's or a read-only one, each part's query deals the rows again, the same way); each fold
+trains on a query of the other folds' rows, by ``train`` with the options it was given (a
+tree, a forest or boosting), and is evaluated on its own rows with one query
+(``Model.evaluate``, ``Ensemble.evaluate``: the same ``Evaluation``, pooled by the same sums).
+Rows with a NULL target are in no part: they are counted and left out.
 """
 
 from __future__ import annotations
@@ -40,7 +43,8 @@ from sqlglot import exp
 
 from . import progress as reporting
 from .algorithm_registry import ENSEMBLES
-from .api import HELD_BY, rows_held_by, train
+from .algorithms.memory import HELD_BY, rows_held_by
+from .api import ensemble_options, train
 from .compiler.blocks import column as quoted
 from .compiler.blocks import dnum, literal
 from .compiler.scoring import Names
@@ -48,10 +52,12 @@ from .dataset import resolve_relation, sort_key
 from .dealing import order_key, row_hash
 from .dealing import session as _session
 from .engines import get_engine
-from .errors import DataError, OptionError, UnsupportedOptionError
+from .engines.select_plan import SELECT
+from .ensemble import Ensemble
+from .errors import DataError, OptionError
 from .evaluation import Evaluation, combine, weka_number
 from .model import Model
-from .options import CART_OPTIONS, check_train_options, normalise_algorithm, resolve_task
+from .options import CART_OPTIONS, check_keywords, check_train_options, resolve_task
 from .regression_evaluation import RegressionEvaluation, combine_regression
 from .tree import Value
 
@@ -71,20 +77,21 @@ class CrossValidation:
         All folds' predictions counted together (Weka's "Stratified cross-validation").
     folds : list of Evaluation
         Each fold's evaluation; ``extra`` holds its number, training rows and leaves.
-    models : list of Model
-        The model each fold trained.
+    models : list of Model or Ensemble
+        The model each fold trained (a forest or boosting when ``algorithm`` asked for one).
     settings : dict
         ``folds``, ``stratified``, ``seed`` and ``key``.
     """
 
     pooled: Evaluation | RegressionEvaluation
     folds: list[Any]
-    models: list[Model] = field(repr=False)
+    models: list[Model | Ensemble] = field(repr=False)
     settings: dict[str, Any]
 
     def fold_table(self) -> str:
-        """One line per fold (rows, leaves, accuracy, kappa, log loss; a regression tree's
-        RMSE, MAE and R²), then mean and standard deviation of the folds' figures."""
+        """One line per fold (rows, leaves (of all its trees, for an ensemble), accuracy,
+        kappa, log loss; a regression model's RMSE, MAE and R²), then mean and standard
+        deviation of the folds' figures."""
         if isinstance(self.pooled, RegressionEvaluation):
             return _fold_table(self.folds, REGRESSION_FOLD_COLUMNS)
         return _fold_table(self.folds, CLASSIFICATION_FOLD_COLUMNS)
@@ -146,19 +153,15 @@ def _stdev(values: Sequence[float]) -> float:
 # -- checks before any query ---------------------------------------------------------------------
 def _check_train_options(target: str, options: dict[str, Any]) -> str:
     """Refuse what ``train`` would refuse, before the rows are dealt; returns the task."""
-    algorithm = options.get("algorithm")
-    if algorithm is not None and normalise_algorithm(algorithm) in ENSEMBLES:
-        raise UnsupportedOptionError(
-            f"cross-validation and holdout train single trees, not {algorithm!r}: train the "
-            "ensemble with sqltree.train and evaluate it on rows held out of it")
     params = inspect.signature(train).parameters
     named = {n for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
-    unknown = sorted(set(options) - (named - {"connection"}) - set(CART_OPTIONS))
-    if unknown:
-        raise UnsupportedOptionError(f"unexpected training options {unknown}")
     values = {n: params[n].default for n in named} | options
-    checked = set(inspect.signature(check_train_options).parameters)
     task, algorithm = resolve_task(values["task"], values["algorithm"], options)
+    if algorithm in ENSEMBLES:  # a forest's or boosting's options, as train routes them
+        ensemble_options(algorithm, task, values)
+        return task
+    check_keywords("train", options, [*named, *CART_OPTIONS])
+    checked = set(inspect.signature(check_train_options).parameters)
     check_train_options(
         algorithm,
         target=target,
@@ -254,17 +257,18 @@ def split_rule(test_fraction: float) -> Callable[[exp.Expression], exp.Expressio
 # -- the dealt table -----------------------------------------------------------------------------
 @dataclass
 class Dealt:
-    """The source's labelled rows with their part, stored in a temporary table."""
+    """The source's labelled rows with their part, stored in a temporary table, or the
+    dealing query itself where the connection stores no tables."""
 
-    table: exp.Table
+    table: exp.Table | exp.Subquery
     columns: list[str]
     part_column: str
     class_rows: list[tuple[Value, int]]
     rows_null_target: int
     connection: Any
-    """What ``train`` and ``Model.evaluate`` are given to reach the table."""
+    """What ``train`` and ``evaluate`` are given to reach the table."""
     held_by: str | None = None
-    """Where the source's rows are when they are this process's own (``api.rows_held_by``):
+    """Where the source's rows are when they are this process's own (``rows_held_by``):
     the parts' queries say so to ``train``."""
 
     def rows(self, part: int, *, inside: bool) -> exp.Select:
@@ -330,7 +334,12 @@ def dealt(
             relation, schema, target, part, part_column,
             offsets=offsets if stratified else None, seed=seed, key=key,
         )
-        table = engine.materialize("parts", query)
+        engine.use_plan()
+        if engine.plan == SELECT:  # a table only this engine's statements would define
+            table: exp.Table | exp.Subquery = query.subquery(
+                exp.to_identifier(part_column + "s", quoted=True), copy=False)
+        else:
+            table = engine.materialize("parts", query)
         yield Dealt(table, names, part_column, class_rows, null_rows, shared,
                     rows_held_by(source, engine))
 
@@ -371,7 +380,11 @@ def cross_validate(
         to ``sqltree.progress`` as the steps of the phase ``"cross-validation"``.
     **train_options
         Any option of ``sqltree.train`` (``algorithm``, ``max_depth``, ``weight``, ...); a
-        ``weight`` column weighs the evaluation too.
+        ``weight`` column weighs the evaluation too. ``algorithm="random-forest"`` or
+        ``"gradient-boosting"`` trains an ensemble on each fold, with the ensemble's options
+        (``n_estimators``, ``max_iter``, ``learning_rate``, ``random_state``, ...) as
+        ``train`` takes them: each fold's is the ensemble ``train`` gives on the other folds'
+        rows, evaluated by its scoring SQL.
 
     Returns
     -------
@@ -385,7 +398,7 @@ def cross_validate(
     stratified = stratified and not regression  # a number has no classes to deal by
     report = progress if callable(progress) else None
     evaluations: list[Any] = []
-    models: list[Model] = []
+    models: list[Model | Ensemble] = []
     title = "Stratified cross-validation" if stratified else "Cross-validation"
     with reporting.reporting_to(progress is True), reporting.phase(
         "cross-validation", f"{folds}-fold {title.lower()}", total=folds
@@ -417,13 +430,14 @@ def holdout(
     key: str | None = None,
     connection: Any = None,
     **train_options: Any,
-) -> tuple[Model, Evaluation]:
+) -> tuple[Model | Ensemble, Evaluation | RegressionEvaluation]:
     """Train on part of the source and evaluate on the rest, split in SQL.
 
     ``FLOOR(rows * test_fraction)`` rows, dealt evenly through each class (``stratified``)
     in the order of the rows' hashes (``seed``, ``key``: as for ``cross_validate``), are
-    held out; the model is trained on the others and evaluated on them. Returns the model
-    and its evaluation on the held-out rows.
+    held out; the model (a tree, or a forest or boosting: ``train_options`` as for
+    ``cross_validate``) is trained on the others and evaluated on them. Returns the model and
+    its evaluation on the held-out rows.
     """
     check_fraction(test_fraction)
     _check_dealing(seed, key, stratified)
@@ -458,7 +472,7 @@ def _fold(
 
 def _train_part(
     parts: Dealt, held_out: int, target: str, options: dict[str, Any], what: str
-) -> Model:
+) -> Model | Ensemble:
     try:
         return train(parts.rows(held_out, inside=False), target, connection=parts.connection,
                      **options)
@@ -507,7 +521,7 @@ def _fold_line(evaluation: Evaluation | RegressionEvaluation) -> str:
 
 
 def _headline(e: Evaluation | RegressionEvaluation) -> str:
-    """The figure a progress line shows: accuracy, or a regression tree's RMSE and R²."""
+    """The figure a progress line shows: accuracy, or a regression model's RMSE and R²."""
     if isinstance(e, RegressionEvaluation):
         return f"RMSE {e.root_mean_squared_error:.6g}, R2 {e.r2:.4f}"
     return f"{_percent(e.accuracy)} correct"

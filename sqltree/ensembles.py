@@ -15,7 +15,8 @@ from typing import Any
 from . import progress as reporting
 from .algorithm_registry import RANDOM_FOREST
 from .algorithms.cart.strategy import class_weights
-from .dataset import describe, describe_source, is_pandas_frame
+from .algorithms.memory import PYTHON_MEMORY, rows_held_by
+from .dataset import describe, describe_source
 from .engines import get_engine
 from .engines.select_plan import AUTO, check_plan
 from .ensemble import Ensemble
@@ -98,6 +99,22 @@ def _check_class_weight(task: str, class_weight: Any) -> None:
         raise OptionError(f"class_weight must be None, 'balanced' or a dict, not {class_weight!r}")
 
 
+def check_ensemble_options(
+    algorithm: str, task: str, options: Mapping[str, Any], plan: str
+) -> tuple[ForestOptions | None, BoostingOptions | None, Any]:
+    """The forest's or boosting's options (the other None) and ``class_weight``, checked
+    before any query, as ``train_ensemble`` and cross-validation check them."""
+    forest: ForestOptions | None = None
+    boosting: BoostingOptions | None = None
+    if algorithm == RANDOM_FOREST:
+        forest, class_weight = forest_options(task, options)
+    else:
+        boosting, class_weight = boosting_options(task, options)
+    if plan not in PLANS:
+        raise OptionError(f"plan must be one of {PLANS}, not {plan!r}")
+    return forest, boosting, class_weight
+
+
 def train_ensemble(
     algorithm: str,
     source: Any,
@@ -114,15 +131,7 @@ def train_ensemble(
     options: Mapping[str, Any],
 ) -> Ensemble:
     """A random forest or boosted trees of ``source`` (see ``api.train``)."""
-    forest: ForestOptions | None = None
-    boosting: BoostingOptions | None = None
-    class_weight = None
-    if algorithm == RANDOM_FOREST:
-        forest, class_weight = forest_options(task, options)
-    else:
-        boosting, class_weight = boosting_options(task, options)
-    if plan not in PLANS:
-        raise OptionError(f"plan must be one of {PLANS}, not {plan!r}")
+    forest, boosting, class_weight = check_ensemble_options(algorithm, task, options, plan)
     with reporting.reporting_to(progress):
         engine = get_engine(connection)
         started = time.perf_counter()
@@ -134,7 +143,7 @@ def train_ensemble(
                                 continuous=continuous, weight=weight, task=task)
                 phase.done(f"read {reporting.rows(data.n_rows)} rows, "
                            f"{len(data.features)} features", rows=data.n_rows)
-            in_memory, reason = _plan(plan, source, reason)
+            in_memory, reason = _plan(plan, rows_held_by(source, engine), reason)
             if boosting is not None:
                 ensemble = _boost(data, boosting, class_weight, in_memory, engine.plan)
             else:
@@ -207,11 +216,12 @@ def _forest(data: Any, forest: ForestOptions, class_weight: Any, in_memory: bool
     return ensemble
 
 
-def _plan(plan: str, source: Any, engine_reason: str) -> tuple[bool, str]:
-    """Whether the forest grows in memory, and why (``plan="auto"``: a DataFrame's rows are
-    in Python already; any other source's stay in its engine)."""
+def _plan(plan: str, held_by: str | None, engine_reason: str) -> tuple[bool, str]:
+    """Whether the forest grows in memory, and why (``plan="auto"``: a DataFrame's rows, and
+    cross-validation's folds of one, are in Python already; any other source's stay in its
+    engine)."""
     if plan == MEMORY_PLAN:
         return True, "asked for"
-    if plan == "auto" and is_pandas_frame(source):
-        return True, "data in Python memory"
+    if plan == "auto" and held_by == PYTHON_MEMORY:
+        return True, PYTHON_MEMORY
     return False, engine_reason

@@ -104,8 +104,7 @@ def check_train_options(
     if task not in TASKS:
         raise OptionError(f"task must be one of {TASKS}, not {task!r}")
     entry = facts(algorithm)
-    # an ensemble gets here only from cross-validation, which scores single trees
-    if task == "regression" and (entry.ensemble or not entry.regression):
+    if task == "regression" and not entry.regression:
         raise UnsupportedOptionError(
             f"regression trees are CART's (algorithm={CART!r}); {algorithm!r} grows "
             "classification trees only"

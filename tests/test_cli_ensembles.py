@@ -47,7 +47,8 @@ def test_train_boosted_trees_reports_each_round(capsys):
 @pytest.mark.parametrize(("args", "message"), [
     (["--oob"], "--oob apply to --forest or --boost"),
     (["--forest", "3", "--algorithm", "cart"], "--algorithm"),
-    (["--forest", "3", "--folds", "3"], "sqltree evaluate"),
+    (["--forest", "3", "--folds", "1"], "folds must be a whole number of at least 2"),
+    (["--boost", "3", "--folds", "3", "--cf", "0.1"], "cf apply to single trees"),
     (["--forest", "3", "--max-features", "most"], "--max-features"),
     (["--boost", "3", "--cf", "0.1"], "cf"),
 ])
@@ -55,6 +56,45 @@ def test_ensemble_flags_are_checked_before_training(capsys, args, message):
     status, _, err = run(capsys, "train", GOLF, "-t", "play", *args)
     assert status == 2
     assert message in err
+
+
+@pytest.mark.parametrize(("flags", "source", "options"), [
+    (["--forest", "3", "--random-state", "1", "-t", "play"], GOLF,
+     {"target": "play", "algorithm": "random-forest", "n_estimators": 3, "random_state": 1}),
+    (["--boost", "3", "--min-samples-leaf", "1", "-t", "humidity", "--task", "regression"],
+     GOLF_NUMERIC, {"target": "humidity", "task": "regression",
+                    "algorithm": "gradient-boosting", "max_iter": 3, "min_samples_leaf": 1}),
+], ids=["forest", "boost-regression"])
+def test_folds_print_an_ensembles_cross_validation(capsys, flags, source, options):
+    status, out, err = run(capsys, "train", source, *flags, "--folds", "3", "--seed", "4")
+    assert status == 0, err
+    expected = sqltree.cross_validate(str(source), folds=3, seed=4, **options)
+    assert all(isinstance(m, sqltree.Ensemble) for m in expected.models)
+    summary, block = out.split("\n\n", 1)
+    task = options.get("task", "classification")
+    assert summary.startswith(f"Ensemble of 3 trees from sqltree: {task}")
+    assert block == f"{expected}\n\n"  # the block a tree's cross-validation prints
+    assert [line.split(":")[0] for line in err.splitlines() if line.startswith("fold")] == [
+        "fold 1", "fold 2", "fold 3"]
+    # --quiet prints the block alone
+    status, out, err = run(capsys, "train", source, *flags, "--folds", "3", "--seed", "4", "-q")
+    assert (status, out, err) == (0, f"{expected}\n\n", "")
+
+
+def test_a_boostings_test_fraction_and_test_source_print_their_evaluations(capsys):
+    flags = ["--boost", "3", "--min-samples-leaf", "1", "--learning-rate", "0.5"]
+    options = {"algorithm": "gradient-boosting", "max_iter": 3, "min_samples_leaf": 1,
+               "learning_rate": 0.5}
+    status, out, err = run(capsys, "train", GOLF, "-t", "play", *flags, "--test-fraction",
+                           "0.3")
+    assert status == 0, err
+    model, held_out = sqltree.holdout(str(GOLF), "play", test_fraction=0.3, **options)
+    assert out.endswith(f"\n\n{held_out}\n\n")
+    assert f"Ensemble of {model.n_trees} trees" in out
+    status, out, err = run(capsys, "train", GOLF, "-t", "play", *flags, "--test", GOLF, "-q")
+    assert status == 0, err
+    trained = sqltree.train(str(GOLF), "play", **options)
+    assert out == f"{trained.evaluate(str(GOLF), title='Evaluation on test set')}\n\n"
 
 
 # -- predict and evaluate a saved forest or boosting ---------------------------------------------

@@ -1,5 +1,6 @@
-"""Cross-validation and held-out splits dealt in SQL: the same parts on DuckDB, PostgreSQL and
-Spark, stratified, seeded, and pooled as scikit-learn would count the folds' predictions."""
+"""Cross-validation and held-out splits dealt in SQL: the same parts on DuckDB, PostgreSQL,
+Spark and SQLite, stratified, seeded, and pooled as scikit-learn would count the folds'
+predictions."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from sqlglot import exp
 import sqltree
 from sqltree import crossval
 from sqltree.engines import get_engine
-from tests.helpers import GOLF_NUMERIC, WITHOUT_SPARK, _clean, close, mixed_table, read_csv
+from tests.helpers import GOLF_NUMERIC, _clean, close, mixed_table, on_engines, read_csv
 
 
 def _odd_values() -> pd.DataFrame:
@@ -39,8 +40,12 @@ def _odd_values() -> pd.DataFrame:
     return frame.astype({"b": object, "t": object, "label": object})
 
 
-def _canonical(frame: pd.DataFrame) -> list[tuple]:
+def _canonical(frame: pd.DataFrame, booleans: tuple[str, ...] = ()) -> list[tuple]:
+    """The rows, sorted; ``booleans``: columns read back as numbers (SQLite stores a boolean
+    as 0 or 1), made booleans again."""
     rows = [_clean(r) for r in frame.to_dict("records")]
+    for r in rows:
+        r.update({b: bool(r[b]) for b in booleans if r[b] is not None})
     return sorted(tuple((k, repr(v)) for k, v in sorted(r.items())) for r in rows)
 
 
@@ -51,6 +56,7 @@ DEALINGS = [
 ]
 
 
+@on_engines(sqlite=True)
 def test_folds_are_the_same_on_every_engine(engine_factory) -> None:
     frame = _odd_values()
     engine, source = engine_factory(frame)
@@ -58,8 +64,13 @@ def test_folds_are_the_same_on_every_engine(engine_factory) -> None:
     for dealing in DEALINGS[:1] if engine_factory.kind == "spark" else DEALINGS:
         expected = sqltree.assign_folds(frame, "label", folds=4, **dealing)
         found = sqltree.assign_folds(source, "label", folds=4, connection=engine, **dealing)
-        assert _canonical(found) == _canonical(expected), dealing
+        assert _canonical(found, _read_as_numbers(engine_factory)) == _canonical(expected), (
+            dealing)
         assert len(found) == 48  # the two rows with a NULL class are in no fold
+
+
+def _read_as_numbers(engine_factory) -> tuple[str, ...]:
+    return ("b",) if engine_factory.kind == "sqlite" else ()
 
 
 def _split(source, connection) -> pd.DataFrame:
@@ -73,11 +84,12 @@ def _split(source, connection) -> pd.DataFrame:
             reader.cleanup()
 
 
+@on_engines(sqlite=True)
 def test_held_out_rows_are_the_same_on_every_engine(engine_factory) -> None:
     frame = _odd_values()
     engine, source = engine_factory(frame)
     expected, found = _split(frame, None), _split(source, engine)
-    assert _canonical(found) == _canonical(expected)
+    assert _canonical(found, _read_as_numbers(engine_factory)) == _canonical(expected)
     held = found[found.columns[-1]]
     assert held.sum() == math.floor(48 * 0.3)
 
@@ -198,6 +210,7 @@ def _comparable(cv: sqltree.CrossValidation) -> dict:
     return document
 
 
+@on_engines(sqlite=True)
 def test_cross_validation_is_the_same_on_every_engine(engine_factory) -> None:
     # Few folds and a shallow ID3 tree: Spark takes seconds per statement.
     frame = read_csv(GOLF_NUMERIC)
@@ -208,7 +221,7 @@ def test_cross_validation_is_the_same_on_every_engine(engine_factory) -> None:
     assert close(found, expected), (found, expected)
 
 
-@WITHOUT_SPARK  # its split is compared above, and training there in the test before
+@on_engines(exclude=("spark",), sqlite=True)  # Spark's split is compared above, and
 def test_holdout_is_the_same_on_every_engine(engine_factory) -> None:
     frame = read_csv(GOLF_NUMERIC)
     model, expected = sqltree.holdout(frame, "play", test_fraction=0.3)
@@ -268,12 +281,35 @@ def closed() -> duckdb.DuckDBPyConnection:
     (lambda c: sqltree.holdout("t", "y", test_fraction=True, connection=c), ValueError,
      "test_fraction"),
     (lambda c: sqltree.assign_folds("t", "y", folds=0, connection=c), ValueError, "folds"),
-    # an ensemble's options failed as unknown (a forest) or crashed (boosting) after dealing
-    (lambda c: sqltree.cross_validate("t", "y", algorithm="random-forest", n_estimators=5,
-                                      connection=c), sqltree.UnsupportedError,
-     "cross-validation and holdout train single trees, not 'random-forest'"),
-    (lambda c: sqltree.holdout("t", "y", algorithm="gradient-boosting", connection=c),
-     sqltree.UnsupportedError, "single trees, not 'gradient-boosting'"),
+    # an ensemble's options, and a tree's, refused as train refuses them
+    (lambda c: sqltree.cross_validate("t", "y", algorithm="random-forest", cf=0.1,
+                                      connection=c), ValueError,
+     "cf apply to single trees, not to random-forest"),
+    (lambda c: sqltree.holdout("t", "y", algorithm="gradient-boosting", pruning=None,
+                               min_cases=3, connection=c), ValueError,
+     "min_cases, pruning apply to single trees, not to gradient-boosting"),
+    (lambda c: sqltree.cross_validate("t", "y", algorithm="random-forest", date_features=True,
+                                      connection=c), TypeError,
+     "date_features applies to single trees"),
+    (lambda c: sqltree.cross_validate("t", "y", algorithm="gradient-boosting",
+                                      n_estimators=5, connection=c), TypeError,
+     r"train\(\) got unexpected keyword arguments: 'n_estimators'"),
+    (lambda c: sqltree.cross_validate("t", "y", n_estimators=5, connection=c), TypeError,
+     r"train\(\) got unexpected keyword arguments: 'n_estimators'"),
+    (lambda c: sqltree.holdout("t", "y", algorithm="cart", max_iter=5, connection=c),
+     TypeError, "'max_iter'"),
+    (lambda c: sqltree.cross_validate("t", "y", algorithm="random-forest", n_estimators=0,
+                                      connection=c), ValueError, "n_estimators must be"),
+    (lambda c: sqltree.holdout("t", "y", algorithm="gradient-boosting", learning_rate=-1,
+                               connection=c), ValueError, "learning_rate"),
+    (lambda c: sqltree.cross_validate("t", "y", algorithm="random-forest",
+                                      criterion="squared_error", task="classification",
+                                      connection=c), ValueError, "does not fit"),
+    (lambda c: sqltree.cross_validate("t", "y", algorithm="gradient-boosting", loss="poisson",
+                                      class_weight="balanced", connection=c), ValueError,
+     "class_weight applies to classifiers"),
+    (lambda c: sqltree.holdout("t", "y", algorithm="random-forest", plan="scan",
+                               connection=c), ValueError, "plan must be one of"),
 ])
 def test_bad_options_are_refused_before_any_query(closed, call, error, message) -> None:
     with pytest.raises(error, match=message):

@@ -26,7 +26,7 @@ from sqltree.errors import OptionError, UnsupportedError
 from sqltree.model import Model
 
 from .conftest import DATA, ENGINES, SQLITE, EngineFactory
-from .helpers import comparable, read_csv
+from .helpers import close, comparable, read_csv
 from .test_determinism import CASES as DETERMINISM_CASES
 from .test_determinism import rows_of as determinism_rows
 from .test_engines import DATASETS, assert_same_tree, frame_of
@@ -219,6 +219,26 @@ def test_postgres_role_with_select_only_trains_boosted_trees(postgres_admin: Any
     assert there.stats["plan_reason"].startswith("this PostgreSQL session may not")
     assert ensemble_file(there) == ensemble_file(here)
     assert there.stats["n_iter"] == 3
+
+
+@pytest.mark.postgres
+def test_postgres_role_with_select_only_cross_validates(postgres_admin: Any, reader: Any):
+    # No table of dealt rows: each fold's query deals the rows again, the same way.
+    from sqltree.engines.postgres import PostgresEngine
+
+    table, url = reader
+    options = {"folds": 3, "algorithm": "random-forest", "n_estimators": 2, "max_depth": 2}
+    engine = PostgresEngine.connect(url)
+    try:
+        engine.keep_sql = True
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*NULL target")
+            there = sqltree.cross_validate(table, "y", connection=engine, **options)
+            here = sqltree.cross_validate(frame_of("nulls"), "y", plan="tables", **options)
+    finally:
+        engine.close()
+    assert [ensemble_file(m) for m in there.models] == [ensemble_file(m) for m in here.models]
+    assert close(there.pooled.to_dict(), here.pooled.to_dict())
 
 
 def ensemble_file(ensemble: Any) -> dict[str, Any]:

@@ -19,8 +19,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from sqlglot import exp
+
 from ...algorithm_registry import C45, CART, CART_REGRESSION, ID3
-from ...dataset import Dataset, Feature
+from ...dataset import Dataset, Feature, is_pandas_frame
 from ...engines.select_plan import PLANS as SQL_PLANS
 from ...errors import OptionError
 from ...grower import GrowOptions, Strategy
@@ -102,6 +104,24 @@ and 2,171 MB against 97.8 s and 7,163 MB (1 Dec), scikit-learn's 250.9 s and 3,7
 
 LOCAL_FILE = "a file read by sqltree's own DuckDB database"
 PYTHON_MEMORY = "data in Python memory"
+
+HELD_BY = "sqltree_held_by"
+"""Set in a query's ``meta`` to where its rows are held when they are this process's own
+(``rows_held_by``): cross-validation's folds of a DataFrame, or of a file that its own DuckDB
+database dealt, are queries of a table, and ``plan="auto"`` treats them as their source."""
+
+
+def rows_held_by(source: Any, engine: Any) -> str | None:
+    """Where the training rows are when they are this process's own (``memory_reason``):
+    in Python memory, or in a file that sqltree's own DuckDB database reads; None when they
+    are in a user's engine."""
+    if isinstance(source, exp.Expression) and source.meta.get(HELD_BY):
+        return str(source.meta[HELD_BY])
+    if is_pandas_frame(source):
+        return PYTHON_MEMORY
+    if getattr(engine, "own_database", False):
+        return LOCAL_FILE
+    return None
 
 
 def memory_reason(plan: str, local: str | None, rows: int, features: int,
