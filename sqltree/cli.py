@@ -264,19 +264,27 @@ def _add_ensemble_flags(t: argparse.ArgumentParser) -> None:
 
 def _ensemble_options(args: argparse.Namespace) -> dict[str, Any]:
     """``train``'s options for --forest or --boost (empty for a tree)."""
+    forest_flags = [flag for flag, given in (
+        ("--max-features", args.max_features), ("--no-bootstrap", args.no_bootstrap),
+        ("--max-samples", args.max_samples), ("--oob", args.oob)) if given not in (None, False)]
+    boost_flags = [flag for flag, given in (
+        ("--learning-rate", args.learning_rate), ("--loss", args.loss),
+        ("--l2-regularization", args.l2_regularization),
+        ("--no-early-stopping", args.no_early_stopping)) if given not in (None, False)]
     if args.forest is None and args.boost is None:
-        forest_only = [flag for flag, given in (
-            ("--max-features", args.max_features), ("--no-bootstrap", args.no_bootstrap),
-            ("--max-samples", args.max_samples), ("--oob", args.oob),
-            ("--random-state", args.random_state), ("--learning-rate", args.learning_rate),
-            ("--loss", args.loss), ("--l2-regularization", args.l2_regularization),
-            ("--no-early-stopping", args.no_early_stopping)) if given not in (None, False)]
-        if forest_only:
-            raise OptionError(f"{', '.join(forest_only)} apply to --forest or --boost")
+        given = forest_flags + boost_flags + (
+            ["--random-state"] if args.random_state is not None else [])
+        if given:
+            raise OptionError(f"{', '.join(given)} apply to --forest or --boost")
         return {}
     if args.algorithm is not None:
         raise OptionError("--algorithm names a tree's algorithm; --forest and --boost train "
                           "their own")
+    # a flag of the other kind of ensemble would be silently ignored: refused instead
+    if args.forest is not None and boost_flags:
+        raise OptionError(f"{', '.join(boost_flags)} apply to --boost, not --forest")
+    if args.boost is not None and forest_flags:
+        raise OptionError(f"{', '.join(forest_flags)} apply to --forest, not --boost")
     out: dict[str, Any] = {}
     if args.random_state is not None:
         out["random_state"] = args.random_state

@@ -51,6 +51,10 @@ def test_train_boosted_trees_reports_each_round(capsys):
     (["--boost", "3", "--folds", "3", "--cf", "0.1"], "cf apply to single trees"),
     (["--forest", "3", "--max-features", "most"], "--max-features"),
     (["--boost", "3", "--cf", "0.1"], "cf"),
+    (["--forest", "3", "--learning-rate", "0.2", "--no-early-stopping"],
+     "--learning-rate, --no-early-stopping apply to --boost, not --forest"),
+    (["--boost", "3", "--oob", "--max-features", "2"],
+     "--max-features, --oob apply to --forest, not --boost"),
 ])
 def test_ensemble_flags_are_checked_before_training(capsys, args, message):
     status, _, err = run(capsys, "train", GOLF, "-t", "play", *args)
