@@ -159,3 +159,128 @@ def test_each_forest_tree_is_scikit_learns_tree_for_its_bootstrap_counts(plan):
         leaves = assert_same_partitions(ours, theirs.trees[t], x, np.flatnonzero(counts))
         for a, b in leaves:  # the class shares of the leaf's drawn rows, counts included
             np.testing.assert_allclose(ours.value[a], theirs.trees[t].value[b], rtol=1e-12)
+
+
+# -- 2. gradient boosting's first round against LightGBM -------------------------------------
+def _split_order(tree: TreeArrays) -> list[int]:
+    """sqltree's internal nodes in the order they were split: a split appends its two
+    children, so the order of their numbers."""
+    return sorted((n for n in range(tree.n_nodes) if tree.left[n] >= 0),
+                  key=lambda n: int(tree.left[n]))
+
+
+def _lightgbm_split_order(structure: dict) -> list[int]:
+    """LightGBM's internal nodes (numbered as ``from_lightgbm`` numbers them, in preorder)
+    in the order they were split (the dump's ``split_index``)."""
+    order: dict[int, int] = {}
+
+    def walk(node: dict, at: int) -> int:
+        if "split_index" not in node:
+            return at + 1
+        order[int(node["split_index"])] = at
+        return walk(node["right_child"], walk(node["left_child"], at + 1))
+
+    walk(structure, 0)
+    return [order[k] for k in sorted(order)]
+
+
+def _lightgbm_gradients(y: np.ndarray, init: float) -> tuple[np.ndarray, np.ndarray]:
+    """LightGBM's binary log loss gradients and hessians at the first round's score
+    (``BinaryLogloss::GetGradients``): computed in double, stored as float32 (``score_t``)."""
+    label = np.where(y == 1, 1.0, -1.0)
+    response = -label / (1.0 + np.exp(label * init))
+    g = response.astype(np.float32).astype(np.float64)
+    h = (np.abs(response) * (1.0 - np.abs(response))).astype(np.float32).astype(np.float64)
+    return g, h
+
+
+BOOSTING_CASES = {
+    # balanced classes: the base score is 0, every gradient +-1/2 and hessian 1/4, exact in
+    # float32 and in sqltree's fixed point, so the leaf values are the same doubles
+    "balanced": {"share": 0.5, "leaves": 31, "min_leaf": 5, "l2": 0.0, "min_hessian": 1e-3,
+                 "rate": 1.0},
+    "l2": {"share": 0.3, "leaves": 12, "min_leaf": 5, "l2": 1.0, "min_hessian": 6.0,
+           "rate": 0.3},
+    "min-leaf": {"share": 0.2, "leaves": 16, "min_leaf": 20, "l2": 0.5, "min_hessian": 1e-3,
+                 "rate": 1.0},
+    "min-hessian": {"share": 0.4, "leaves": 24, "min_leaf": 5, "l2": 0.0, "min_hessian": 11.9,
+                    "rate": 0.1},
+}
+
+
+@pytest.mark.parametrize("case", BOOSTING_CASES.values(), ids=BOOSTING_CASES.keys())
+def test_boostings_first_tree_is_lightgbms_first_tree(case):
+    """One round of binary log loss boosting grows LightGBM's first tree: the same base
+    score (``boost_from_average``: the log-odds of the positive share), the same splits in
+    the same best-first order (each leaf's best split by the Newton gain with ``lambda_l2``,
+    the leaf of largest gain next), the same leaves.
+
+    Options matched: ``num_leaves`` is ``max_leaf_nodes``, ``min_data_in_leaf``
+    ``min_samples_leaf``, ``lambda_l2`` ``l2_regularization``, ``min_sum_hessian_in_leaf``
+    ``min_hessian_to_split`` (both: a child's hessian sum at least this), ``max_bin`` (with
+    ``min_data_in_bin=1``) gives each value its bin, as sqltree's ``max_bins``.
+
+    Leaf values: LightGBM stores each row's gradient and hessian as float32, sqltree rounds
+    them to 24 bits of fraction (``boosting.NEWTON_BITS``); each side's sums are within
+    ``n 2**-25`` of the exact ones, and the leaf values agree to about 1e-6, relatively. So
+    LightGBM's leaves are checked against its own arithmetic on float32 gradients (to 1e-9)
+    and sqltree's against the exact value within what its rounding allows; where no
+    rounding happens (balanced classes) the two are the same to 1e-12.
+
+    A least hessian equal to a multiple of the common hessian is a boundary that the two
+    roundings cross differently: at a positive share of 0.4 every hessian is 0.24 and a child
+    of 50 rows holds 12 in exact arithmetic, 11.9999997 in float32 sums and 12.0000005 in
+    sqltree's, so ``min_hessian=12`` refuses in LightGBM splits that sqltree makes. The case
+    here uses 11.9.
+    """
+    lgb = pytest.importorskip("lightgbm")
+    x, score = _integers(2000, seed=1)
+    y = (score > np.quantile(score, 1.0 - case["share"])).astype(np.int64)
+    rate, l2 = case["rate"], case["l2"]
+    model = sqltree.train(
+        _frame(x, label=y), "label", algorithm="gradient-boosting", max_iter=1,
+        learning_rate=rate, max_leaf_nodes=case["leaves"], min_samples_leaf=case["min_leaf"],
+        l2_regularization=l2, min_hessian_to_split=case["min_hessian"], max_bins=255,
+        early_stopping=False)
+    booster = lgb.train(
+        {"objective": "binary", "num_leaves": case["leaves"],
+         "min_data_in_leaf": case["min_leaf"], "lambda_l2": l2,
+         "min_sum_hessian_in_leaf": case["min_hessian"], "learning_rate": rate,
+         "max_bin": 255, "min_data_in_bin": 1, "boost_from_average": True,
+         "num_threads": 1, "deterministic": True, "force_row_wise": True, "verbose": -1},
+        lgb.Dataset(x, y), num_boost_round=1)
+    theirs = sqltree.from_lightgbm(booster, feature_names=FEATURES).trees[0]
+    ours = model.trees[0]
+
+    share = y.mean()
+    init = float(np.log(share / (1.0 - share)))
+    assert model.base_score[0] == pytest.approx(init, rel=1e-12, abs=1e-15)
+    # a value per bin on both sides: LightGBM cuts halfway between two integers (its bin
+    # bounds are a few ulps above the midpoint)
+    inner = theirs.left >= 0
+    np.testing.assert_allclose(theirs.threshold[inner] % 1.0, 0.5, atol=1e-12)
+
+    rows = np.arange(len(x))
+    ours_order = _split_order(ours)
+    theirs_order = _lightgbm_split_order(booster.dump_model()["tree_info"][0]["tree_structure"])
+    assert len(ours_order) == case["leaves"] - 1
+    ours_splits = _splits(ours, x, rows, ours_order)
+    theirs_splits = _splits(theirs, x, rows, theirs_order)
+    for k, (a, b) in enumerate(zip(ours_splits, theirs_splits, strict=True)):
+        assert a == b, (f"split {k} (best-first): ours {FEATURES[a[0]]} on {len(a[1])} rows, "
+                        f"LightGBM's {FEATURES[b[0]]} on {len(b[1])} rows")
+
+    at = _rows_at(ours, x, rows)
+    g32, h32 = _lightgbm_gradients(y, init)
+    p = 1.0 / (1.0 + np.exp(-model.base_score[0]))
+    g, h = p - y, np.full(len(y), p * (1.0 - p))
+    for a, b in assert_same_partitions(ours, theirs, x, rows):
+        here = at[a]
+        lightgbm = init - rate * g32[here].sum() / (h32[here].sum() + l2)
+        assert theirs.value[b, 0] == pytest.approx(lightgbm, rel=1e-9)
+        exact = -g[here].sum() / (h[here].sum() + l2)
+        rounding = len(here) * 2.0**-25 * (1.0 + abs(exact)) / (h[here].sum() + l2)
+        assert abs(ours.value[a, 0] / rate - exact) <= rounding
+        if case["share"] == 0.5:
+            assert model.base_score[0] + ours.value[a, 0] == pytest.approx(
+                theirs.value[b, 0], rel=1e-12, abs=1e-15)
