@@ -191,6 +191,10 @@ def best_splits(
                 # (scikit-learn's rule)
                 missing_left = bool(left[ROWS] > right[ROWS])
             upto = int(c[r]) + 1
+            if not s[r] and prefix[r, c[r], ROWS] == prefix[r, -1, ROWS]:
+                # every known value left, only the unknown ones right: the test takes every
+                # code (scikit-learn's threshold +inf), not only those up to the node's largest
+                upto = f.n_codes - 1
             out[i] = Choice(
                 feature=pos, gain=float(gain[i, pos]), missing_left=missing_left,
                 upto=0 if nominal else upto,
