@@ -161,6 +161,74 @@ def test_each_forest_tree_is_scikit_learns_tree_for_its_bootstrap_counts(plan):
             np.testing.assert_allclose(ours.value[a], theirs.trees[t].value[b], rtol=1e-12)
 
 
+def _binned_table(rows: int, seed: int, nulls: bool) -> pd.DataFrame:
+    """Four continuous features to be cut into bins (values of three decimals), a few NULLs
+    in two of them, three noisy classes, a regression target, counts and whole-number
+    weights."""
+    rng = np.random.default_rng(seed)
+    x = np.round(rng.normal(size=(rows, len(FEATURES))), 3)
+    score = x[:, 0] - 0.7 * x[:, 1] + 0.5 * x[:, 2] * (x[:, 3] > 0) + rng.normal(size=rows)
+    frame = _frame(x, label=_classes(score, seed), y=np.round(score, 2),
+                   count=rng.poisson(np.exp(score / 2)).astype(np.float64),
+                   w=rng.poisson(1.0, rows).astype(np.float64))
+    if nulls:
+        frame.loc[rng.random(rows) < 0.05, "p"] = np.nan
+        frame.loc[rng.random(rows) < 0.05, "r"] = np.nan
+    return frame
+
+
+def _assert_cart_tree(node, tree: TreeArrays, names: list[str], at: int = 0,
+                      path: str = "root") -> None:
+    """A single tree's ``Node`` and a forest's tree are the same tree: the same tests (the
+    same thresholds: both are bins' top edges), unknown values sent the same way, the same
+    leaf values."""
+    assert node.is_leaf == (tree.left[at] < 0), f"{path}: a leaf on one side only"
+    if node.is_leaf:
+        # a mean target: each rounds the weighted targets to its own fixed point
+        expected = node.proba if node.value is None else [node.value]
+        np.testing.assert_allclose(tree.value[at], expected, rtol=1e-9, atol=1e-9,
+                                   err_msg=path)
+        return
+    split = node.split
+    assert (split.feature, split.threshold) == (names[tree.feature[at]], tree.threshold[at]), (
+        f"{path}: CART splits {split.feature} <= {split.threshold}, the forest "
+        f"{names[tree.feature[at]]} <= {tree.threshold[at]}")
+    if node.unknown_branch is not None:
+        assert (node.unknown_branch == 0) == tree.missing_left[at], path
+    _assert_cart_tree(node.children[0], tree, names, int(tree.left[at]), path + "L")
+    _assert_cart_tree(node.children[1], tree, names, int(tree.right[at]), path + "R")
+
+
+FOREST_AS_CART = {
+    "gini": {"target": "label", "criterion": "gini"},
+    "entropy": {"target": "label", "criterion": "entropy"},
+    "weighted": {"target": "label", "criterion": "gini", "weight": "w"},
+    "nulls": {"target": "label", "criterion": "gini", "nulls": True},
+    "regression": {"target": "y", "criterion": "squared_error", "weight": "w"},
+    "poisson": {"target": "count", "criterion": "poisson"},
+}
+
+
+@pytest.mark.parametrize("case", FOREST_AS_CART.values(), ids=FOREST_AS_CART.keys())
+def test_a_forest_without_bagging_grows_carts_tree_of_the_same_bins(case):
+    """Without bagging and with every feature at every node, each tree of a forest is the
+    CART tree ``train(algorithm="cart", max_bins=...)`` grows over the same quantile bins:
+    the same greedy choice, the same stopping rules, the same ties (the first feature in
+    column order among splits within ``criteria.TIE_TOLERANCE`` per unit weight, unknown
+    values right before left, then the lowest threshold)."""
+    frame = _binned_table(1500, seed=3, nulls=case.get("nulls", False))
+    frame = frame.drop(columns=[c for c in ("label", "y", "count", "w")
+                                if c not in (case["target"], case.get("weight"))])
+    options = {"max_bins": 32, "min_samples_leaf": 2, "criterion": case["criterion"],
+               "weight": case.get("weight")}
+    forest = sqltree.train(frame, case["target"], algorithm="random-forest", n_estimators=2,
+                           bootstrap=False, max_features=None, **options)
+    cart = sqltree.train(frame, case["target"], algorithm="cart", **options)
+    assert cart.n_leaves > 100
+    for tree in forest.trees:
+        _assert_cart_tree(cart.root, tree, forest.feature_names)
+
+
 # -- 2. gradient boosting's first round against LightGBM -------------------------------------
 def _split_order(tree: TreeArrays) -> list[int]:
     """sqltree's internal nodes in the order they were split: a split appends its two
