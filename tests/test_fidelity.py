@@ -1,11 +1,13 @@
-"""The ensemble learners against the libraries they follow, tree by tree, on data binned
-exactly.
+"""The ensemble learners against the trees they follow, tree by tree: a forest's trees
+against scikit-learn's and against sqltree's own CART tree, boosting's first tree against
+LightGBM's.
 
-Every feature holds the integers 0..20: float32 represents them exactly (scikit-learn and
-LightGBM convert to float32), and with fewer values than bins each bin is one value on both
-sides, so binning decides nothing and the trees must agree split for split. Thresholds differ
-in value (scikit-learn and LightGBM cut halfway between two values, sqltree at the lower value,
-a bin's top edge), so a split is compared by the rows it sends left, not by its number.
+Against the libraries every feature holds the integers 0..20: float32 represents them exactly
+(scikit-learn and LightGBM convert to float32), and with fewer values than bins each bin is one
+value on both sides, so binning decides nothing and the trees must agree split for split.
+Thresholds differ in value (scikit-learn and LightGBM cut halfway between two values, sqltree
+at the lower value, a bin's top edge), so a split is compared by the rows it sends left, not
+by its number. Against CART the data is binned for real: both grow over the same bins.
 """
 
 from __future__ import annotations
@@ -161,6 +163,7 @@ def test_each_forest_tree_is_scikit_learns_tree_for_its_bootstrap_counts(plan):
             np.testing.assert_allclose(ours.value[a], theirs.trees[t].value[b], rtol=1e-12)
 
 
+# -- 2. a forest without bagging against sqltree's CART tree ---------------------------------
 def _binned_table(rows: int, seed: int, nulls: bool) -> pd.DataFrame:
     """Four continuous features to be cut into bins (values of three decimals), a few NULLs
     in two of them, three noisy classes, a regression target, counts and whole-number
@@ -213,9 +216,16 @@ FOREST_AS_CART = {
 def test_a_forest_without_bagging_grows_carts_tree_of_the_same_bins(case):
     """Without bagging and with every feature at every node, each tree of a forest is the
     CART tree ``train(algorithm="cart", max_bins=...)`` grows over the same quantile bins:
-    the same greedy choice, the same stopping rules, the same ties (the first feature in
-    column order among splits within ``criteria.TIE_TOLERANCE`` per unit weight, unknown
-    values right before left, then the lowest threshold)."""
+    the same greedy choice, the same stopping rules, the same leaf values, the same ties.
+
+    Grown to leaves of two rows, a quarter of the splits tie here, equal in exact arithmetic
+    and some of them apart in their last bits: both take the first feature in column order
+    among the splits within ``criteria.TIE_TOLERANCE`` per unit weight (of the root's
+    impurity for a regression), then unknown values right before left, then the lowest
+    threshold. Unknown values at a node that saw none go to the child of more rows, the right
+    one when both hold as many; a split of the known values from the unknown ones sends
+    every known value left (threshold the largest double).
+    """
     frame = _binned_table(1500, seed=3, nulls=case.get("nulls", False))
     frame = frame.drop(columns=[c for c in ("label", "y", "count", "w")
                                 if c not in (case["target"], case.get("weight"))])
@@ -229,7 +239,7 @@ def test_a_forest_without_bagging_grows_carts_tree_of_the_same_bins(case):
         _assert_cart_tree(cart.root, tree, forest.feature_names)
 
 
-# -- 2. gradient boosting's first round against LightGBM -------------------------------------
+# -- 3. gradient boosting's first round against LightGBM -------------------------------------
 def _split_order(tree: TreeArrays) -> list[int]:
     """sqltree's internal nodes in the order they were split: a split appends its two
     children, so the order of their numbers."""
