@@ -24,6 +24,9 @@ from .backends import NumpyBackend, SqlBackend
 from .rows import quantize, scale_bits
 from .splitter import FeatureCodes, Layout
 
+KNOWN_LEFT = float(np.finfo(np.float64).max)
+"""The threshold of a continuous test that sends every known value left."""
+
 
 @dataclass
 class Encoded:
@@ -49,8 +52,11 @@ class Encoded:
         return self.data.features
 
     def threshold(self, position: int, upto: int) -> float:
-        """The value a continuous test ``code <= upto`` compares with: bin ``upto``'s top edge."""
-        return float(self.edges[self.data.features[position].index][upto - 1])
+        """The value a continuous test ``code <= upto`` compares with: bin ``upto``'s top edge,
+        or, when the test takes every bin (every known value left, the unknown ones right),
+        the largest double (scikit-learn's +inf; a model file holds finite numbers)."""
+        edges = self.edges[self.data.features[position].index]
+        return KNOWN_LEFT if upto >= len(edges) else float(edges[upto - 1])
 
     def tests(self, feature: list[int], upto: list[int], left_codes: list[tuple[int, ...]]
               ) -> tuple[np.ndarray, dict[int, tuple[Any, ...]]]:

@@ -135,7 +135,10 @@ def train_forest(
             "need finite values: filter or cap them first")
     crit = _criterion(options.criterion, task)
     started = time.perf_counter()
-    encoded = encode(data, options.max_bins, class_weight=class_weight, in_memory=in_memory)
+    # the Poisson deviance needs the target itself; the other criteria keep their sums of
+    # squares precise with the target less its mean
+    encoded = encode(data, options.max_bins, class_weight=class_weight, in_memory=in_memory,
+                     centred=crit.name != "poisson")
     backend = encoded.numpy_backend() if in_memory else encoded.sql_backend()
     sampling = options.sampling(data.n_rows)
     n_features = options.n_features(len(data.features))

@@ -51,6 +51,12 @@ class Criterion:
     def gain(self, left: np.ndarray, right: np.ndarray, node: np.ndarray) -> np.ndarray:
         return self.score(left) + self.score(right) - self.score(node)
 
+    def tie_scale(self, root: np.ndarray) -> np.ndarray:
+        """The unit of the tie tolerance for the trees whose roots hold ``root``: gains
+        closer than ``TIE_TOLERANCE`` times this per unit of a node's weight tie. 0: only
+        equal gains tie."""
+        return np.zeros(root.shape[:-1])
+
     def is_pure(self, stats: np.ndarray) -> bool:
         """Whether a node (one statistics vector) has nothing left to split on."""
         return False
@@ -89,6 +95,10 @@ class Gini(Criterion):
 
     def is_pure(self, stats: np.ndarray) -> bool:
         return int(np.count_nonzero(stats[1:] > 0)) <= 1
+
+    def tie_scale(self, root: np.ndarray) -> np.ndarray:
+        # CART's: an impurity decrease per unit weight within TIE_TOLERANCE
+        return np.ones(root.shape[:-1])
 
     def order_key(self, stats: np.ndarray, total: np.ndarray) -> np.ndarray:
         # the proportion of the node's heaviest class (Breiman's exact order for two classes)
@@ -143,6 +153,11 @@ class SquaredError(Criterion):
     def order_key(self, stats: np.ndarray, total: np.ndarray) -> np.ndarray:
         return _ratio(stats[..., 2], stats[..., 1])
 
+    def tie_scale(self, root: np.ndarray) -> np.ndarray:
+        # CART's: the root's impurity, its weighted variance
+        mean = _ratio(root[..., 2], root[..., 1])
+        return np.maximum(_ratio(root[..., 3], root[..., 1]) - mean * mean, 0.0)
+
 
 @dataclass(frozen=True)
 class Poisson(SquaredError):
@@ -159,6 +174,11 @@ class Poisson(SquaredError):
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.where(ok, s * np.log(np.where(ok, s, 1.0) / np.where(ok, w, 1.0)),
                             np.where(w > 0, -np.inf, 0.0))
+
+    def tie_scale(self, root: np.ndarray) -> np.ndarray:
+        # CART's is the root's half deviance per unit weight, which needs sum(w y log y); its
+        # second-order term, variance / (2 mean), is of the same size
+        return _ratio(super().tie_scale(root), 2.0 * _ratio(root[..., 2], root[..., 1]))
 
 
 @dataclass(frozen=True)

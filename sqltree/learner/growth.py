@@ -139,7 +139,10 @@ def grow_level_wise(
             kept.clear()
             pair.clear()
         summed = time.perf_counter()
-        choices, totals = best_splits(hist, layout, criterion, options.rules)
+        # the roots' statistics scale the tie tolerance (at level 0 the nodes are the roots)
+        roots = None if level == 0 else np.stack(
+            [trees[where[n][0]].stats[0] for n in hist.nodes.tolist()])
+        choices, totals = best_splits(hist, layout, criterion, options.rules, roots)
         routes: list[Route] = []
         next_open: list[int] = []
         keep_budget = SUBTRACT_BYTES

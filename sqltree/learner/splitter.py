@@ -9,9 +9,13 @@ order or a nominal feature's values. A split sends a set of codes left and the r
 - nominal: the node's values ordered by the criterion's key, a prefix of that order left;
   every other value, seen in training or not, goes right.
 
-Ties go to the first candidate in the order (feature as the source lists them, threshold
-ascending, unknown values right before left): the gains are computed by the same numpy code
-from the same exact sums on every engine, so the choice is the same everywhere.
+Ties are CART's (``sqltree.algorithms.cart``): gains within ``criteria.TIE_TOLERANCE`` per
+unit of the node's weight tie (in units of the root's impurity for a regression criterion;
+Newton's gains tie only when equal, as in LightGBM), and a tie goes to the first candidate in
+the order: feature as the source lists them, then unknown values right before left, then
+threshold ascending. Gains equal in exact arithmetic may differ in their last bits; the
+tolerance makes them tie. The gains are computed by the same numpy code from the same exact
+sums on every engine, so the choice is the same everywhere.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..criteria import TIE_TOLERANCE
 from .gains import ROWS, Criterion
 
 NODE_CHUNK = 512
@@ -124,19 +129,22 @@ def best_splits(
     layout: Layout,
     criterion: Criterion,
     rules: Rules,
+    roots: np.ndarray | None = None,
 ) -> tuple[list[Choice | None], np.ndarray]:
     """One choice (or None) per node of ``hist``, and every node's statistics (its sums over
-    all codes of any one feature)."""
+    all codes of any one feature).
+
+    ``roots``: the statistics of each node's tree's root, the scale of the tie tolerance
+    (``Criterion.tie_scale``); None when every node is a root.
+    """
     n = len(hist.nodes)
+    n_features = len(layout.features)
     n_stats = next((b[1].shape[2] for b in hist.blocks if b is not None), 1)
-    best_gain = np.full(n, -np.inf)
-    best_feature = np.full(n, -1, dtype=np.int64)
-    best_upto = np.zeros(n, dtype=np.int64)
-    best_side = np.zeros(n, dtype=bool)
-    best_saw = np.zeros(n, dtype=bool)
-    best_left = np.zeros((n, n_stats))
+    # each feature's best candidate per node: its gain, its last code on the left, its side
+    gain = np.full((n, n_features), -np.inf)
+    cut = np.zeros((n, n_features), dtype=np.int64)
+    side = np.zeros((n, n_features), dtype=bool)
     totals = np.zeros((n, n_stats))
-    nominal_left: dict[int, tuple[int, ...]] = {}
     for pos, f in enumerate(layout.features):
         block = hist.blocks[pos]
         if block is None:
@@ -144,68 +152,97 @@ def best_splits(
         all_slots, all_sums = block
         for start in range(0, len(all_slots), NODE_CHUNK):
             slots = all_slots[start : start + NODE_CHUNK]
-            sums = all_sums[start : start + NODE_CHUNK]
-            missing = sums[:, 0, :]
-            known = sums[:, 1:, :]
-            order = None
-            if f.kind == "nominal":
-                node_total = missing + known.sum(axis=1)
-                key = criterion.order_key(known, node_total)
-                # values without rows sort last (they go right); a stable sort keeps ties by code
-                key = np.where(known[..., ROWS] > 0, key, np.inf)
-                order = np.argsort(key, axis=1, kind="stable")
-                known = np.take_along_axis(known, order[..., None], axis=1)
-            prefix = np.cumsum(known, axis=1)
-            total = prefix[:, -1, :] + missing
+            prefix, missing, total, _ = _prefix(all_sums[start : start + NODE_CHUNK], f,
+                                                criterion)
             totals[slots] = total
             if f.n_codes < 2:
                 continue
-            gains, cut, side = _scan(prefix, missing, total, criterion.score(total),
-                                     criterion, rules)
-            better = gains > best_gain[slots]
-            if not better.any():
-                continue
-            at = slots[better]
-            rows = np.flatnonzero(better)
-            best_gain[at] = gains[better]
-            best_feature[at] = pos
-            best_upto[at] = cut[better] + 1
-            best_side[at] = side[better]
-            best_saw[at] = missing[better, ROWS] > 0
-            best_left[at] = prefix[rows, cut[better]] + np.where(
-                side[better][:, None], missing[better], 0.0)
-            if order is not None:
-                for r, node in zip(rows, at):
-                    nominal_left[int(node)] = tuple(
-                        sorted(int(c) + 1 for c in order[r, : cut[r] + 1]))
+            tie = _tie_tolerance(criterion, total, None if roots is None else roots[slots])
+            gain[slots, pos], cut[slots, pos], side[slots, pos] = _scan(
+                prefix, missing, total, criterion.score(total), criterion, rules, tie)
     out: list[Choice | None] = [None] * n
-    for i in np.flatnonzero(np.isfinite(best_gain)):
-        left = best_left[i]
-        right = totals[i] - left
-        missing_left = bool(best_side[i])
-        if not best_saw[i]:
-            # no unknown value reached this node: unknown values follow the heavier child at
-            # scoring time (scikit-learn's rule)
-            missing_left = bool(left[ROWS] >= right[ROWS])
-        pos = int(best_feature[i])
-        nominal = layout.features[pos].kind == "nominal"
-        out[i] = Choice(
-            feature=pos, gain=float(best_gain[i]), missing_left=missing_left,
-            upto=0 if nominal else int(best_upto[i]),
-            left_codes=nominal_left[int(i)] if nominal else (),
-            left=left, right=right, saw_missing=bool(best_saw[i]),
-        )
+    if not n_features:
+        return out, totals
+    # the first feature within the tie tolerance of the best (CART's rule)
+    best = gain.max(axis=1)
+    chosen = np.argmax(gain >= (best - _tie_tolerance(criterion, totals, roots))[:, None],
+                       axis=1)
+    for pos, f in enumerate(layout.features):
+        nodes = np.flatnonzero(np.isfinite(best) & (chosen == pos))
+        block = hist.blocks[pos]
+        if not nodes.size or block is None:
+            continue
+        # the winners' left statistics, from their histograms once more
+        all_slots, all_sums = block
+        where = np.full(n, -1, dtype=np.int64)
+        where[all_slots] = np.arange(len(all_slots))
+        prefix, missing, _, order = _prefix(all_sums[where[nodes]], f, criterion)
+        c, s = cut[nodes, pos], side[nodes, pos]
+        lefts = prefix[np.arange(len(nodes)), c] + np.where(s[:, None], missing, 0.0)
+        nominal = order is not None
+        for r, i in enumerate(nodes.tolist()):
+            left = lefts[r]
+            right = totals[i] - left
+            saw = bool(missing[r, ROWS] > 0)
+            missing_left = bool(s[r])
+            if not saw:
+                # no unknown value reached this node: unknown values follow the child of
+                # more rows at scoring time, the right one when they hold as many
+                # (scikit-learn's rule)
+                missing_left = bool(left[ROWS] > right[ROWS])
+            upto = int(c[r]) + 1
+            if not s[r] and prefix[r, c[r], ROWS] == prefix[r, -1, ROWS]:
+                # every known value left, only the unknown ones right: the test takes every
+                # code (scikit-learn's threshold +inf), not only those up to the node's largest
+                upto = f.n_codes - 1
+            out[i] = Choice(
+                feature=pos, gain=float(gain[i, pos]), missing_left=missing_left,
+                upto=0 if nominal else upto,
+                left_codes=tuple(sorted(int(v) + 1 for v in order[r, : c[r] + 1]))
+                if order is not None else (),
+                left=left, right=right, saw_missing=saw,
+            )
     return out, totals
+
+
+def _prefix(sums: np.ndarray, f: FeatureCodes, criterion: Criterion
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    """One feature's candidates for some nodes (nodes x codes x statistics): the running
+    sums of the known codes in the order they are cut (a nominal feature's by the
+    criterion's key), the unknown value's sums, the nodes' totals, and that order."""
+    missing = sums[:, 0, :]
+    known = sums[:, 1:, :]
+    order = None
+    if f.kind == "nominal":
+        node_total = missing + known.sum(axis=1)
+        key = criterion.order_key(known, node_total)
+        # values without rows sort last (they go right); a stable sort keeps ties by code
+        key = np.where(known[..., ROWS] > 0, key, np.inf)
+        order = np.argsort(key, axis=1, kind="stable")
+        known = np.take_along_axis(known, order[..., None], axis=1)
+    prefix = np.cumsum(known, axis=1)
+    return prefix, missing, prefix[:, -1, :] + missing, order
+
+
+def _tie_tolerance(criterion: Criterion, total: np.ndarray, roots: np.ndarray | None
+                   ) -> np.ndarray:
+    """Per node, how close two gains are to tie: ``TIE_TOLERANCE`` per unit of the node's
+    weight (a gain is the node's weight times CART's impurity decrease per unit weight), in
+    units of the tree root's impurity for a regression criterion."""
+    scale = criterion.tie_scale(total if roots is None else roots)
+    return TIE_TOLERANCE * scale * criterion.weight(total)
 
 
 def _scan(
     prefix: np.ndarray, missing: np.ndarray, total: np.ndarray, parent: np.ndarray,
-    criterion: Criterion, rules: Rules,
+    criterion: Criterion, rules: Rules, tie: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The best cut of one feature for every node: its gain (-inf if none), the last code
-    position on the left, and whether unknown values go left."""
+    position on the left, and whether unknown values go left. The best is the first
+    candidate within ``tie`` of the largest gain: unknown values right, every cut in order,
+    then unknown values left (scikit-learn's two passes, and CART's ``TIE_ORDER``)."""
     m, width, _ = prefix.shape
-    gains = np.full((m, width, 2), -np.inf)
+    gains = np.full((m, 2, width), -np.inf)
     has_missing = missing[:, ROWS] > 0
     for side in (0, 1):  # unknown values right, then left
         if side and not has_missing.any():
@@ -222,9 +259,10 @@ def _scan(
         if side:
             # with no unknown rows the two sides are the same split: score it once
             ok &= missing[:, None, ROWS] > 0
-        gains[:, :, side] = np.where(ok & np.isfinite(g), g, -np.inf)
+        gains[:, side, :] = np.where(ok & np.isfinite(g), g, -np.inf)
     flat = gains.reshape(m, -1)
-    at = np.argmax(flat, axis=1)
+    top = flat.max(axis=1)
+    at = np.argmax(flat >= (top - tie)[:, None], axis=1)
     best = flat[np.arange(m), at]
     best = np.where(np.isfinite(best) & (best >= rules.min_gain), best, -np.inf)
-    return best, at // 2, at % 2
+    return best, at % width, at // width == 1
