@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import sqlglot
+from sqlglot import exp
 from sqlglot.dialects.dialect import Dialects
 
 from sqltree.ensemble import Ensemble, TreeArrays
@@ -271,3 +272,53 @@ def test_output_names_that_clash_are_refused():
     model = ensemble("forest", np.random.default_rng(2))
     with pytest.raises(Exception, match="already has columns"):
         model.to_sql("duckdb", table="t", columns=["prediction"])
+
+
+def forest_of_distinct_tests(rng, n_trees: int = 12) -> Ensemble:
+    """A 3-class forest whose roots test a number and whose thresholds are all distinct (a
+    random forest's: no bins, each test written where the tree makes it)."""
+    model = ensemble("forest", rng, n_trees=n_trees)
+    for t in model.trees:
+        if t.feature[0] == 2:
+            t.categories.pop(0)
+            t.feature[0] = 0
+        numeric = ~t.is_leaf & ~np.isin(np.arange(t.n_nodes), list(t.categories))
+        t.threshold[numeric] = rng.normal(size=int(numeric.sum()))
+    model.validate()
+    return model
+
+
+@pytest.mark.parametrize("dialect", ["duckdb", "postgres", "spark"])
+def test_a_forest_walks_each_tree_once(dialect):
+    model = forest_of_distinct_tests(np.random.default_rng(12))
+    sql = model.to_sql(dialect, table="t", proba=True)
+    for t in model.trees:
+        assert sql.count(repr(abs(float(t.threshold[0])))) == 1
+
+
+def test_a_forest_walks_each_tree_per_class_without_arrays():
+    model = forest_of_distinct_tests(np.random.default_rng(12))
+    query = model.scoring_query(exp.Table(this=exp.to_identifier("t")), proba=True)
+    sql = query.sql("duckdb")  # built without a dialect: no arrays
+    for t in model.trees:
+        assert sql.count(repr(abs(float(t.threshold[0])))) == len(model.classes)
+
+
+@pytest.mark.parametrize("engine_factory", ALL_ENGINES, indirect=True)
+def test_a_forest_walked_once_scores_as_numpy(engine_factory):
+    rng = np.random.default_rng(13)
+    model = forest_of_distinct_tests(rng)
+    data = frame(rng, 500, 4, nominal=(2,))
+    assert data.drop(columns="rid").isna().any().all()  # NULLs in every feature
+    engine, source = engine_factory(data, "walked")
+    got = model.predict(source, connection=engine, proba=True, raw=True)
+    check_scores(model, got, data)
+    # the same numbers as a walk per class, on the engine
+    per_class = engine.frame(model.scoring_query(source, [*data.columns], proba=True, raw=True))
+    names = [*(f"proba_{c}" for c in model.classes), "raw_0", "raw_1", "raw_2"]
+    got, per_class = (f.sort_values("rid").reset_index(drop=True) for f in (got, per_class))
+    np.testing.assert_array_equal(got[names].to_numpy(dtype=float),
+                                  per_class[names].to_numpy(dtype=float))
+    if engine.dialect != "postgres":  # doubles, bit for bit (PostgreSQL adds NUMERICs)
+        np.testing.assert_array_equal(got[["raw_0", "raw_1", "raw_2"]].to_numpy(dtype=float),
+                                      model.raw_frame(data))
