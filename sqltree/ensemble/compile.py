@@ -386,13 +386,16 @@ def build_ensemble_query(
     """``SELECT <columns>, <prediction> [, proba_<class>...] [, raw_<i>...] FROM relation``.
 
     ``columns`` are the relation's columns to keep (default: the model's features). ``raw``
-    adds the raw scores before the link (``raw_0``, ...). ``dialect`` matters only for a
-    float32 model: in ``NO_FLOAT32`` dialects it rounds by arithmetic. ``ordered`` returns
-    the rows in the relation's order: the expression form keeps it (each step is a
-    projection of the one before), the table form's join and ``GROUP BY`` do not, so there
-    the rows are sorted by the row number they were given before the join (as
-    ``Model.predict`` restores the order of a tree's expansion query). ``proba_columns``
-    name the probability columns (default ``proba_names``: ``proba_<class>``).
+    adds the raw scores before the link (``raw_0``, ...). ``dialect`` is the one the query
+    will be written in: a float32 model rounds by arithmetic in ``NO_FLOAT32`` dialects, and
+    a forest's trees are walked once per row in ``INDEXED_ARRAYS`` dialects (the positions
+    count from that dialect's first index; without a dialect, a walk per class, which every
+    dialect reads). ``ordered`` returns the rows in the relation's order: the expression form
+    keeps it (each step is a projection of the one before), the table form's join and
+    ``GROUP BY`` do not, so there the rows are sorted by the row number they were given
+    before the join (as ``Model.predict`` restores the order of a tree's expansion query).
+    ``proba_columns`` name the probability columns (default ``proba_names``:
+    ``proba_<class>``).
     """
     arith = dialect in NO_FLOAT32
     chosen, reason = choose_form(ensemble, form)
