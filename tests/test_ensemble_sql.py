@@ -3,7 +3,8 @@
 Random forests and boosting models (every link, float32 sums, categorical tests, NULLs going
 either way) are scored by ``Ensemble.predict`` on DuckDB, PostgreSQL, Spark and SQLite and
 compared row by row with the numpy walk; 2,000 trees of depth 8 run on each engine; every
-sqlglot dialect writes the SQL.
+sqlglot dialect writes the SQL. A forest's tree is walked once per row where arrays are indexed
+and adds the same numbers as a walk per class.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import sqlglot
+from sqlglot import exp
 from sqlglot.dialects.dialect import Dialects
 
 from sqltree.ensemble import Ensemble, TreeArrays
@@ -271,3 +273,78 @@ def test_output_names_that_clash_are_refused():
     model = ensemble("forest", np.random.default_rng(2))
     with pytest.raises(Exception, match="already has columns"):
         model.to_sql("duckdb", table="t", columns=["prediction"])
+
+
+def forest_of_distinct_tests(rng, n_trees: int = 12) -> Ensemble:
+    """A 3-class forest whose roots test a number and whose thresholds are all distinct (a
+    random forest's: no bins, each test written where the tree makes it)."""
+    model = ensemble("forest", rng, n_trees=n_trees)
+    for t in model.trees:
+        if t.feature[0] == 2:
+            t.categories.pop(0)
+            t.feature[0] = 0
+        numeric = ~t.is_leaf & ~np.isin(np.arange(t.n_nodes), list(t.categories))
+        t.threshold[numeric] = rng.normal(size=int(numeric.sum()))
+    model.validate()
+    return model
+
+
+@pytest.mark.parametrize("dialect", ["duckdb", "postgres", "spark"])
+def test_a_forest_walks_each_tree_once(dialect):
+    model = forest_of_distinct_tests(np.random.default_rng(12))
+    sql = model.to_sql(dialect, table="t", proba=True)
+    for t in model.trees:
+        assert sql.count(repr(abs(float(t.threshold[0])))) == 1
+
+
+def test_a_forest_walks_each_tree_per_class_without_arrays():
+    model = forest_of_distinct_tests(np.random.default_rng(12))
+    query = model.scoring_query(exp.Table(this=exp.to_identifier("t")), proba=True)
+    sql = query.sql("duckdb")  # built without a dialect: no arrays
+    for t in model.trees:
+        assert sql.count(repr(abs(float(t.threshold[0])))) == len(model.classes)
+
+
+@pytest.mark.parametrize("engine_factory", ALL_ENGINES, indirect=True)
+def test_a_forest_walked_once_scores_as_numpy(engine_factory):
+    rng = np.random.default_rng(13)
+    model = forest_of_distinct_tests(rng)
+    data = frame(rng, 500, 4, nominal=(2,))
+    assert data.drop(columns="rid").isna().any().all()  # NULLs in every feature
+    engine, source = engine_factory(data, "walked")
+    got = model.predict(source, connection=engine, proba=True, raw=True)
+    check_scores(model, got, data)
+    # the same numbers as a walk per class, on the engine
+    per_class = engine.frame(model.scoring_query(source, [*data.columns], proba=True, raw=True))
+    names = [*(f"proba_{c}" for c in model.classes), "raw_0", "raw_1", "raw_2"]
+    got, per_class = (f.sort_values("rid").reset_index(drop=True) for f in (got, per_class))
+    np.testing.assert_array_equal(got[names].to_numpy(dtype=float),
+                                  per_class[names].to_numpy(dtype=float))
+    if engine.dialect != "postgres":  # doubles, bit for bit (PostgreSQL adds NUMERICs)
+        np.testing.assert_array_equal(got[["raw_0", "raw_1", "raw_2"]].to_numpy(dtype=float),
+                                      model.raw_frame(data))
+
+
+@pytest.mark.parametrize("engine_factory", ENGINES, indirect=True)
+@pytest.mark.parametrize("precision", ["double", "float32"])
+def test_a_forest_walked_once_adds_as_a_walk_per_class(engine_factory, precision):
+    rng = np.random.default_rng(14)
+    model = forest_of_distinct_tests(rng, n_trees=MAX_TREES_PER_STEP + 6)  # two batches
+    model.trees[3] = TreeArrays(feature=[-1], threshold=[0.0], left=[-1], right=[-1],
+                                missing_left=[False], value=[[0.2, 0.3, 0.5]],
+                                weight=[1.0], gain=[0.0])
+    model.trees[4].value[:] = [0.1, 0.1, 0.8]  # every leaf the same
+    model.precision = precision
+    data = frame(rng, 300, 4, nominal=(2,))
+    engine, source = engine_factory(data, "walked")
+    sql = model.to_sql(engine.dialect, table="t", proba=True)
+    assert sql.count('"__sqltree_leaf3"') == sql.count('"__sqltree_leaf4"') == 0  # constants
+    assert sql.count('"__sqltree_leaf5"') == 1 + len(model.classes)  # walked, read per class
+    assert '"__sqltree_walk1"' in sql
+    names = [*(f"proba_{c}" for c in model.classes), "raw_0", "raw_1", "raw_2"]
+    got, per_class = (
+        f.sort_values("rid").reset_index(drop=True)[names].to_numpy(dtype=float)
+        for f in (model.predict(source, connection=engine, proba=True, raw=True),
+                  engine.frame(model.scoring_query(source, [*data.columns], proba=True,
+                                                   raw=True))))
+    np.testing.assert_array_equal(got, per_class)

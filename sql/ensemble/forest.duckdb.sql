@@ -4,62 +4,46 @@ WITH "__sqltree_bins" AS (
     *
   FROM golf_numeric
   OFFSET 0
-), "__sqltree_sum0" AS (
+), "__sqltree_walk0" AS (
   SELECT
     *,
     CASE
       WHEN NOT (
         "outlook" IN ('Rain', 'Sun')
       )
-      THEN 0.0e0
+      THEN 1
       WHEN "wind" = 'High'
-      THEN 0.6e0
-      ELSE 0.16666666666666666e0
-    END + CASE
-      WHEN NOT (
-        "temperature" IN ('Cold', 'Sweet')
-      )
-      THEN CASE WHEN "outlook" = 'Overcast' THEN 0.0e0 ELSE 1.0e0 END
-      WHEN NOT (
-        "outlook" = 'Rain'
-      )
-      THEN 0.0e0
-      ELSE 0.5e0
-    END + CASE
-      WHEN "outlook" = 'Sun'
-      THEN CASE WHEN "temperature" = 'Cold' THEN 0.0e0 ELSE 1.0e0 END
-      WHEN "humidity" <= 70.0
-      THEN 0.3333333333333333e0
-      ELSE 0.07692307692307693e0
-    END AS "__sqltree_s0_0",
+      THEN 2
+      ELSE 3
+    END AS "__sqltree_leaf0",
     CASE
       WHEN NOT (
-        "outlook" IN ('Rain', 'Sun')
-      )
-      THEN 1.0e0
-      WHEN "wind" = 'High'
-      THEN 0.4e0
-      ELSE 0.8333333333333334e0
-    END + CASE
-      WHEN NOT (
         "temperature" IN ('Cold', 'Sweet')
       )
-      THEN CASE WHEN "outlook" = 'Overcast' THEN 1.0e0 ELSE 0.0e0 END
+      THEN CASE WHEN "outlook" = 'Overcast' THEN 1 ELSE 2 END
       WHEN NOT (
         "outlook" = 'Rain'
       )
-      THEN 1.0e0
-      ELSE 0.5e0
-    END + CASE
+      THEN 3
+      ELSE 4
+    END AS "__sqltree_leaf1",
+    CASE
       WHEN "outlook" = 'Sun'
-      THEN CASE WHEN "temperature" = 'Cold' THEN 1.0e0 ELSE 0.0e0 END
+      THEN CASE WHEN "temperature" = 'Cold' THEN 1 ELSE 2 END
       WHEN "humidity" <= 70.0
-      THEN 0.6666666666666666e0
-      ELSE 0.9230769230769231e0
-    END AS "__sqltree_s0_1"
+      THEN 3
+      ELSE 4
+    END AS "__sqltree_leaf2"
   FROM "__sqltree_bins"
   OFFSET 0
-), "__sqltree_link2" AS (
+), "__sqltree_sum0" AS (
+  SELECT
+    *,
+    [0.0e0, 0.6e0, 0.16666666666666666e0]["__sqltree_leaf0"] + [0.0e0, 1.0e0, 0.0e0, 0.5e0]["__sqltree_leaf1"] + [0.0e0, 1.0e0, 0.3333333333333333e0, 0.07692307692307693e0]["__sqltree_leaf2"] AS "__sqltree_s0_0",
+    [1.0e0, 0.4e0, 0.8333333333333334e0]["__sqltree_leaf0"] + [1.0e0, 0.0e0, 1.0e0, 0.5e0]["__sqltree_leaf1"] + [1.0e0, 0.0e0, 0.6666666666666666e0, 0.9230769230769231e0]["__sqltree_leaf2"] AS "__sqltree_s0_1"
+  FROM "__sqltree_walk0"
+  OFFSET 0
+), "__sqltree_link3" AS (
   SELECT
     *,
     (
@@ -70,12 +54,12 @@ WITH "__sqltree_bins" AS (
     ) / 3.0e0 AS "__sqltree_raw1"
   FROM "__sqltree_sum0"
   OFFSET 0
-), "__sqltree_link3" AS (
+), "__sqltree_link4" AS (
   SELECT
     *,
     "__sqltree_raw0" AS "__sqltree_out0",
     "__sqltree_raw1" AS "__sqltree_out1"
-  FROM "__sqltree_link2"
+  FROM "__sqltree_link3"
   OFFSET 0
 )
 SELECT
@@ -86,4 +70,4 @@ SELECT
   CASE WHEN "__sqltree_out0" >= "__sqltree_out1" THEN 'No' ELSE 'Yes' END AS "prediction",
   "__sqltree_out0" AS "proba_No",
   "__sqltree_out1" AS "proba_Yes"
-FROM "__sqltree_link3";
+FROM "__sqltree_link4";

@@ -30,6 +30,15 @@ over the step before:
    limit is met for any number of trees, and the additions happen in the order
    ``Ensemble.raw_frame`` makes them (bit for bit; each addition rounded to float32 with
    ``precision="float32"``).
+
+   A tree with a row of values a leaf (a forest's class probabilities) is walked once per row
+   where the dialect indexes arrays (``INDEXED_ARRAYS``: DuckDB, PostgreSQL, Spark): a
+   **walk** step before the batch's sum step gives each tree's leaf position (its leaves
+   numbered in the order the CASE writes them, from the dialect's first index, sqlglot's
+   ``INDEX_OFFSET``), and the sum step reads each class's value from an array literal of the
+   tree's leaves, ``[v_1, v_2, ...][leaf]``: the same doubles added in the same order. Other
+   dialects (SQLite has no arrays), and a query built without a dialect, walk the tree once
+   per class (a CASE on the position instead was slower on SQLite than the walks).
 3. **link**: the mean (a forest), the sigmoid, softmax or exp (boosting); then the label (the
    first most probable class) and the probability columns.
 
@@ -50,12 +59,13 @@ takes at any size, but the sum's order is the engine's (equal to 1e-12, not bit 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from sqlglot import exp
+from sqlglot.dialects.dialect import Dialect
 
 from ..compiler import collector_paused
 from ..compiler.blocks import (
@@ -171,18 +181,21 @@ def build_bin(x: exp.Expression, thresholds: np.ndarray) -> exp.Expression:
 def _uniform(tree: TreeArrays, values: np.ndarray
              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per node: whether its leaves all hold one value, its leaves after merging those, and
-    the value of a node whose leaves hold one."""
+    the value of a node whose leaves hold one (``values`` is one value or one row of values a
+    node: then a node's leaves hold one value when they hold one row)."""
     n = tree.n_nodes
     same = np.zeros(n, dtype=bool)
     size = np.ones(n, dtype=np.int64)
     val = values.astype(np.float64).copy()
+    rows = val.ndim == 2
     order = _postorder(tree)
     for node in order:
         left, right = tree.left[node], tree.right[node]
         if left < 0:
             same[node] = True
             continue
-        if same[left] and same[right] and val[left] == val[right]:
+        if same[left] and same[right] and (
+                (val[left] == val[right]).all() if rows else val[left] == val[right]):
             same[node], val[node] = True, val[left]
         else:
             size[node] = size[left] + size[right]
@@ -235,12 +248,17 @@ class _Tests:
         return cond
 
 
-def build_tree(tree: TreeArrays, values: np.ndarray, tests: _Tests) -> exp.Expression:
-    """The tree's value (``values[node]`` at each leaf) as the merged, folded CASE."""
+def _rounded(values: np.ndarray, tests: _Tests) -> np.ndarray:
+    """The values as the model holds them (a float32 model's, rounded to float32)."""
     if tests.ensemble.precision == "float32":
-        values = values.astype(np.float32).astype(np.float64)
-    same, size, val = _uniform(tree, values)
+        return values.astype(np.float32).astype(np.float64)
+    return values
 
+
+def _walk(tree: TreeArrays, same: np.ndarray, size: np.ndarray, tests: _Tests,
+          leaf: Callable[[int], exp.Expression]) -> exp.Expression:
+    """The merged, folded CASE over the tree, ``leaf(node)`` at each (merged) leaf, in the
+    order the CASE writes them."""
     def chain(node: int) -> exp.Expression:
         ifs: list[tuple[exp.Expression, exp.Expression]] = []
         while not same[node]:
@@ -253,10 +271,42 @@ def build_tree(tree: TreeArrays, values: np.ndarray, tests: _Tests) -> exp.Expre
             if cond is not None:
                 ifs.append((cond, chain(light)))
             node = left if heavy_left else right
-        value = dnum(float(val[node]))
+        value = leaf(node)
         return cases(ifs, value) if ifs else value
 
     return chain(0)
+
+
+def build_tree(tree: TreeArrays, values: np.ndarray, tests: _Tests) -> exp.Expression:
+    """The tree's value (``values[node]`` at each leaf) as the merged, folded CASE."""
+    same, size, val = _uniform(tree, _rounded(values, tests))
+    return _walk(tree, same, size, tests, lambda node: dnum(float(val[node])))
+
+
+def build_leaf_walk(tree: TreeArrays, tests: _Tests, base: int
+                    ) -> tuple[exp.Expression, np.ndarray]:
+    """The walk of a tree with a row of values a leaf (a forest's classes): the CASE yields
+    the reached leaf's position, ``base``, ``base + 1``, ... (subtrees whose leaves hold one
+    row are one leaf); returns it and the rows of values by position."""
+    same, size, val = _uniform(tree, _rounded(tree.value, tests))
+    rows: list[np.ndarray] = []
+
+    def leaf(node: int) -> exp.Expression:
+        rows.append(val[node])
+        return inum(base + len(rows) - 1)
+
+    walk = _walk(tree, same, size, tests, leaf)
+    return walk, np.array(rows)
+
+
+def build_leaf_value(values: np.ndarray, position: exp.Expression, base: int
+                     ) -> exp.Expression:
+    """``values[position - base]``: an array literal indexed by the walk's position (the
+    value itself where every leaf holds it)."""
+    if np.all(values == values[0]):
+        return dnum(float(values[0]))
+    return exp.Bracket(this=exp.Array(expressions=[dnum(float(v)) for v in values]),
+                       expressions=[position], offset=base)
 
 
 # -- the query ---------------------------------------------------------------------------------
@@ -336,13 +386,16 @@ def build_ensemble_query(
     """``SELECT <columns>, <prediction> [, proba_<class>...] [, raw_<i>...] FROM relation``.
 
     ``columns`` are the relation's columns to keep (default: the model's features). ``raw``
-    adds the raw scores before the link (``raw_0``, ...). ``dialect`` matters only for a
-    float32 model: in ``NO_FLOAT32`` dialects it rounds by arithmetic. ``ordered`` returns
-    the rows in the relation's order: the expression form keeps it (each step is a
-    projection of the one before), the table form's join and ``GROUP BY`` do not, so there
-    the rows are sorted by the row number they were given before the join (as
-    ``Model.predict`` restores the order of a tree's expansion query). ``proba_columns``
-    name the probability columns (default ``proba_names``: ``proba_<class>``).
+    adds the raw scores before the link (``raw_0``, ...). ``dialect`` is the one the query
+    will be written in: a float32 model rounds by arithmetic in ``NO_FLOAT32`` dialects, and
+    a forest's trees are walked once per row in ``INDEXED_ARRAYS`` dialects (the positions
+    count from that dialect's first index; without a dialect, a walk per class, which every
+    dialect reads). ``ordered`` returns the rows in the relation's order: the expression form
+    keeps it (each step is a projection of the one before), the table form's join and
+    ``GROUP BY`` do not, so there the rows are sorted by the row number they were given
+    before the join (as ``Model.predict`` restores the order of a tree's expansion query).
+    ``proba_columns`` name the probability columns (default ``proba_names``:
+    ``proba_<class>``).
     """
     arith = dialect in NO_FLOAT32
     chosen, reason = choose_form(ensemble, form)
@@ -371,7 +424,8 @@ def build_ensemble_query(
         if chosen == "table":
             steps, sums, n_steps, n_thr = _table_steps(ensemble, relation, nm)
         else:
-            steps, sums, n_steps, n_thr = _expression_steps(ensemble, relation, nm, arith)
+            steps, sums, n_steps, n_thr = _expression_steps(ensemble, relation, nm, arith,
+                                                            index_base(dialect))
         query = _finish(ensemble, steps, sums, nm, keep, column_name, probas, raw, arith)
         if ordered and chosen == "table":
             query = query.order_by(nm.ref("row"), copy=False)
@@ -388,10 +442,27 @@ def _bins_step(ensemble: Ensemble, relation: exp.Expression, nm: Names,
     return _step(select, nm.ident("bins")), bins
 
 
+def _tree_terms(ensemble: Ensemble, tree: TreeArrays, tests: _Tests, base: int | None,
+                position: exp.Column
+                ) -> tuple[list[tuple[int, exp.Expression]], exp.Expression | None]:
+    """(output, expression) pairs a tree adds, and the walk to its leaf's ``position`` that
+    they read (None: each expression walks the tree). A tree with a row of values a leaf is
+    walked once where arrays are indexed (``base``: the dialect's first index)."""
+    if base is None or tree.output is not None or tree.value.shape[1] == 1:
+        return [(c, build_tree(tree, v, tests)) for c, v in _outputs(ensemble, tree)], None
+    walk, rows = build_leaf_walk(tree, tests, base)
+    if len(rows) == 1:  # every leaf holds the same row
+        return [(c, dnum(float(v))) for c, v in enumerate(rows[0])], None
+    return [(c, build_leaf_value(rows[:, c], position.copy(), base))
+            for c in range(rows.shape[1])], walk
+
+
 def _expression_steps(ensemble: Ensemble, relation: exp.Expression, nm: Names,
-                      arith: bool = False
+                      arith: bool = False, base: int | None = None
                       ) -> tuple[list[exp.CTE], list[exp.Expression], int, int]:
-    """The bins, then the running sums; returns the steps and the raw scores' expressions."""
+    """The bins, then the running sums (each batch's walks first where ``base``, the
+    dialect's first array index, is given); returns the steps and the raw scores'
+    expressions."""
     bins_cte, bins = _bins_step(ensemble, relation, nm)
     steps = [bins_cte]
     tests = _Tests(ensemble, bins, nm)
@@ -410,10 +481,13 @@ def _expression_steps(ensemble: Ensemble, relation: exp.Expression, nm: Names,
     for k, batch in enumerate(batches):
         terms: list[exp.Expression | None] = list(current)
         touched: set[int] = set()
+        walks: list[exp.Expression] = []
         for i in batch:
             t = ensemble.trees[i]
-            for c, values in _outputs(ensemble, t):
-                e = build_tree(t, values, tests)
+            added, walk = _tree_terms(ensemble, t, tests, base, nm.ref(f"leaf{i}"))
+            if walk is not None:
+                walks.append(_as(walk, nm.ident(f"leaf{i}")))
+            for c, e in added:
                 before = terms[c]
                 if before is None:
                     terms[c] = e
@@ -423,6 +497,11 @@ def _expression_steps(ensemble: Ensemble, relation: exp.Expression, nm: Names,
                 else:
                     terms[c] = r(exp.Add(this=before, expression=e))
                 touched.add(c)
+        if walks:  # the leaves the batch's trees reach, a step before their values
+            walked = exp.Select(expressions=[exp.Star(), *walks]).from_(
+                exp.Table(this=previous.copy()), copy=False)
+            steps.append(_step(walked, nm.ident(f"walk{k}")))
+            previous = nm.ident(f"walk{k}")
         names = [nm.ident(f"s{k}_{c}") for c in range(n_out)]
         select = exp.Select(expressions=[exp.Star()] + [
             _as(term if term is not None else dnum(0.0), name)
@@ -450,6 +529,21 @@ def _single_additions(ensemble: Ensemble) -> list[list[int]]:
         out[-1].append(i)
         seen |= outputs
     return out
+
+
+INDEXED_ARRAYS = ("duckdb", "postgres", "spark")
+"""Dialects whose engines index an array literal, as each engine's tests check: there a tree
+with a row of values a leaf (a forest's classes) is walked once per row, to its leaf's
+position, and each value is read from an array of the leaves' values. Elsewhere (SQLite has
+no arrays; a query built without a dialect) each value walks the tree."""
+
+
+def index_base(dialect: str | None) -> int | None:
+    """The dialect's first array index (sqlglot's ``INDEX_OFFSET``: 1 in DuckDB and PostgreSQL,
+    0 in Spark), or None where arrays are not indexed (``INDEXED_ARRAYS``)."""
+    if dialect not in INDEXED_ARRAYS:
+        return None
+    return int(Dialect.get_or_raise(dialect).INDEX_OFFSET)
 
 
 SPLITTER = 2.0 ** 29 + 1
