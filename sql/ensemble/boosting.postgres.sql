@@ -7,7 +7,7 @@ WITH "__sqltree_bins" AS (
 ), "__sqltree_sum0" AS (
   SELECT
     *,
-    0.5877866649021192e0 + CASE
+    CAST(0.5877866649021192e0 AS DOUBLE PRECISION) + CAST(CASE
       WHEN "outlook" = 'Overcast'
       THEN 0.7777777633549261e0
       WHEN NOT (
@@ -15,7 +15,7 @@ WITH "__sqltree_bins" AS (
       )
       THEN -1.3999999221166008e0
       ELSE -0.0388888686968965e0
-    END + CASE
+    END AS DOUBLE PRECISION) + CAST(CASE
       WHEN "outlook" = 'Overcast'
       THEN 0.627618375848078e0
       WHEN NOT (
@@ -23,7 +23,7 @@ WITH "__sqltree_bins" AS (
       )
       THEN -0.6649455354459519e0
       ELSE 0.19048432641609997e0
-    END + CASE
+    END AS DOUBLE PRECISION) + CAST(CASE
       WHEN "humidity" > 80.0
       THEN CASE
         WHEN "outlook" IN ('Overcast', 'Rain')
@@ -35,7 +35,7 @@ WITH "__sqltree_bins" AS (
       )
       THEN -0.1580332498018085e0
       ELSE 0.7723909667084393e0
-    END AS "__sqltree_s0_0"
+    END AS DOUBLE PRECISION) AS "__sqltree_s0_0"
   FROM "__sqltree_bins"
   OFFSET 0
 ), "__sqltree_link2" AS (

@@ -39,20 +39,20 @@ WITH "__sqltree_bins" AS (
 ), "__sqltree_sum0" AS (
   SELECT
     *,
-    (
+    CAST((
       ARRAY[0.0e0, 0.6e0, 0.16666666666666666e0]
-    )["__sqltree_leaf0"] + (
+    )["__sqltree_leaf0"] AS DOUBLE PRECISION) + CAST((
       ARRAY[0.0e0, 1.0e0, 0.0e0, 0.5e0]
-    )["__sqltree_leaf1"] + (
+    )["__sqltree_leaf1"] AS DOUBLE PRECISION) + CAST((
       ARRAY[0.0e0, 1.0e0, 0.3333333333333333e0, 0.07692307692307693e0]
-    )["__sqltree_leaf2"] AS "__sqltree_s0_0",
-    (
+    )["__sqltree_leaf2"] AS DOUBLE PRECISION) AS "__sqltree_s0_0",
+    CAST((
       ARRAY[1.0e0, 0.4e0, 0.8333333333333334e0]
-    )["__sqltree_leaf0"] + (
+    )["__sqltree_leaf0"] AS DOUBLE PRECISION) + CAST((
       ARRAY[1.0e0, 0.0e0, 1.0e0, 0.5e0]
-    )["__sqltree_leaf1"] + (
+    )["__sqltree_leaf1"] AS DOUBLE PRECISION) + CAST((
       ARRAY[1.0e0, 0.0e0, 0.6666666666666666e0, 0.9230769230769231e0]
-    )["__sqltree_leaf2"] AS "__sqltree_s0_1"
+    )["__sqltree_leaf2"] AS DOUBLE PRECISION) AS "__sqltree_s0_1"
   FROM "__sqltree_walk0"
   OFFSET 0
 ), "__sqltree_link3" AS (

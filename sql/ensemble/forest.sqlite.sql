@@ -8,7 +8,7 @@ WITH "__sqltree_bins" AS (
 ), "__sqltree_sum0" AS (
   SELECT
     *,
-    CASE
+    CAST(CASE
       WHEN NOT (
         "outlook" IN ('Rain', 'Sun')
       )
@@ -16,7 +16,7 @@ WITH "__sqltree_bins" AS (
       WHEN "wind" = 'High'
       THEN 0.6e0
       ELSE 0.16666666666666666e0
-    END + CASE
+    END AS REAL) + CAST(CASE
       WHEN NOT (
         "temperature" IN ('Cold', 'Sweet')
       )
@@ -26,14 +26,14 @@ WITH "__sqltree_bins" AS (
       )
       THEN 0.0e0
       ELSE 0.5e0
-    END + CASE
+    END AS REAL) + CAST(CASE
       WHEN "outlook" = 'Sun'
       THEN CASE WHEN "temperature" = 'Cold' THEN 0.0e0 ELSE 1.0e0 END
       WHEN "humidity" <= 70.0
       THEN 0.3333333333333333e0
       ELSE 0.07692307692307693e0
-    END AS "__sqltree_s0_0",
-    CASE
+    END AS REAL) AS "__sqltree_s0_0",
+    CAST(CASE
       WHEN NOT (
         "outlook" IN ('Rain', 'Sun')
       )
@@ -41,7 +41,7 @@ WITH "__sqltree_bins" AS (
       WHEN "wind" = 'High'
       THEN 0.4e0
       ELSE 0.8333333333333334e0
-    END + CASE
+    END AS REAL) + CAST(CASE
       WHEN NOT (
         "temperature" IN ('Cold', 'Sweet')
       )
@@ -51,13 +51,13 @@ WITH "__sqltree_bins" AS (
       )
       THEN 1.0e0
       ELSE 0.5e0
-    END + CASE
+    END AS REAL) + CAST(CASE
       WHEN "outlook" = 'Sun'
       THEN CASE WHEN "temperature" = 'Cold' THEN 1.0e0 ELSE 0.0e0 END
       WHEN "humidity" <= 70.0
       THEN 0.6666666666666666e0
       ELSE 0.9230769230769231e0
-    END AS "__sqltree_s0_1"
+    END AS REAL) AS "__sqltree_s0_1"
   FROM "__sqltree_bins"
   LIMIT -1
   OFFSET 0

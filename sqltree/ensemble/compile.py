@@ -449,12 +449,20 @@ def _tree_terms(ensemble: Ensemble, tree: TreeArrays, tests: _Tests, base: int |
     they read (None: each expression walks the tree). A tree with a row of values a leaf is
     walked once where arrays are indexed (``base``: the dialect's first index)."""
     if base is None or tree.output is not None or tree.value.shape[1] == 1:
-        return [(c, build_tree(tree, v, tests)) for c, v in _outputs(ensemble, tree)], None
+        return [(c, _double(build_tree(tree, v, tests)))
+                for c, v in _outputs(ensemble, tree)], None
     walk, rows = build_leaf_walk(tree, tests, base)
     if len(rows) == 1:  # every leaf holds the same row
-        return [(c, dnum(float(v))) for c, v in enumerate(rows[0])], None
-    return [(c, build_leaf_value(rows[:, c], position.copy(), base))
+        return [(c, _double(dnum(float(v)))) for c, v in enumerate(rows[0])], None
+    return [(c, _double(build_leaf_value(rows[:, c], position.copy(), base)))
             for c in range(rows.shape[1])], walk
+
+
+def _double(e: exp.Expression) -> exp.Expression:
+    """A tree's value typed DOUBLE, whatever type the engine gives its literals: PostgreSQL
+    reads ``0.6e0`` as NUMERIC, and sums of NUMERICs part from the doubles ``raw_frame`` adds
+    in the last bit (a literal's exact decimal, cast once, is the double it was written from)."""
+    return exp.Cast(this=e, to=exp.DataType.build("DOUBLE"))
 
 
 def _expression_steps(ensemble: Ensemble, relation: exp.Expression, nm: Names,
@@ -474,7 +482,8 @@ def _expression_steps(ensemble: Ensemble, relation: exp.Expression, nm: Names,
     # the running sums: None until a tree adds to an output (a mean starts at its first tree)
     current: list[exp.Expression | None] = [None] * n_out
     if ensemble.aggregation == "sum":
-        current = [dnum(float(np.float32(b)) if f32 else float(b)) for b in ensemble.base_score]
+        current = [_double(dnum(float(np.float32(b)) if f32 else float(b)))
+                   for b in ensemble.base_score]
     leaves = [t.n_leaves for t in ensemble.trees]
     batches = _single_additions(ensemble) if arith else _batches(leaves)
     previous = nm.ident("bins")
