@@ -129,6 +129,43 @@ def test_lightgbm(engine_factory, task):
     assert_equal(model, score(model, test, engine_factory), est, test)
 
 
+def zeros(seed: int, n: int = N) -> pd.DataFrame:
+    """Columns where 0, values within 1e-35 of it and NULL are common, on both sides of the
+    thresholds LightGBM learns."""
+    rng = np.random.default_rng(seed)
+    frame = pd.DataFrame({name: rng.normal(size=n) for name in ("p", "q", "r")})
+    for name, share in (("p", 0.3), ("q", 0.5), ("r", 0.15)):
+        frame.loc[rng.random(n) < share, name] = 0.0
+        frame.loc[rng.random(n) < 0.05, name] = rng.choice([1e-36, -1e-36, 2e-35, -2e-35])
+        frame.loc[rng.random(n) < 0.05, name] = np.nan
+    return frame
+
+
+@pytest.mark.parametrize("engine_factory", ALL_ENGINES, indirect=True)
+def test_lightgbm_zero_as_missing(engine_factory):
+    lgb = pytest.importorskip("lightgbm")
+    frame = zeros(2)
+    rng = np.random.default_rng(3)
+    y = ((frame["p"].fillna(0) == 0) * 1.5 + frame["q"].fillna(-1) + (frame["r"] > 0.2)
+         + rng.normal(size=N) * 0.3 > 0.8).astype(int)
+    est = lgb.LGBMClassifier(n_estimators=20, num_leaves=8, zero_as_missing=True, verbose=-1,
+                             random_state=0).fit(frame, y)
+    kinds = {n.get("missing_type") for t in est.booster_.dump_model()["tree_info"]
+             for n in _internal_nodes(t["tree_structure"])}
+    assert "Zero" in kinds
+    model = sqltree.from_lightgbm(est, feature_names=list(frame.columns))
+    test = zeros(7)
+    assert_equal(model, score(model, test, engine_factory), est, test)
+    np.testing.assert_allclose(model.predict_proba_frame(test), est.predict_proba(test),
+                               rtol=1e-12, atol=1e-300)
+
+
+def _internal_nodes(node: dict) -> list[dict]:
+    if "split_feature" not in node:
+        return []
+    return [node, *_internal_nodes(node["left_child"]), *_internal_nodes(node["right_child"])]
+
+
 def xgboost_model(task: str, frame: pd.DataFrame, y: np.ndarray):
     xgb = pytest.importorskip("xgboost")
     cls = xgb.XGBRegressor if task == "regression" else xgb.XGBClassifier

@@ -8,7 +8,9 @@ when ``value <= threshold``, compared in double; NULL goes left where ``missing_
   ``float32(x) <= t`` (``float32_le``); ``HistGradientBoosting*`` compares doubles.
 - XGBoost compares ``float32(x) < s`` (``s`` a float32): the same, below ``s``.
 - LightGBM compares doubles with ``<=``; a missing value goes the default way, or, where the
-  feature had no missing values in training (``missing_type`` None), is read as 0.
+  feature had no missing values in training (``missing_type`` None), is read as 0; with
+  ``zero_as_missing`` (``missing_type`` Zero) NULL and every value within ``1e-35`` of 0 go
+  the default way (``_zero_as_missing``).
 
 Leaf values are stored as the library adds them (scikit-learn's gradient boosting adds
 ``learning_rate * value``, computed in double, here stored as that product), so that the
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -331,33 +334,36 @@ def _lgb_tree(root: dict[str, Any], nominal: set[int], output: int | None) -> Tr
     rows: list[dict[str, Any]] = []
     cats: dict[int, tuple[Any, ...]] = {}
 
-    def add(node: dict[str, Any]) -> int:
+    def test(f: int, t: float, miss: bool, left: Callable[[], int], right: Callable[[], int],
+             w: float = 0.0, g: float = 0.0) -> int:
         i = len(rows)
         rows.append({})
+        lo, hi = left(), right()
+        rows[i] = {"f": f, "t": t, "l": lo, "r": hi, "m": miss, "v": 0.0, "w": w, "g": g}
+        return i
+
+    def add(node: dict[str, Any]) -> int:
         if "leaf_value" in node and "split_feature" not in node:
-            rows[i] = {"f": -1, "t": 0.0, "l": -1, "r": -1, "m": False,
-                       "v": float(node["leaf_value"]), "w": float(node.get("leaf_count", 0)),
-                       "g": 0.0}
-            return i
+            rows.append({"f": -1, "t": 0.0, "l": -1, "r": -1, "m": False,
+                         "v": float(node["leaf_value"]), "w": float(node.get("leaf_count", 0)),
+                         "g": 0.0})
+            return len(rows) - 1
         f = int(node["split_feature"])
         kind = node.get("missing_type", "None")
+        w, g = float(node.get("internal_count", 0)), float(node.get("split_gain", 0))
+        left = lambda: add(node["left_child"])  # noqa: E731 - a subtree, added where used
+        right = lambda: add(node["right_child"])  # noqa: E731
         if node["decision_type"] == "==":
             nominal.add(f)
+            i = test(f, 0.0, False, left, right, w, g)  # NaN and negative values go right
             cats[i] = tuple(int(c) for c in str(node["threshold"]).split("||"))
-            t, miss = 0.0, False  # NaN and negative values go right
-        else:
-            t = float(node["threshold"])
-            if kind == "NaN":
-                miss = bool(node["default_left"])
-            elif kind == "None":
-                miss = t >= 0.0
-            else:
-                raise UnsupportedError("LightGBM's zero_as_missing is not supported")
-        left = add(node["left_child"])
-        right = add(node["right_child"])
-        rows[i] = {"f": f, "t": t, "l": left, "r": right, "m": miss, "v": 0.0,
-                   "w": float(node.get("internal_count", 0)), "g": float(node.get("split_gain", 0))}
-        return i
+            return i
+        t = float(node["threshold"])
+        if kind == "NaN":
+            return test(f, t, bool(node["default_left"]), left, right, w, g)
+        if kind == "None":
+            return test(f, t, t >= 0.0, left, right, w, g)
+        return _zero_as_missing(f, t, bool(node["default_left"]), test, left, right, w, g)
 
     add(root)
     return TreeArrays(
@@ -366,6 +372,35 @@ def _lgb_tree(root: dict[str, Any], nominal: set[int], output: int | None) -> Tr
         missing_left=[r["m"] for r in rows], value=[r["v"] for r in rows],
         weight=[r["w"] for r in rows], gain=[r["g"] for r in rows], categories=cats,
         output=output)
+
+
+ZERO_THRESHOLD = float(np.float32(1e-35))
+"""LightGBM's ``kZeroThreshold`` (a float literal ``1e-35f`` read as a double): with
+``zero_as_missing`` a value within it of 0, or NULL (read as 0), is missing."""
+
+
+def _zero_as_missing(f: int, t: float, default_left: bool, test: Any,
+                     left: Callable[[], int], right: Callable[[], int], w: float, g: float
+                     ) -> int:
+    """LightGBM's test of ``missing_type`` Zero as ``value <= threshold`` tests: a value in
+    [-z, z] (z = ``ZERO_THRESHOLD``) or NULL goes the default way, any other ``x <= t`` left.
+    Where the band and NULL go the way ``x <= t`` sends them it is one test; else the band is
+    cut out by two more, and a subtree is written twice."""
+    z = ZERO_THRESHOLD
+    below = float(np.nextafter(-z, -np.inf))  # x <= below: x < -z
+    if default_left:
+        if t >= z:
+            return test(f, t, True, left, right, w, g)
+        if t >= -z:  # x <= t or in the band: x <= z
+            return test(f, z, True, left, right, w, g)
+        return test(f, t, True, left, lambda: test(  # t < -z: the band is right of t
+            f, below, False, right, lambda: test(f, z, True, left, right, w), w), w, g)
+    if t < -z:
+        return test(f, t, False, left, right, w, g)
+    if t < z:  # x <= t and not in the band: x < -z
+        return test(f, below, False, left, right, w, g)
+    return test(f, below, False, left, lambda: test(  # t >= z: the band is left of t
+        f, z, True, right, lambda: test(f, t, False, left, right, w), w), w, g)
 
 
 # -- XGBoost -----------------------------------------------------------------------------------
