@@ -275,10 +275,10 @@ class SqlBackend(Backend):
 
     def _scanned_apart(self) -> exp.Table:
         """The pairs to scan stored apart, for a histogram that reads them once per feature
-        (``UNION``): each ``GROUP BY`` then reads only them, not the whole level and a filter.
-        PostgreSQL, 1M rows, 16 features, depth 10: a level's histogram took 1.76-3.25 s
-        over the level, 1.07-2.23 s over its scanned rows (a third to a half of them), and
-        storing those rows 0.16-0.40 s. Dropped once the histogram is read (``stale``)."""
+        (``UNION``): each ``GROUP BY`` then reads only them (a third to a half of the level
+        on the benchmark file), not the whole level and a filter; on PostgreSQL the
+        histograms took about a quarter less, copies included (benchmarks/README.md).
+        Dropped once the histogram is read (``stale``)."""
         assert self.pairs is not None
         apart = self.engine.materialize("scanned", exp.select(exp.Star()).from_(
             self.pairs.copy()).where(exp.EQ(this=_c("scan"), expression=num(1))),
