@@ -55,7 +55,29 @@ def test_figures_are_scikit_learns(engine_factory, trained, name, classes):
     actual = frame["label"].tolist()
     assert_figures_are_scikit_learns(evaluation, actual, list(model.predict_frame(frame)),
                                      model.predict_proba_frame(frame))
-    # an ensemble does not record its training class distribution, Weka's prior
+    # Weka's relative errors: against the training class distribution the model records
+    # (here the same rows as evaluated), each class's weight plus one, as Weka's prior
+    y = np.array([model.classes.index(c) for c in actual])
+    onehot = np.eye(len(model.classes))[y]
+    prior = np.asarray(model.stats["class_weights"]) + 1.0
+    prior /= prior.sum()
+    assert model.stats["class_weights"] == [float((y == k).sum())
+                                            for k in range(len(model.classes))]
+    p = model.predict_proba_frame(frame)
+    assert evaluation.relative_absolute_error == pytest.approx(
+        100 * np.abs(p - onehot).sum() / np.abs(prior - onehot).sum(), rel=1e-9)
+    assert evaluation.root_relative_squared_error == pytest.approx(
+        100 * np.sqrt(((p - onehot) ** 2).sum() / ((prior - onehot) ** 2).sum()), rel=1e-9)
+
+
+def test_an_imported_ensembles_relative_errors_are_unknown(trained):
+    # no training class distribution is recorded by scikit-learn's forest
+    from sklearn.ensemble import RandomForestClassifier
+
+    frame = pd.DataFrame({"a": np.arange(60.0), "target": ["x", "y", "z"] * 20})
+    forest = RandomForestClassifier(3, max_depth=2, random_state=0).fit(frame[["a"]],
+                                                                        frame["target"])
+    evaluation = sqltree.from_sklearn(forest, feature_names=["a"]).evaluate(frame)
     assert evaluation.relative_absolute_error is None
     assert evaluation.root_relative_squared_error is None
 

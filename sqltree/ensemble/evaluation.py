@@ -8,10 +8,11 @@ into the same few sums, and ``from_groups`` (``from_sums``) into the same ``Eval
 (``RegressionEvaluation``): Weka's block, kappa, the per-class table, MCC, balanced accuracy,
 the ROC and precision-recall areas, ``threshold=`` and ``to_dict()``.
 
-Two facts a tree has and an ensemble does not record: its training class distribution, the
-prior Weka's relative errors compare with (an ensemble's are unknown, printed ``?``), and its
-training mean, the centre of a regression's target moments (an ensemble's centre is its own
-mean prediction, which serves the same purpose: keeping R²'s sums exact for a target far from
+Weka's relative errors compare with the training class distribution: sqltree's forests and
+boosting record it in their statistics (``training_classes``); an imported model has none,
+and its relative errors are unknown (printed ``?``). A regression tree's training mean, the
+centre of its target moments, has no record in an ensemble: its centre is its own mean
+prediction, which serves the same purpose (keeping R²'s sums exact for a target far from
 zero).
 
 An ensemble gives nearly every row its own probability vector, so the aggregate returns about
@@ -86,8 +87,20 @@ def evaluate_ensemble(
     extra = {"trees": model.n_trees}
     if model.is_regression:
         return replace(from_sums(rows[0], weight_column, middle, title), extra=extra)
-    found = replace(from_groups(rows, model.classes, None, weight_column, title), extra=extra)
+    found = replace(from_groups(rows, model.classes, model.stats.get(TRAINING_CLASSES),
+                                weight_column, title), extra=extra)
     return found if threshold is None else found.at_threshold(threshold)
+
+
+TRAINING_CLASSES = "class_weights"
+"""The key of an ensemble's statistics that holds each class's training weight."""
+
+
+def training_classes(data: Any) -> dict[str, list[float]]:
+    """What a trained ensemble's statistics record of its classes: each one's training weight
+    (in ``data.classes``' order, the model's), the prior of Weka's relative errors; nothing
+    for a numeric target."""
+    return {TRAINING_CLASSES: [float(w) for w in data.class_weights]} if data.classes else {}
 
 
 def centre(model: Ensemble) -> float:

@@ -27,6 +27,7 @@ from ..dataset import Dataset
 from ..engines.base import GROUPING_SETS, UNION, UNPIVOT
 from ..engines.select_plan import SELECT
 from ..ensemble import Ensemble, TreeArrays
+from ..ensemble.evaluation import training_classes
 from ..errors import OptionError
 from ..model import features_info
 from ..sqlexpr import alias, case, computed_once, num
@@ -639,7 +640,7 @@ def train_boosting(
         classes=list(data.classes), aggregation="sum", base_score=base, link=loss.link,
         options={"algorithm": GRADIENT_BOOSTING, **asdict(options), "weight": data.weight},
         stats={"engine": data.engine.dialect, "rows": data.n_rows,
-               "rows_null_target": data.n_null_target,
+               "rows_null_target": data.n_null_target, **training_classes(data),
                "plan": "memory" if in_memory else "tables", "n_iter": len(history),
                "rounds": history, "seconds": round(time.perf_counter() - started, 6)},
     )

@@ -21,6 +21,7 @@ import numpy as np
 from ..algorithm_registry import RANDOM_FOREST
 from ..dataset import Dataset
 from ..ensemble import Ensemble, TreeArrays
+from ..ensemble.evaluation import training_classes
 from ..errors import OptionError, UnsupportedOptionError
 from ..model import features_info
 from .backends import Backend, Route, Start
@@ -185,6 +186,7 @@ def train_forest(
         "rows": data.n_rows,
         "rows_null_target": data.n_null_target,
         "plan": "memory" if in_memory else "tables",
+        **training_classes(data),
         "batches": math.ceil(options.n_estimators / per_batch),
         "levels": levels,
         "seconds": round(time.perf_counter() - started, 6),
