@@ -430,8 +430,9 @@ class Ensemble:
         A classifier's ``Evaluation`` has the confusion matrix, accuracy, Cohen's kappa,
         per-class precision, recall, F1, ROC and precision-recall areas, MCC, balanced
         accuracy and log loss; ``str()`` prints Weka's block, ``to_dict()`` every figure. Weka's
-        relative errors are unknown (``None``): an ensemble does not record its training class
-        distribution. A regression model's ``RegressionEvaluation`` has RMSE, MAE, R² and the
+        relative errors compare with the training class weights a forest or boosting trained
+        by sqltree records (``stats["class_weights"]``); an imported model's are unknown
+        (``None``). A regression model's ``RegressionEvaluation`` has RMSE, MAE, R² and the
         count. Both read like the dict this method used to return: ``evaluation["accuracy"]``,
         ``["log_loss"]``, ``["rows"]``, and for regression ``["rmse"]``, ``["mae"]``,
         ``["r2"]``.
