@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -351,8 +352,8 @@ def _lgb_tree(root: dict[str, Any], nominal: set[int], output: int | None) -> Tr
         f = int(node["split_feature"])
         kind = node.get("missing_type", "None")
         w, g = float(node.get("internal_count", 0)), float(node.get("split_gain", 0))
-        left = lambda: add(node["left_child"])  # noqa: E731 - a subtree, added where used
-        right = lambda: add(node["right_child"])  # noqa: E731
+        # each child's subtree, added where a test takes it (zero_as_missing may take it twice)
+        left, right = partial(add, node["left_child"]), partial(add, node["right_child"])
         if node["decision_type"] == "==":
             nominal.add(f)
             i = test(f, 0.0, False, left, right, w, g)  # NaN and negative values go right
