@@ -87,19 +87,20 @@ def test_auto_takes_the_scan_on_a_users_connection_for_binned_cart() -> None:
     model = sqltree.train("t", "y", algorithm="cart", max_bins=16, connection=con)
     assert model.stats["plan"] == "scan"
     assert "histograms summed in the engine" in model.stats["plan_reason"]
-    # exact thresholds and other algorithms keep the tables plan
+    # and binned C4.5; exact thresholds keep the tables plan
+    assert sqltree.train("t", "y", connection=con, max_bins=16).stats["plan"] == "scan"
     assert sqltree.train("t", "y", algorithm="cart", connection=con).stats["plan"] == "tables"
-    assert sqltree.train("t", "y", connection=con, max_bins=16).stats["plan"] == "tables"
+    assert sqltree.train("t", "y", connection=con).stats["plan"] == "tables"
 
 
 @pytest.mark.parametrize("options", [
-    {"algorithm": "c4.5", "max_bins": 16},
+    {"algorithm": "c4.5"},
     {"algorithm": "cart"},
     {"algorithm": "cart", "task": "regression", "target": "age"},
 ])
 def test_scan_refuses_what_it_does_not_grow(options: dict[str, Any]) -> None:
     target = options.pop("target", "y")
-    with pytest.raises(sqltree.SqlTreeError, match="plan='scan' grows binned CART"):
+    with pytest.raises(sqltree.SqlTreeError, match="plan='scan' grows binned trees"):
         sqltree.train(messy(), target, plan="scan", **options)
 
 
@@ -194,10 +195,105 @@ def test_the_command_line_asks_for_the_scan(tmp_path: Any) -> None:
 
 
 def test_the_refusal_comes_before_any_query() -> None:
-    """Asked of C4.5, the scan is refused before the source is read (here: a table that does
-    not exist, which reading would have reported instead)."""
+    """Asked of exact thresholds, the scan is refused before the source is read (here: a
+    table that does not exist, which reading would have reported instead)."""
     import duckdb
 
-    with pytest.raises(sqltree.SqlTreeError, match="plan='scan' grows binned CART"):
-        sqltree.train("no_such_table", "y", connection=duckdb.connect(), plan="scan",
-                      max_bins=16)
+    with pytest.raises(sqltree.SqlTreeError, match="plan='scan' grows binned trees"):
+        sqltree.train("no_such_table", "y", connection=duckdb.connect(), plan="scan")
+
+
+# -- C4.5 and ID3 ----------------------------------------------------------------------------
+C45_CASES = {
+    "c4.5": {"max_bins": 16},
+    "c4.5-weights": {"max_bins": 8, "weight": "w"},
+    "c4.5-no-unknown-values": {"max_bins": 16, "complete": True},
+    "c4.5-majority": {"max_bins": 16, "missing": "majority"},
+    "c4.5-drop": {"max_bins": 16, "missing": "drop", "max_depth": 4},
+    "c4.5-unpruned": {"max_bins": 32, "pruning": None, "min_cases": 1},
+    "id3": {"algorithm": "id3", "max_bins": 8},
+}
+
+
+def c45_frame(complete: bool = False) -> pd.DataFrame:
+    frame = messy(600, seed=11)
+    if complete:
+        frame = frame.dropna().reset_index(drop=True)
+    return frame
+
+
+@pytest.mark.parametrize("case", list(C45_CASES))
+def test_c45_on_the_scan_is_the_tables_plans_tree(case: str) -> None:
+    """C4.5 and ID3 on the scan: the tables plan's level rows and partition (unknown values
+    spread over branches), the histogram summed in the engine and scored by the memory
+    plan's scorer: the same tree, node for node, as the tables and memory plans'."""
+    options = dict(C45_CASES[case])
+    options.setdefault("algorithm", "c4.5")
+    frame = c45_frame(options.pop("complete", False))
+    import duckdb
+
+    con = duckdb.connect()
+    con.register("src", frame)
+    con.execute("CREATE TABLE t AS SELECT * FROM src")
+    models = {plan: sqltree.train("t", "y", connection=con, plan=plan, **options)
+              for plan in ("scan", "tables", "memory")}
+    assert models["scan"].stats["plan"] == "scan"
+    assert_same_model(models["scan"], models["tables"])
+    assert_same_model(models["scan"], models["memory"])
+    assert con.execute("SELECT count(*) FROM duckdb_tables() WHERE temporary").fetchone() == (0,)
+
+
+def test_c45_derives_a_split_s_largest_child_where_rows_go_whole(monkeypatch: Any) -> None:
+    """Without unknown values every row goes whole to one branch: the largest child of a
+    split is its parent's histogram less its siblings' (a multiway split's too)."""
+    from sqltree.algorithms import level_scan
+
+    derived: list[int] = []
+    real = level_scan.with_derived
+
+    def spy(hist: Any, kept: Any, children: Any) -> Any:
+        derived.extend(children)
+        return real(hist, kept, children)
+
+    monkeypatch.setattr(level_scan, "with_derived", spy)
+    frame = c45_frame(complete=True)
+    model = sqltree.train(frame, "y", max_bins=16, plan="scan", connection=_duckdb(frame))
+    assert derived
+    assert_same_model(model, sqltree.train(frame, "y", max_bins=16, plan="memory"))
+
+
+def _duckdb(frame: pd.DataFrame) -> Any:
+    import duckdb
+
+    con = duckdb.connect()
+    con.register("src", frame)
+    con.execute("CREATE TABLE t AS SELECT * FROM src")
+    return con
+
+
+def test_c45_s_deep_levels_move_to_memory_once_histograms_outgrow_rows(monkeypatch: Any
+                                                                        ) -> None:
+    """Once a level's histogram holds about as many rows as the level, the next levels grow
+    in memory, with the same tree (here from a small table, whose levels otherwise all
+    stay in the engine)."""
+    from sqltree.algorithms import level_scan
+
+    monkeypatch.setattr(level_scan, "ENGINE_ONLY_MAX_CELLS", 0)
+    frame = c45_frame()
+    con = _duckdb(frame)
+    model = sqltree.train("t", "y", max_bins=32, plan="scan", connection=con)
+    assert model.stats["memory_from_level"] is not None
+    assert_same_model(model, sqltree.train(frame, "y", max_bins=32, plan="memory"))
+
+
+@pytest.mark.parametrize("engine_factory", [*ENGINES], indirect=True)
+def test_every_engine_grows_the_same_c45_tree_on_the_scan(engine_factory: Any) -> None:
+    frame = c45_frame()
+    engine, source = engine_factory(frame, "messy")
+    for algorithm in ("c4.5", "id3"):
+        model = sqltree.train(source, "y", algorithm=algorithm, connection=engine, max_bins=8,
+                              weight="w")
+        assert model.stats["plan"] == "scan"
+        reference = sqltree.train(frame, "y", algorithm=algorithm, plan="memory", max_bins=8,
+                                  weight="w")
+        assert_same_model(model, reference)

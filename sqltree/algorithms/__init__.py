@@ -30,10 +30,10 @@ from .memory import DEEP_STRATEGIES, MEMORY_STRATEGIES, SCAN, memory_strategy
 from .memory.recount import RowsInMemory
 from .memory.stages import InMemoryStages
 
-SCAN_REASON = "binned CART: histograms summed in the engine, splits chosen in Python"
+SCAN_REASON = "binned: histograms summed in the engine, splits chosen in Python"
 
-SCAN_REFUSAL = ("plan='scan' grows binned CART trees (max_bins) on an engine that stores "
-                "tables; use plan='tables' or 'auto'")
+SCAN_REFUSAL = ("plan='scan' grows binned trees (max_bins; CART, C4.5, ID3) on an engine that "
+                "stores tables; use plan='tables' or 'auto'")
 
 STRATEGIES: dict[str, type[Strategy]] = {
     C45: C45Strategy,

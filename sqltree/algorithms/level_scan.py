@@ -24,32 +24,47 @@ and the tree is the same on every plan and engine (sums of fixed-point weights a
 regression tree's moments pass 2^53: they are read in two exact parts,
 ``SqlBackend(wide=True)``). It takes binned CART, classification and regression
 (``max_bins``): exact thresholds need a histogram per distinct value.
+
+Binned C4.5 and ID3 take it too (``LevelScanC45Stages``), on the tables plan's level rows and
+partition, which spread a row of unknown value over the branches with fractional weights:
+their histogram statement is read into numpy rather than stored and scored by the memory
+plan's scorer (``memory.c45_scores``), which also counts the chosen tests' branches, so no
+scoring query runs (benchmarks/README.md has the figures).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 from sqlglot import exp
 
-from ..algorithm_registry import CART, CART_REGRESSION
+from .. import queries as q
+from ..algorithm_registry import C45, CART, CART_REGRESSION, ID3
 from ..dataset import Feature
 from ..engines.select_plan import TABLES
-from ..grower import RouteRow, TestRow
-from ..learner.backends import Route, SqlBackend, Start
+from ..grower import RouteRow, Strategy, TestRow
+from ..learner.backends import LIMB_BITS, Route, SqlBackend, Start
 from ..learner.rows import Sampling
 from ..learner.splitter import FeatureCodes, Layout
 from ..queries import UNKNOWN_KEY
 from ..sqlexpr import alias, num
 from ..tree import CONTINUOUS
+from .c45.strategy import score_options
 from .cart.regression import RegressionStrategy
 from .cart.strategy import INFINITE_THRESHOLD, CARTStrategy
 from .cart.subsets import orders
-from .memory import SCAN, cart_scores
-from .memory.level import Groups, as_weight
+from .memory import MEMORY_MAX_CELLS, SCAN, c45_scores, cart_scores
+from .memory.c45 import ENGINE_ONLY_MAX_CELLS, DeepC45Strategy
+from .memory.level import Groups, Level, as_weight
 from .memory.parallel import engine_workers
+
+ROWS_PER_HISTOGRAM_ROW = 2
+"""C4.5's levels move to memory once a level's histogram has at least half as many rows as
+the level (a histogram row is read as dearly as a row of codes, and the next level's
+histogram is larger): at 200,000 rows of the benchmark table (64 bins) its deep levels'
+histograms had 2-5 rows per row."""
 
 KEPT_PARENT_BYTES = 256 * 2**20
 """Parents' histograms kept for the next level's subtraction, at most; past it both children
@@ -115,12 +130,82 @@ class ScanHistogram:
     def node_chunks(self) -> list[np.ndarray | None]:
         return [None]
 
+    exact = False
+    """C4.5's scorer bands a large node's rows and counts branches a block of rows at a time
+    where sums are exact; a histogram has no rows to band or block."""
+
+    def ranks(self, f: Feature) -> Feature:
+        """C4.5's scorer asks a feature's ranks, then its groups (``grouped``): here the
+        feature itself stands for them."""
+        return f
+
+    def grouped(self, f: Feature, rows: None = None) -> Groups:
+        return self.groups(f)
+
+    def branch_counts(self, tests: list[TestRow]) -> dict[int, dict[int, list[float]]]:
+        """``c45_scores.branch_counts`` from the histogram: per tested node, the class weights
+        of each key its rows reach (0/1 at or below and above a cut's bin, a nominal value's
+        code; ``UNKNOWN_KEY`` for unknown values), in ascending order with the unknown last."""
+        out: dict[int, dict[int, list[float]]] = {node: {} for node, _, _ in tests}
+        if not tests:
+            return out
+        tested = np.array([node for node, _, _ in tests], dtype=np.int64)
+        by_node = np.argsort(tested)
+        tested = tested[by_node]
+        position = np.array([self.position[i] for _, i, _ in tests], dtype=np.int64)[by_node]
+        offset = np.array(self.layout.offsets, dtype=np.int64)[position]
+        size = np.array([f.n_codes for f in self.layout.features], dtype=np.int64)[position]
+        cut = np.array([np.nan if t is None else t for _, _, t in tests])[by_node]
+        # each histogram row of a tested node's tested feature, and the key of its code
+        at = np.searchsorted(tested, self.node).clip(0, len(tested) - 1)
+        mine = tested[at] == self.node
+        mine &= (self.code >= offset[at]) & (self.code < offset[at] + size[at])
+        rows = np.flatnonzero(mine)
+        at = at[rows]
+        value = self.code[rows] - offset[at] - 1  # -1: unknown
+        key = np.where(np.isnan(cut[at]), value, np.where(value <= cut[at], 0, 1))
+        key = np.where(value < 0, UNKNOWN_KEY, key)
+        # unknown last among a node's keys, the others ascending
+        order = np.lexsort((key, key == UNKNOWN_KEY, at))
+        at, key, sums = at[order], key[order], self.sums[rows[order]]
+        first = np.flatnonzero(np.r_[True, (at[1:] != at[:-1]) | (key[1:] != key[:-1])])
+        summed = np.add.reduceat(sums, first, axis=0) if len(first) else sums[:0]
+        weights = as_weight(summed[:, 1:], self.bits).tolist()
+        for g, w, n in zip(first.tolist(), weights, summed[:, 0].tolist(), strict=True):
+            if n > 0:
+                out[int(tested[at[g]])][int(key[g])] = w
+        return out
+
     def of_node(self, node: int) -> np.ndarray:
         """One node's histogram as a dense (codes x sums) array."""
         lo, hi = np.searchsorted(self.node, [node, node + 1])
         out = np.zeros((self.layout.width, self.sums.shape[1]), dtype=np.int64)
         out[self.code[lo:hi]] = self.sums[lo:hi]
         return out
+
+
+def with_derived(hist: ScanHistogram, kept: dict[int, np.ndarray],
+                 derived: dict[int, tuple[int, tuple[int, ...]]]) -> ScanHistogram:
+    """``hist`` with the children that were not read: each its parent's histogram (``kept``,
+    dense) less its siblings' (``derived``: child -> (parent, siblings), every sibling read)."""
+    children = sorted(derived)
+    dense = np.stack([kept[derived[c][0]][: hist.layout.width] for c in children])
+    # every derived child at once: its parent's dense histogram (the last level reads the
+    # first feature only) less its siblings' long rows, scattered by (child, code)
+    sibling_of = {s: i for i, c in enumerate(children) for s in derived[c][1]}
+    siblings = np.array(sorted(sibling_of), dtype=np.int64)
+    at_sibling = np.array([sibling_of[s] for s in siblings.tolist()], dtype=np.int64)
+    read = np.isin(hist.node, siblings)
+    at = at_sibling[np.searchsorted(siblings, hist.node[read])]
+    # a child's siblings are distinct nodes, so a (derived child, code) may repeat: add.at
+    np.subtract.at(dense, (at, hist.code[read]), hist.sums[read])
+    child_at, codes = np.nonzero(dense[:, :, 0] > 0)
+    node = np.concatenate([hist.node, np.array(children, dtype=np.int64)[child_at]])
+    code = np.concatenate([hist.code, codes.astype(np.int64)])
+    sums = np.concatenate([hist.sums, dense[child_at, codes]])
+    order = np.lexsort((code, node))
+    return ScanHistogram(node[order], code[order], sums[order], hist.layout, hist.position,
+                         hist.n_classes, hist.bits, hist.moments, hist.poisson)
 
 
 class LevelScanStages:
@@ -139,7 +224,7 @@ class LevelScanStages:
     _layout: Layout
     _position: dict[int, int]
     _kept: dict[int, np.ndarray]
-    _derived: dict[int, tuple[int, int]]
+    _derived: dict[int, tuple[int, tuple[int, ...]]]
 
     @property
     def _moments(self) -> bool:
@@ -200,32 +285,9 @@ class LevelScanStages:
         if not features:  # the last level: its counts only (the first feature's codes)
             hist.layout = Layout(self._layout.features[:1])
         if self._derived:
-            hist = self._subtracted(hist)
+            hist = with_derived(hist, self._kept, self._derived)
+            self._kept, self._derived = {}, {}
         return hist
-
-    def _subtracted(self, hist: ScanHistogram) -> ScanHistogram:
-        """``hist`` with the children that were not read: each its parent's histogram less
-        its sibling's."""
-        children = sorted(self._derived)
-        parents = [self._derived[c][0] for c in children]
-        siblings = np.array([self._derived[c][1] for c in children], dtype=np.int64)
-        # every derived child at once: its parent's dense histogram (the last level reads the
-        # first feature only) less its sibling's long rows, scattered by (child, code)
-        dense = np.stack([self._kept[p][: hist.layout.width] for p in parents])
-        by_sibling = np.argsort(siblings, kind="stable")
-        read = np.isin(hist.node, siblings)
-        at = by_sibling[np.searchsorted(siblings[by_sibling], hist.node[read])]
-        dense[at, hist.code[read]] -= hist.sums[read]  # a (node, code) is one row: no repeats
-        child_at, codes = np.nonzero(dense[:, :, 0] > 0)
-        self._kept, self._derived = {}, {}
-        extra_node = [hist.node, np.array(children, dtype=np.int64)[child_at]]
-        extra_code = [hist.code, codes.astype(np.int64)]
-        extra_sums = [hist.sums, dense[child_at, codes]]
-        node, code = np.concatenate(extra_node), np.concatenate(extra_code)
-        order = np.lexsort((code, node))
-        return ScanHistogram(node[order], code[order], np.concatenate(extra_sums)[order],
-                             hist.layout, hist.position, hist.n_classes, hist.bits,
-                             hist.moments, hist.poisson)
 
     def read_counts(self, engine: Any, hist: ScanHistogram) -> dict[int, list[float]]:
         nodes, n, sums = hist.totals()
@@ -299,9 +361,9 @@ class LevelScanStages:
                     self._kept[node] = parent
                     budget -= parent.nbytes
                     if small_left:
-                        self._derived[right] = (node, left)
+                        self._derived[right] = (node, (left,))
                     else:
-                        self._derived[left] = (node, right)
+                        self._derived[left] = (node, (right,))
             out.append(Route(node=node, feature=position, missing_left=missing_left, upto=upto,
                              left_codes=left_codes, nominal=threshold is None, left=left,
                              right=right, scan_left=scan_left, scan_right=scan_right))
@@ -327,6 +389,224 @@ class LevelScanStages:
         super().close(engine)  # type: ignore[misc]
 
 
+class LevelScanC45Stages:
+    """C4.5's and ID3's stages on the level scan (mixed in before the strategy).
+
+    The level's rows stay the tables plan's (node, weight, class, a bin index or value code
+    per feature), partitioned by its statement, which spreads a row of unknown value over
+    the branches with a share of its weight each. The histogram is summed in the engine
+    (``SqlBackend``'s statement, over the level's rows as codes) and read into numpy, where
+    the memory plan's scorer (``c45_scores``) scores it and the chosen tests' branches are
+    counted: no scoring query, no histogram table. Sums are whole numbers (fixed point once
+    weights are fractional), so the histogram is the memory plan's to the last bit."""
+
+    plan_name = SCAN
+    plan_reason = "asked for"
+    data: Any
+    bins: dict[int, list[float]] | None
+    hist_bits: int | None
+    n_classes: int
+    entropy_bits: int
+    options: Any
+    weight_bits: Any
+
+    _layout: Layout | None = None
+    _position: dict[int, int]
+    _last: ScanHistogram | None = None
+    _kept: dict[int, np.ndarray] | None = None
+    _derived: dict[int, tuple[int, tuple[int, ...]]] | None = None
+    branch_counts: dict[int, dict[int, list[float]]]
+
+    @property
+    def workers(self) -> int | None:
+        return engine_workers(self.data.engine)
+
+    def _codes_layout(self) -> Layout:
+        if self._layout is None:
+            bins = self.bins or {}
+            features = self.data.features
+            self._position = {f.index: i for i, f in enumerate(features)}
+            self._layout = Layout(tuple(
+                FeatureCodes(i, f.kind, 1 + (len(bins[f.index]) if f.kind == CONTINUOUS
+                                             else len(f.values)))
+                for i, f in enumerate(features)))
+        return self._layout
+
+    def materialize_histogram(self, level: Any, features: list[Feature], nodes: int
+                              ) -> Any:
+        if isinstance(level, Level):  # the deep levels, in memory
+            return super().materialize_histogram(level, features, nodes)  # type: ignore[misc]
+        self.hist_bits = bits = self.weight_bits()
+        layout = self._codes_layout()
+        derived = self._derived or {}
+        rows: exp.Expression = level
+        if derived:  # their parents' histograms less their siblings': not read
+            rows = exp.select(exp.Star()).from_(level.copy()).where(exp.Not(this=exp.In(
+                this=exp.column("node", quoted=True),
+                expressions=[num(c) for c in sorted(derived)]))).subquery("v")
+        node, code, sums = self._read_histogram(rows, features, nodes, bits, layout)
+        hist = ScanHistogram(node, code, sums, layout if features else Layout(()),
+                             self._position, self.n_classes, bits)
+        if not features:  # the last level: its counts only (the first feature's codes)
+            hist.layout = Layout(layout.features[:1])
+        if derived:
+            assert self._kept is not None
+            kept = self._kept
+            if bits is not None and self._last is not None and self._last.bits is None:
+                # the parents' weights were whole numbers: the same in fixed point
+                for parent in kept.values():
+                    parent[:, 1:] <<= bits
+            hist = with_derived(hist, kept, derived)
+        self._kept, self._derived, self._last = None, None, hist
+        return hist
+
+    def _read_histogram(self, rows: exp.Expression, features: list[Feature], nodes: int,
+                        bits: int | None, layout: Layout
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The tables plan's histogram statement (``queries.build_histogram``, row counts
+        included), read rather than stored, as long rows (node, code, [rows, class sums...])
+        sorted by (node, code). Fixed-point sums may pass 2^53: each is read as two exact
+        parts (``LIMB_BITS``). With no feature (the last level) the node totals stand as the
+        first feature's unknown code."""
+        engine = self.data.engine
+        classes = q.class_columns(self.n_classes)
+        query = q.build_histogram(
+            rows, features, self.n_classes, self.summed_by_class(features, nodes), (), bits,  # type: ignore[attr-defined]
+            counts=True, one_pass=engine.ONE_PASS_HISTOGRAM, lookup=engine.VECTORIZED)
+        h = "h"
+        limb = num(2**LIMB_BITS)
+        parts: list[exp.Expression] = []
+        for c in classes:
+            total = exp.column(c, table=h, quoted=True)
+            if bits is None:
+                parts.append(total)
+                continue
+            high = exp.IntDiv(this=total, expression=limb.copy())
+            parts += [alias(high, f"{c}h"),
+                      alias(total.copy() - exp.paren(high.copy() * limb.copy()), f"{c}l")]
+        keys = [exp.column(k, table=h, quoted=True) for k in ("node", "attr", "v", "n")]
+        query = exp.select(*keys, *parts).from_(query.subquery(h))
+        batches = list(engine.float_batches(query))
+        width = 1 + self.n_classes
+        if not batches:
+            return (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64),
+                    np.zeros((0, width), dtype=np.int64))
+        cols = [np.concatenate([b[i] for b in batches]) for i in range(len(batches[0]))]
+        node, attr, v = cols[0].astype(np.int64), cols[1].astype(np.int64), cols[2]
+        values = np.nan_to_num(np.stack(cols[3:], axis=1), nan=0.0).astype(np.int64)
+        if bits is not None:
+            high, low = values[:, 1::2], values[:, 2::2]
+            values = np.concatenate([values[:, :1], (high << LIMB_BITS) + low], axis=1)
+        # every feature's rows, or with none the node totals (as the first feature's)
+        keep = attr >= 0 if features else attr < 0
+        node, attr, v, values = node[keep], attr[keep], v[keep], values[keep]
+        offsets = np.array(layout.offsets, dtype=np.int64)
+        position = np.zeros(max(self._position, default=0) + 1, dtype=np.int64)
+        for index, pos in self._position.items():
+            position[index] = pos
+        at = offsets[position[attr.clip(0)]]
+        code = at + np.where(np.isnan(v), 0, np.nan_to_num(v) + 1).astype(np.int64)
+        order = np.lexsort((code, node))
+        return node[order], code[order], values[order]
+
+    def materialize_partition(self, level: Any, tests: list[TestRow], routes: list[RouteRow],
+                              ordered: bool) -> Any:
+        if isinstance(level, Level):
+            return super().materialize_partition(level, tests, routes, ordered)  # type: ignore[misc]
+        self._plan_subtraction(tests, routes)
+        table = super().materialize_partition(level, tests, routes, ordered)  # type: ignore[misc]
+        if isinstance(table, Level):
+            self._kept, self._derived = None, None
+        return table
+
+    def _few_rows(self, routes: list[RouteRow]) -> bool:
+        """Whether the next levels grow in memory: once reading the histogram costs as much
+        as reading the rows (its rows were at least ``ROWS_PER_HISTOGRAM_ROW`` of the
+        level's), where the rows fit the memory plan's bound (``MEMORY_MAX_CELLS``); never
+        for data that is small from the start (``ENGINE_ONLY_MAX_CELLS``)."""
+        data, hist = self.data, self._last
+        cells = data.n_rows * max(len(data.features), 1)
+        if hist is None or cells <= ENGINE_ONLY_MAX_CELLS or cells > MEMORY_MAX_CELLS:
+            return False
+        return len(hist.node) * ROWS_PER_HISTOGRAM_ROW >= hist.level.node.stop
+
+    def _plan_subtraction(self, tests: list[TestRow], routes: list[RouteRow]) -> None:
+        """Which children the next level derives instead of reading: a split's child of
+        most rows, where every row of its node went whole to one child that grows on (no
+        unknown value spread over branches, no branch a leaf), its parent's histogram kept
+        within ``KEPT_PARENT_BYTES``."""
+        hist = self._last
+        if hist is None:
+            return
+        children: dict[int, dict[int, int]] = {}  # node -> key -> child
+        spread: set[int] = set()  # nodes whose unknown values, if any, go to many branches
+        for node, key, child, factor in routes:
+            if int(key) == UNKNOWN_KEY and factor != 1.0:
+                spread.add(node)
+            children.setdefault(node, {})[int(key)] = child
+        kept: dict[int, np.ndarray] = {}
+        derived: dict[int, tuple[int, tuple[int, ...]]] = {}
+        budget = KEPT_PARENT_BYTES
+        for node, index, threshold in tests:
+            by_key = children.get(node, {})
+            reached = self.branch_counts.get(node, {})
+            if (node in spread and UNKNOWN_KEY in reached) or any(
+                    k not in by_key for k in reached):
+                continue
+            kids = sorted({by_key[k] for k in reached})
+            if len(kids) < 2:
+                continue
+            parent = hist.of_node(node)
+            if parent.nbytes > budget:
+                continue
+            budget -= parent.nbytes
+            position = self._position[index]
+            offset = self._layout.offsets[position]  # type: ignore[union-attr]
+            size = self._layout.features[position].n_codes  # type: ignore[union-attr]
+            block = parent[offset:offset + size, 0]
+            value = np.arange(size) - 1  # a code's bin index or value code; -1: unknown
+            key = value if threshold is None else np.where(value <= threshold, 0, 1)
+            key = np.where(value < 0, UNKNOWN_KEY, key)
+            rows = {kid: 0 for kid in kids}
+            for k, n in zip(key.tolist(), block.tolist(), strict=True):
+                if n > 0:
+                    rows[by_key[k]] += n
+            largest = max(kids, key=lambda kid: (rows[kid], -kid))
+            kept[node] = parent
+            derived[largest] = (node, tuple(kid for kid in kids if kid != largest))
+        self._kept, self._derived = kept, derived
+
+    def read_counts(self, engine: Any, hist: Any) -> dict[int, list[float]]:
+        if not isinstance(hist, ScanHistogram):
+            return super().read_counts(engine, hist)  # type: ignore[misc,no-any-return]
+        nodes, _, sums = hist.totals()
+        return dict(zip(nodes.tolist(), as_weight(sums, self.hist_bits).tolist(), strict=True))
+
+    def score_rows(self, hist: Any, features: list[Feature]) -> list[Any]:
+        if not isinstance(hist, ScanHistogram):
+            return super().score_rows(hist, features)  # type: ignore[misc,no-any-return]
+        options = replace(score_options(self.options), fractional=self.hist_bits is not None,
+                          bits=self.hist_bits, entropy_bits=self.entropy_bits)
+        return c45_scores.score(hist, features, options, self.workers)  # type: ignore[arg-type]
+
+    def read_branch_counts(self, engine: Any, hist: Any, tests: list[TestRow]
+                           ) -> dict[int, dict[int, list[float]]]:
+        if not isinstance(hist, ScanHistogram):
+            return super().read_branch_counts(engine, hist, tests)  # type: ignore[misc,no-any-return]
+        return hist.branch_counts(tests)
+
+    def drop(self, table: Any) -> None:
+        """A histogram read into numpy is nothing to drop."""
+        if not isinstance(table, ScanHistogram):
+            super().drop(table)  # type: ignore[misc]
+
+
+class LevelScanC45Strategy(LevelScanC45Stages, DeepC45Strategy):
+    """C4.5 and ID3 on the level scan, the deep levels in memory (``_few_rows``)."""
+
+    plan_name = SCAN
+
+
 class LevelScanCARTStrategy(LevelScanStages, CARTStrategy):
     """CART classification on the level scan."""
 
@@ -335,14 +615,16 @@ class LevelScanRegressionStrategy(LevelScanStages, RegressionStrategy):
     """CART regression on the level scan."""
 
 
-SCAN_STRATEGIES: dict[str, type[CARTStrategy]] = {
+SCAN_STRATEGIES: dict[str, type[Strategy]] = {
     CART: LevelScanCARTStrategy,
     CART_REGRESSION: LevelScanRegressionStrategy,
+    C45: LevelScanC45Strategy,
+    ID3: LevelScanC45Strategy,
 }
 """Algorithm name (``GrowOptions.strategy_name``) -> its strategy on the level scan."""
 
 
-def scan_strategy(options: Any, data: Any) -> CARTStrategy | None:
+def scan_strategy(options: Any, data: Any) -> Strategy | None:
     """The level scan's strategy for this tree, or None where it does not apply: it grows
     binned CART (classification and regression) on an engine that stores tables."""
     found = SCAN_STRATEGIES.get(options.strategy_name)
