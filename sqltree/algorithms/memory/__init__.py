@@ -59,12 +59,9 @@ the same run)."""
 
 MEMORY_BYTES_PER_CELL = 25
 """Peak memory of a classification fit on the memory plan per row x feature of its data, at
-scale, with a margin: the benchmark table's 10M rows of 16 features (160M cells),
-``max_depth=10``, peaked at 3,899 MB with C4.5 (24.4 bytes a cell) when the bound was set, and
-at 2,874 MB with C4.5 and 2,171 MB with CART (18.0 and 13.6) once a level's arrays were
-narrowed, and at 1,985 and 2,098 MB (12.4 and 13.1) once rows were routed a block at a time
-and large nodes grouped in bands (5 Dec 2026); a table of distinct continuous values in every
-column keeps more."""
+scale, with a margin: 10M rows of the benchmark table peaked at 12-25 bytes a cell
+(benchmarks/README.md: "C4.5 at 10M rows in memory" and the sections before it); a table of
+distinct continuous values in every column keeps more."""
 
 
 CGROUP_MEMORY_MAX = "/sys/fs/cgroup/memory.max"
@@ -94,12 +91,8 @@ process's own of at most this many rows x features (see ``memory_reason``): half
 machine's memory at ``MEMORY_BYTES_PER_CELL`` (on a 24 GB machine about 490M cells, 30M rows
 of 16 features), at least 16M cells. The scorers keep the best candidates of a (node,
 feature) only, a part of the level's nodes and a batch of candidates at a time, and grow
-faster than the tables plan in less memory. The benchmark table (``max_depth=10``; one run
-each on an idle 2-core machine, 5 Dec 2026): C4.5 on 10M rows in 170.7 s and 3,899 MB
-against the tables plan's 244.2 s and 16,678 MB (DuckDB's default memory limit); CART on 1M
-rows in 10.7 s and 636 MB against 15.7 s and 1,112 MB, and with no option (no depth limit,
-99,248 leaves) in 61.1 s and 2,288 MB against 128.6 s and 3,870 MB; on 10M rows in 124.3 s
-and 2,171 MB against 97.8 s and 7,163 MB (1 Dec), scikit-learn's 250.9 s and 3,731 MB.
+faster than the tables plan in less memory (benchmarks/README.md, "Exact CART in memory" and
+"C4.5 at 10M rows in memory").
 """
 
 LOCAL_FILE = "a file read by sqltree's own DuckDB database"
