@@ -208,9 +208,8 @@ def with_derived(hist: ScanHistogram, kept: dict[int, np.ndarray],
                          hist.n_classes, hist.bits, hist.moments, hist.poisson)
 
 
-class LevelScanStages:
-    """CART's stages on the level scan (mixed in before the strategy): the codes and pairs in
-    the engine, the histogram read into numpy and scored there."""
+class _ScanStages:
+    """What the level scan's stages share: the plan's name, and the layout of the codes."""
 
     plan_name = SCAN
     plan_reason = "asked for"
@@ -218,11 +217,34 @@ class LevelScanStages:
     bins: dict[int, list[float]] | None
     hist_bits: int | None
     n_classes: int
-    build_level0: Any
 
+    _layout: Layout | None = None
+    _position: dict[int, int]
+
+    @property
+    def workers(self) -> int | None:
+        return engine_workers(self.data.engine)
+
+    def _codes_layout(self) -> Layout:
+        """Each feature's codes (0 for unknown, then a bin or a value each), in source order."""
+        if self._layout is None:
+            bins = self.bins or {}
+            features = self.data.features
+            self._position = {f.index: i for i, f in enumerate(features)}
+            self._layout = Layout(tuple(
+                FeatureCodes(i, f.kind, 1 + (len(bins[f.index]) if f.kind == CONTINUOUS
+                                             else len(f.values)))
+                for i, f in enumerate(features)))
+        return self._layout
+
+
+class LevelScanStages(_ScanStages):
+    """CART's stages on the level scan (mixed in before the strategy): the codes and pairs in
+    the engine, the histogram read into numpy and scored there."""
+
+    build_level0: Any
     backend: SqlBackend | None = None
     _layout: Layout
-    _position: dict[int, int]
     _kept: dict[int, np.ndarray]
     _derived: dict[int, tuple[int, tuple[int, ...]]]
 
@@ -231,20 +253,11 @@ class LevelScanStages:
         """Whether the histogram sums a regression tree's moments, not class weights."""
         return not self.data.classes
 
-    @property
-    def workers(self) -> int | None:
-        return engine_workers(self.data.engine)
-
     def materialize_level0(self) -> Any:
         engine = self.data.engine
         level0 = self.build_level0()
-        bins = self.bins or {}
         features = self.data.features
-        self._position = {f.index: i for i, f in enumerate(features)}
-        self._layout = Layout(tuple(
-            FeatureCodes(i, f.kind, 1 + (len(bins[f.index]) if f.kind == CONTINUOUS
-                                         else len(f.values)))
-            for i, f in enumerate(features)))
+        self._layout = self._codes_layout()
         w = exp.column("w", quoted=True)
         # the first level's rows as codes, never stored apart nor numbered: the pairs carry
         # them (no statement joins them back)
@@ -389,48 +402,25 @@ class LevelScanStages:
         super().close(engine)  # type: ignore[misc]
 
 
-class LevelScanC45Stages:
+class LevelScanC45Stages(_ScanStages):
     """C4.5's and ID3's stages on the level scan (mixed in before the strategy).
 
     The level's rows stay the tables plan's (node, weight, class, a bin index or value code
     per feature), partitioned by its statement, which spreads a row of unknown value over
-    the branches with a share of its weight each. The histogram is summed in the engine
-    (``SqlBackend``'s statement, over the level's rows as codes) and read into numpy, where
-    the memory plan's scorer (``c45_scores``) scores it and the chosen tests' branches are
-    counted: no scoring query, no histogram table. Sums are whole numbers (fixed point once
-    weights are fractional), so the histogram is the memory plan's to the last bit."""
+    the branches with a share of its weight each. Its histogram statement is read into numpy
+    rather than stored (``_read_histogram``), where the memory plan's scorer
+    (``c45_scores``) scores it and the chosen tests' branches are counted: no scoring query,
+    no histogram table. Sums are whole numbers (fixed point once weights are fractional), so
+    the histogram is the memory plan's to the last bit."""
 
-    plan_name = SCAN
-    plan_reason = "asked for"
-    data: Any
-    bins: dict[int, list[float]] | None
-    hist_bits: int | None
-    n_classes: int
     entropy_bits: int
     options: Any
     weight_bits: Any
-
-    _layout: Layout | None = None
-    _position: dict[int, int]
+    summed_by_class: Any
     _last: ScanHistogram | None = None
     _kept: dict[int, np.ndarray] | None = None
     _derived: dict[int, tuple[int, tuple[int, ...]]] | None = None
     branch_counts: dict[int, dict[int, list[float]]]
-
-    @property
-    def workers(self) -> int | None:
-        return engine_workers(self.data.engine)
-
-    def _codes_layout(self) -> Layout:
-        if self._layout is None:
-            bins = self.bins or {}
-            features = self.data.features
-            self._position = {f.index: i for i, f in enumerate(features)}
-            self._layout = Layout(tuple(
-                FeatureCodes(i, f.kind, 1 + (len(bins[f.index]) if f.kind == CONTINUOUS
-                                             else len(f.values)))
-                for i, f in enumerate(features)))
-        return self._layout
 
     def materialize_histogram(self, level: Any, features: list[Feature], nodes: int
                               ) -> Any:
@@ -471,7 +461,7 @@ class LevelScanC45Stages:
         engine = self.data.engine
         classes = q.class_columns(self.n_classes)
         query = q.build_histogram(
-            rows, features, self.n_classes, self.summed_by_class(features, nodes), (), bits,  # type: ignore[attr-defined]
+            rows, features, self.n_classes, self.summed_by_class(features, nodes), (), bits,
             counts=True, one_pass=engine.ONE_PASS_HISTOGRAM, lookup=engine.VECTORIZED)
         h = "h"
         limb = num(2**LIMB_BITS)
@@ -561,8 +551,9 @@ class LevelScanC45Stages:
                 continue
             budget -= parent.nbytes
             position = self._position[index]
-            offset = self._layout.offsets[position]  # type: ignore[union-attr]
-            size = self._layout.features[position].n_codes  # type: ignore[union-attr]
+            layout = self._codes_layout()
+            offset = layout.offsets[position]
+            size = layout.features[position].n_codes
             block = parent[offset:offset + size, 0]
             value = np.arange(size) - 1  # a code's bin index or value code; -1: unknown
             key = value if threshold is None else np.where(value <= threshold, 0, 1)
