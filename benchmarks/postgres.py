@@ -54,10 +54,12 @@ def backend_peak_mb(conn: Any) -> float | None:
 
 def statement_kind(sql: str, what: str) -> str:
     """What a statement did, from its progress label (``stored pairs_12``: the table's hint)
-    or, for a query, its text: a histogram is a ``UNION`` of ``GROUP BY``s."""
+    or, for a query, its text: a histogram groups the level's stored rows (the bin edges'
+    queries group the source)."""
     if what != "query":
         return re.sub(r"_[0-9]+$", "", what)
-    return "histogram" if " UNION ALL " in sql else "other queries"
+    level = re.search(r"_(pairs|scanned|routed)_[0-9]+", sql)
+    return "histogram" if " GROUP BY " in sql and level else "other queries"
 
 
 def tally_statements(engine: Any) -> dict[str, list[float]]:

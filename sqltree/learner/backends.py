@@ -12,6 +12,11 @@ that split to their children. :class:`SqlBackend` keeps the rows in the engine:
   pairs flagged ``scan``: a node whose sibling is scanned is its parent's histogram less its
   sibling's (LightGBM's subtraction), so only the smaller child of each split is read.
 
+Wide, the pairs carry the codes themselves (one tree, the level scan). They move down as the
+engine runs best (``Engine.SCAN_ROUTING``): rewritten whole each level by the join above, or
+kept as level 0 stored them, each level storing apart only the rows of the nodes its
+histogram reads, each row's node computed by ``path_case`` from its codes.
+
 :class:`NumpyBackend` does the same with arrays, for data already in Python. Both sum the same
 whole-number statistics (``rows.py``), so their histograms are equal to the last bit.
 """
@@ -293,7 +298,8 @@ class SqlBackend(Backend):
         (``UNION``): each ``GROUP BY`` then reads only them (a third to a half of the level
         on the benchmark file), not the whole level and a filter; on PostgreSQL the
         histograms took about a quarter less, copies included (benchmarks/README.md).
-        Dropped once the histogram is read (``stale``)."""
+        Dropped once the histogram is read (``stale``). Routing by path stores them apart in
+        the first place."""
         assert self.pairs is not None
         apart = self.engine.materialize("scanned", exp.select(exp.Star()).from_(
             self.pairs.copy()).where(exp.EQ(this=_c("scan"), expression=num(1))),
@@ -563,7 +569,7 @@ class SqlBackend(Backend):
         self.scans += 1
         # deferred: stored by the next histogram, which reads them anyway (they read only
         # level 0's rows, so the rows before them can go now)
-        self.pairs = self.engine.materialize("scanned", query, deferred=True, statistics=False)
+        self.pairs = self.engine.materialize("routed", query, deferred=True, statistics=False)
         self._drop_stale()
 
     def add_votes(self, leaves: dict[int, np.ndarray]) -> None:
