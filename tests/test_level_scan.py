@@ -213,26 +213,25 @@ def test_both_routings_grow_the_tables_plans_tree(engine_factory: Any, case: str
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Routing by path (``Engine.SCAN_ROUTING``: level 0's rows never rewritten, each level
     storing only the rows its histogram reads, their node computed from the splits so far)
-    and rewriting every row grow the tables and memory plans' tree, model file for model
-    file, and leave no working table behind."""
+    and rewriting every row grow the memory plan's model file and the tables plan's tree
+    (whose criteria, computed in the engine's SQL, may differ in their last bits: Spark's
+    logarithms), and leave no working table behind."""
     from tests.test_engines import temp_objects
 
     options = dict(CASES[case])
     frame = messy(600)
-    files = {}
+    models = {}
     for routing in ("rewrite", "path"):
         engine, source = engine_factory(frame, "t")
         monkeypatch.setattr(type(engine), "SCAN_ROUTING", routing)
-        model = train(source, "y", "scan", connection=engine, **options)
-        assert model.stats["plan"] == "scan"
-        assert model.n_leaves > 5
-        files[routing] = comparable(model)
+        models[routing] = train(source, "y", "scan", connection=engine, **options)
+        assert models[routing].stats["plan"] == "scan"
         assert temp_objects(engine) == []
-        if routing == "path":
-            files["tables"] = comparable(train(source, "y", "tables", connection=engine,
-                                               **options))
-    files["memory"] = comparable(train(frame, "y", "memory", **options))
-    assert files["path"] == files["rewrite"] == files["tables"] == files["memory"]
+    tables = train(source, "y", "tables", connection=engine, **options)
+    memory = train(frame, "y", "memory", **options)
+    assert models["path"].n_leaves > 5
+    assert comparable(models["path"]) == comparable(models["rewrite"]) == comparable(memory)
+    assert_same_model(models["path"], tables)
 
 
 @pytest.mark.parametrize("case", ["squared-error", "poisson"])
