@@ -36,19 +36,28 @@ def connection(path: str, threads: int) -> Any:
     return con
 
 
-def sqltree_side(con: Any, bins: int, depth: int, plan: str, test: str) -> dict[str, Any]:
+def sqltree_side(con: Any, bins: int, depth: int, plan: str, test: str,
+                 routing: str | None = None) -> dict[str, Any]:
+    """``routing``: the level scan's ``Engine.SCAN_ROUTING`` for this run (None: DuckDB's)."""
     import pandas as pd
 
     import sqltree
+    from sqltree.engines.duckdb import DuckDBEngine
 
-    start = time.perf_counter()
-    model = sqltree.train("bench", TARGET, connection=con, algorithm="cart", max_depth=depth,
-                          max_bins=bins, plan=plan)
-    seconds = time.perf_counter() - start
+    own = DuckDBEngine.SCAN_ROUTING
+    DuckDBEngine.SCAN_ROUTING = routing or own
+    try:
+        start = time.perf_counter()
+        model = sqltree.train("bench", TARGET, connection=con, algorithm="cart",
+                              max_depth=depth, max_bins=bins, plan=plan)
+        seconds = time.perf_counter() - start
+    finally:
+        DuckDBEngine.SCAN_ROUTING = own
     held = pd.read_parquet(test)
     accuracy = float((model.predict(held)["prediction"] == held[TARGET]).mean())
     levels = model.stats["levels"]
-    return {"side": f"sqltree CART binned {bins}, {model.stats['plan']} plan",
+    routed = f", routing by {routing}" if routing else ""
+    return {"side": f"sqltree CART binned {bins}, {model.stats['plan']} plan{routed}",
             "seconds": round(seconds, 2), "accuracy": round(accuracy, 4),
             "leaves": model.n_leaves, "queries": model.stats["queries"],
             "level_seconds": [round(lv["seconds"], 2) for lv in levels]}
@@ -91,6 +100,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--depth", type=int, default=10)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--plans", default="scan,tables")
+    parser.add_argument("--routings", default="",
+                        help="the level scan's routings to run, comma-separated (rewrite, "
+                        "path; default: DuckDB's own, Engine.SCAN_ROUTING)")
     parser.add_argument("--data-dir", default=DEFAULT_DATA)
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args(argv)
@@ -101,10 +113,11 @@ def main(argv: list[str] | None = None) -> None:
     for bins in args.bins:
         peer = lightgbm_side(con, bins, args.depth, args.threads, test)
         for plan in args.plans.split(","):
-            result = sqltree_side(con, bins, args.depth, plan, test)
-            result["x_lightgbm_fit"] = round(result["seconds"] / peer["fit_seconds"], 2)
-            results.append(result)
-            print(json.dumps(result), flush=True)
+            for routing in args.routings.split(",") if plan == "scan" else [""]:
+                result = sqltree_side(con, bins, args.depth, plan, test, routing or None)
+                result["x_lightgbm_fit"] = round(result["seconds"] / peer["fit_seconds"], 2)
+                results.append(result)
+                print(json.dumps(result), flush=True)
         results.append(peer)
         print(json.dumps(peer), flush=True)
     print(f"\n{human_rows(args.rows)} rows, DuckDB threads={args.threads}, depth {args.depth}, "

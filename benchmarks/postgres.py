@@ -21,8 +21,11 @@ import argparse
 import io
 import json
 import os
+import re
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -49,6 +52,32 @@ def backend_peak_mb(conn: Any) -> float | None:
     return process_peak_mb(pid)
 
 
+def statement_kind(sql: str, what: str) -> str:
+    """What a statement did, from its progress label (``stored pairs_12``: the table's hint)
+    or, for a query, its text: a histogram groups the level's stored rows (the bin edges'
+    queries group the source)."""
+    if what != "query":
+        return re.sub(r"_[0-9]+$", "", what)
+    level = re.search(r"_(pairs|scanned|routed)_[0-9]+", sql)
+    return "histogram" if " GROUP BY " in sql and level else "other queries"
+
+
+def tally_statements(engine: Any) -> dict[str, list[float]]:
+    """Seconds of each statement ``engine`` runs from now on, by ``statement_kind``."""
+    kinds: dict[str, list[float]] = {}
+    counted = engine.counted
+
+    @contextmanager
+    def timed(sql: str, what: str = "query") -> Iterator[None]:
+        start = time.perf_counter()
+        with counted(sql, what):
+            yield
+        kinds.setdefault(statement_kind(sql, what), []).append(time.perf_counter() - start)
+
+    engine.counted = timed
+    return kinds
+
+
 def sqltree_side(url: str, table: Any, bins: int, depth: int, plan: str, test: str
                  ) -> dict[str, Any]:
     import pandas as pd
@@ -57,6 +86,7 @@ def sqltree_side(url: str, table: Any, bins: int, depth: int, plan: str, test: s
     from sqltree.engines.postgres import PostgresEngine
 
     engine = PostgresEngine.connect(url)
+    kinds = tally_statements(engine)
     start = time.perf_counter()
     model = sqltree.train(table.sql("postgres"), TARGET, connection=engine, algorithm="cart",
                           max_depth=depth, max_bins=bins, plan=plan)
@@ -73,6 +103,9 @@ def sqltree_side(url: str, table: Any, bins: int, depth: int, plan: str, test: s
         "leaves": model.n_leaves,
         "python_peak_mb": peak_rss_mb(),
         "backend_peak_mb": backend_mb,
+        "statements": {k: {"count": len(v), "seconds": round(sum(v), 2),
+                           "each": [round(x, 2) for x in v]}
+                       for k, v in sorted(kinds.items())},
         "levels": [{"depth": lv["depth"], "nodes": lv["nodes"], "queries": lv["queries"],
                     "seconds": round(lv["seconds"], 2)} for lv in stats["levels"]],
     }
@@ -131,6 +164,10 @@ def markdown(results: list[dict[str, Any]], rows: int, depth: int) -> str:
                      f"{r['accuracy']} | {r['leaves']} | {r['python_peak_mb'] or 0:.0f} | "
                      f"{r['backend_peak_mb'] or 0:.0f} |")
     for r in results:
+        if "statements" in r:
+            lines += ["", f"{r['side']}: statements by kind (count, seconds)", "",
+                      ", ".join(f"{k}: {v['count']}, {v['seconds']} s"
+                                for k, v in r["statements"].items())]
         if "levels" in r:
             lines += ["", f"{r['side']}: per level (seconds / statements / nodes)", "",
                       ", ".join(f"{lv['depth']}: {lv['seconds']} s / {lv['queries']} / "

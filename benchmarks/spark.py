@@ -73,11 +73,15 @@ def jobs_of(spark: Any, group: str) -> int:
     return len(spark.sparkContext.statusTracker().getJobIdsForGroup(group))
 
 
-def sqltree_side(spark: Any, bins: int, depth: int, plan: str = "auto") -> dict[str, Any]:
+def sqltree_side(spark: Any, bins: int, depth: int, plan: str = "auto",
+                 routing: str | None = None) -> dict[str, Any]:
+    """``routing``: the level scan's ``Engine.SCAN_ROUTING`` for this run (None: Spark's)."""
     import sqltree
     from sqltree.engines.spark import SparkEngine
 
     engine = SparkEngine(spark)
+    if routing:
+        engine.SCAN_ROUTING = routing  # type: ignore[misc]
     start = time.perf_counter()
     model = sqltree.train("bench_train", target=TARGET, algorithm="cart", max_depth=depth,
                           max_bins=bins, connection=engine, plan=plan)
@@ -85,8 +89,9 @@ def sqltree_side(spark: Any, bins: int, depth: int, plan: str = "auto") -> dict[
     scored = model.predict("bench_test", connection=spark)
     accuracy = float((scored["prediction"] == scored[TARGET]).mean())
     stats = model.stats
+    routed = f", routing by {routing}" if routing else ""
     return {
-        "side": f"sqltree cart binned {bins}, {stats['plan']} plan",
+        "side": f"sqltree cart binned {bins}, {stats['plan']} plan{routed}",
         "seconds": round(seconds, 1),
         "jobs": engine.stats.jobs,
         "growth_jobs": stats["jobs"],
@@ -185,6 +190,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sides", default="sqltree,mllib")
     parser.add_argument("--plans", default="auto",
                         help="sqltree's training plans, comma-separated (auto, scan, tables)")
+    parser.add_argument("--routings", default="",
+                        help="the level scan's routings to run, comma-separated (rewrite, "
+                        "path; default: Spark's own, Engine.SCAN_ROUTING)")
     parser.add_argument("--data-dir", default=DEFAULT_DATA)
     parser.add_argument("--warmup-rows", type=int, default=50_000,
                         help="train each side once on this many rows first, untimed, so that "
@@ -210,10 +218,12 @@ def main(argv: list[str] | None = None) -> None:
     if "sqltree" in sides:
         for bins in args.bins:
             for plan in args.plans.split(","):
-                results.append(in_group(
-                    spark, f"sqltree-{bins}-{plan}",
-                    lambda b=bins, p=plan: sqltree_side(spark, b, args.depth, p)))
-                print(json.dumps(results[-1]), flush=True)
+                for routing in args.routings.split(","):
+                    results.append(in_group(
+                        spark, f"sqltree-{bins}-{plan}-{routing}",
+                        lambda b=bins, p=plan, r=routing: sqltree_side(
+                            spark, b, args.depth, p, r or None)))
+                    print(json.dumps(results[-1]), flush=True)
     if "mllib" in sides:
         results.append(in_group(spark, "mllib", lambda: mllib_side(spark, args.depth)))
         print(json.dumps(results[-1]), flush=True)

@@ -7,6 +7,7 @@ trees must be the tables plan's node for node (``helpers.assert_same_model``).
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Any
 
@@ -297,3 +298,139 @@ def test_every_engine_grows_the_same_c45_tree_on_the_scan(engine_factory: Any) -
         reference = sqltree.train(frame, "y", algorithm=algorithm, plan="memory", max_bins=8,
                                   weight="w")
         assert_same_model(model, reference)
+
+
+# -- routing: every row rewritten, or level 0's rows kept and each row's node computed --------
+ROUTING_CASES = ["three-classes", "sample-weight", "best-first", "entropy-leaf"]
+
+
+@pytest.mark.parametrize("case", ROUTING_CASES)
+def test_both_routings_grow_the_tables_plans_tree(engine_factory: Any, case: str,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Routing by path (``Engine.SCAN_ROUTING``: level 0's rows never rewritten, each level
+    storing only the rows its histogram reads, their node computed from the splits so far)
+    and rewriting every row grow the memory plan's model file and the tables plan's tree
+    (whose criteria, computed in the engine's SQL, may differ in their last bits: Spark's
+    logarithms), and leave no working table behind."""
+    from tests.test_engines import temp_objects
+
+    options = dict(CASES[case])
+    frame = messy(600)
+    models = {}
+    for routing in ("rewrite", "path"):
+        engine, source = engine_factory(frame, "t")
+        monkeypatch.setattr(type(engine), "SCAN_ROUTING", routing)
+        models[routing] = train(source, "y", "scan", connection=engine, **options)
+        assert models[routing].stats["plan"] == "scan"
+        assert temp_objects(engine) == []
+    tables = train(source, "y", "tables", connection=engine, **options)
+    memory = train(frame, "y", "memory", **options)
+    assert models["path"].n_leaves > 5
+    assert comparable(models["path"]) == comparable(models["rewrite"]) == comparable(memory)
+    assert_same_model(models["path"], tables)
+
+
+@pytest.mark.parametrize("case", ["squared-error", "poisson"])
+def test_both_routings_grow_the_same_regression_tree(engine_factory: Any, case: str,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    options = dict(REGRESSION_CASES[case])
+    target = options.pop("target", "t")
+    frame = numeric(600)
+    files = {}
+    for routing in ("rewrite", "path"):
+        engine, source = engine_factory(frame, "numeric")
+        monkeypatch.setattr(type(engine), "SCAN_ROUTING", routing)
+        model = sqltree.train(source, target, task="regression", plan="scan",
+                              connection=engine, **options)
+        files[routing] = comparable(model)
+    files["memory"] = comparable(sqltree.train(frame, target, task="regression",
+                                               plan="memory", **options))
+    assert files["path"] == files["rewrite"] == files["memory"]
+
+
+def random_splits(seed: int, depth: int, features: Any) -> tuple[dict[int, Any], set[int]]:
+    """A random tree of ``Route``s down to ``depth``, at most 32 splits a level (some children
+    leaves, -1), and a random half of its open nodes as the nodes to read."""
+    from sqltree.learner.backends import Route
+
+    rng = np.random.default_rng(seed)
+    splits: dict[int, Any] = {}
+    open_nodes: list[int] = []
+    ids = iter(range(1, 10**6))
+    frontier = [0]
+    for level in range(depth):
+        following = []
+        for at, node in enumerate(frontier):
+            if at >= 32 or (level > 2 and rng.random() < 0.15):
+                open_nodes.append(node)  # a leaf before the last level
+                continue
+            f = int(rng.integers(len(features)))
+            n_codes = features[f].n_codes
+            nominal = features[f].kind == "nominal"
+            left_codes = tuple(int(k) for k in sorted(rng.choice(
+                np.arange(1, n_codes), size=int(rng.integers(1, n_codes - 1)), replace=False))
+            ) if nominal else ()
+            left, right = next(ids), next(ids)
+            if rng.random() < 0.1:
+                left = -1
+            splits[node] = Route(node=node, feature=f, missing_left=bool(rng.random() < 0.5),
+                                 upto=0 if nominal else int(rng.integers(1, n_codes - 1)),
+                                 left_codes=left_codes, nominal=nominal, left=left, right=right,
+                                 scan_left=True, scan_right=True)
+            following += [c for c in (left, right) if c >= 0]
+        frontier = following
+    open_nodes += frontier
+    targets = {int(n) for n in rng.choice(open_nodes, size=len(open_nodes) // 2, replace=False)}
+    return splits, targets
+
+
+def walked(row: dict[str, int], splits: dict[int, Any], targets: set[int]) -> int:
+    """A row's node by the splits, in Python (``SqlBackend.route``'s rule)."""
+    node = 0
+    while node in splits:
+        r = splits[node]
+        code = row[f"c{r.feature}"]
+        if code == 0:
+            left = r.missing_left
+        else:
+            left = code in r.left_codes if r.nominal else code <= r.upto
+        node = r.left if left else r.right
+    return node if node in targets else -1
+
+
+@pytest.mark.parametrize("engine_factory", [*ENGINES, SQLITE], indirect=True)
+def test_the_path_case_routes_as_the_rewrite_does(engine_factory: Any) -> None:
+    """``path_case`` sends each row where the splits do, on every engine, for a tree 24
+    levels deep: folded, its CASEs nest by log2 of the nodes read, within SQLite's parser's
+    limit (about 18), which the tree's depth would pass."""
+    from sqlglot import exp
+
+    from sqltree.learner.backends import path_case
+    from sqltree.learner.splitter import FeatureCodes, Layout
+
+    kinds = ["continuous", "nominal"] * 3
+    layout = Layout(tuple(FeatureCodes(i, kinds[i], n) for i, n in enumerate([17, 8, 33, 5, 9,
+                                                                              12])))
+    columns = [f"c{i}" for i in range(len(layout.features))]
+    rng = np.random.default_rng(3)
+    frame = pd.DataFrame({c: rng.integers(0, f.n_codes, 4000)
+                          for c, f in zip(columns, layout.features, strict=True)})
+    splits, targets = random_splits(11, 24, layout.features)
+    assert len(splits) > 300
+    node = path_case(0, splits, targets, columns, layout)
+    nesting = 1 + max(sum(isinstance(a, exp.Case) for a in _ancestors(c))
+                      for c in node.find_all(exp.Case))
+    assert nesting <= 1 + math.log2(len(targets)) < 18
+    engine, source = engine_factory(frame, "codes")
+    query = exp.select(exp.alias_(node, "node")).from_(exp.alias_(source, "a"))
+    query = query.order_by(*[exp.column(c, "a") for c in columns])
+    got = [int(r[0]) for r in engine.execute(query)]
+    rows = frame.sort_values(columns).to_dict("records")
+    assert got == [walked(r, splits, targets) for r in rows]
+    assert len(set(got)) > 10
+
+
+def _ancestors(node: Any) -> Any:
+    while node.parent is not None:
+        node = node.parent
+        yield node

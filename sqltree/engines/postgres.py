@@ -24,7 +24,7 @@ from sqlglot import exp
 
 from ..errors import EngineConnectionError, UnsupportedError, install_hint
 from ..sqlexpr import WITHOUT_NESTED_LOOPS
-from .base import UNION, Engine, one_line, temp_table_create
+from .base import PATH, UNION, Engine, one_line, temp_table_create
 from .select_plan import SELECT
 
 try:  # psycopg is an optional dependency (the "postgres" extra)
@@ -83,6 +83,7 @@ class PostgresEngine(Engine):
     NAME: ClassVar[str] = "PostgreSQL"
     FENCES_DERIVED_TABLES: ClassVar[bool] = True
     HISTOGRAM_FORM: ClassVar[str] = UNION
+    SCAN_ROUTING: ClassVar[str] = PATH
 
     def __init__(
         self, connection: Any, *, owns_connection: bool = False, close_on_cleanup: bool = False,

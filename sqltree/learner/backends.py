@@ -12,6 +12,11 @@ that split to their children. :class:`SqlBackend` keeps the rows in the engine:
   pairs flagged ``scan``: a node whose sibling is scanned is its parent's histogram less its
   sibling's (LightGBM's subtraction), so only the smaller child of each split is read.
 
+Wide, the pairs carry the codes themselves (one tree, the level scan). They move down as the
+engine runs best (``Engine.SCAN_ROUTING``): rewritten whole each level by the join above, or
+kept as level 0 stored them, each level storing apart only the rows of the nodes its
+histogram reads, each row's node computed by ``path_case`` from its codes.
+
 :class:`NumpyBackend` does the same with arrays, for data already in Python. Both sum the same
 whole-number statistics (``rows.py``), so their histograms are equal to the last bit.
 """
@@ -25,7 +30,7 @@ from typing import Any
 import numpy as np
 from sqlglot import exp
 
-from ..engines.base import GROUPING_SETS, UNPIVOT
+from ..engines.base import GROUPING_SETS, PATH, UNPIVOT
 from ..sqlexpr import alias, case, computed_once, num, paren
 from .rows import Sampling, row_hash
 from .splitter import Histograms, Layout
@@ -157,8 +162,8 @@ class SqlBackend(Backend):
 
     def __init__(self, engine: Any, codes: exp.Table | exp.Select, layout: Layout,
                  stats: list[exp.Expression], scale: np.ndarray, n_classes: int = 0,
-                 carried: Sequence[str] = (), row_ids: bool = True, wide: bool = False
-                 ) -> None:
+                 carried: Sequence[str] = (), row_ids: bool = True, wide: bool = False,
+                 routing: str | None = None) -> None:
         self.engine = engine
         self.codes = codes
         # a wide backend whose rows are never joined back nor hashed needs no row number
@@ -182,6 +187,14 @@ class SqlBackend(Backend):
         self.scans = 0
         """Statements that read the pairs (a histogram, storing the scanned ones apart, routing
         them down)."""
+        self.routing = routing or engine.SCAN_ROUTING
+        """``Engine.SCAN_ROUTING``, or the caller's choice."""
+        self.base: exp.Table | None = None
+        """Routing by path: level 0's rows, never rewritten (``pairs`` then holds only the
+        rows the next histogram reads); None when each level rewrites the pairs."""
+        self.root = 0
+        self.splits: dict[int, Route] = {}
+        """Routing by path: every split so far, by node."""
 
     def statements(self) -> tuple[int, int] | None:
         return self.engine.stats.queries, self.scans
@@ -240,8 +253,15 @@ class SqlBackend(Backend):
             query = query.where(exp.false())
         self.pairs = self.engine.materialize("pairs", query)
         self.engine.drop(table)
+        # by path: one tree whose rows carry their codes (the level scan); a forest's pairs
+        # are a row per tree, which a node computed from one tree's splits cannot tell apart
+        if self.routing == PATH and self.carried and len(roots) == 1 and not out_of_bag:
+            self.base, self.root, self.splits = self.pairs, roots[0].node, {}
 
     def _drop_pairs(self) -> None:
+        if self.base is not None and self.base is not self.pairs:
+            self.engine.drop(self.base)
+        self.base = None
         if self.pairs is not None:
             self.engine.drop(self.pairs)
             self.pairs = None
@@ -269,7 +289,7 @@ class SqlBackend(Backend):
         if not self.carried:
             query = query.join(exp.alias_(self.codes.copy(), "c"),
                                on=exp.EQ(this=_c("rid", "a"), expression=_c("rid", "c")))
-        if scanned is not None:
+        if scanned is not None or self.base is not None:  # holding only the rows to read
             return query
         return query.where(exp.EQ(this=_c("scan", "a"), expression=num(1)))
 
@@ -278,7 +298,8 @@ class SqlBackend(Backend):
         (``UNION``): each ``GROUP BY`` then reads only them (a third to a half of the level
         on the benchmark file), not the whole level and a filter; on PostgreSQL the
         histograms took about a quarter less, copies included (benchmarks/README.md).
-        Dropped once the histogram is read (``stale``)."""
+        Dropped once the histogram is read (``stale``). Routing by path stores them apart in
+        the first place."""
         assert self.pairs is not None
         apart = self.engine.materialize("scanned", exp.select(exp.Star()).from_(
             self.pairs.copy()).where(exp.EQ(this=_c("scan"), expression=num(1))),
@@ -332,7 +353,8 @@ class SqlBackend(Backend):
             ]).from_(rows.subquery("u", copy=False), copy=False).group_by(
                 _c("node"), _c("code"), copy=False)
         parts = []
-        scanned = self._scanned_apart() if len(names) > 1 else None
+        apart = len(names) > 1 and self.base is None  # by path, they are apart already
+        scanned = self._scanned_apart() if apart else None
         for n, o in zip(names, offsets):
             code = exp.Add(this=_c(n, self.cv), expression=num(o))
             part = self._joined(scanned).select(
@@ -452,6 +474,9 @@ class SqlBackend(Backend):
 
     def route(self, routes: Sequence[Route], keep: bool = False) -> None:
         assert self.pairs is not None
+        if self.base is not None:
+            self._route_by_path(routes, keep)
+            return
         names = self._code_columns()
         rows = [(r.node, r.feature, int(r.missing_left), r.upto, int(r.nominal), r.left,
                  r.right, int(r.scan_left), int(r.scan_right)) for r in routes]
@@ -520,6 +545,33 @@ class SqlBackend(Backend):
         if table is not None:
             self.engine.drop(table)
 
+    def _route_by_path(self, routes: Sequence[Route], keep: bool) -> None:
+        """Store the rows of the nodes the next histogram reads, from level 0's rows, each
+        one's node computed by ``path_case`` over the splits so far: nothing else is
+        written, and no row is joined to anything (``Engine.SCAN_ROUTING``)."""
+        assert self.base is not None and not keep  # keep: out-of-bag rows, a forest's only
+        self.splits.update((r.node, r) for r in routes)
+        targets = {child for r in routes for child, read in ((r.left, r.scan_left),
+                                                              (r.right, r.scan_right))
+                   if child >= 0 and read}
+        node = path_case(self.root, self.splits, targets, self._code_columns(), self.layout)
+        # the node computed once per row, apart from the filter that reads it (PostgreSQL
+        # would evaluate the CASE again for each row it keeps)
+        rows = computed_once(exp.select(
+            alias(exp.cast(node, "INT"), "node"), _c("cnt", "a"),
+            *[_c(n, "a") for n in self.carried],
+        ).from_(exp.alias_(self.base.copy(), "a"), copy=False))
+        query = exp.select(_c("node"), _c("cnt"), *[_c(n) for n in self.carried]).from_(
+            rows.subquery("p", copy=False), copy=False).where(
+            exp.GTE(this=_c("node"), expression=num(0)), copy=False)
+        if self.pairs is not self.base:  # read by nothing from now on
+            self.stale.append(self.pairs)
+        self.scans += 1
+        # deferred: stored by the next histogram, which reads them anyway (they read only
+        # level 0's rows, so the rows before them can go now)
+        self.pairs = self.engine.materialize("routed", query, deferred=True, statistics=False)
+        self._drop_stale()
+
     def add_votes(self, leaves: dict[int, np.ndarray]) -> None:
         assert self.pairs is not None
         width = len(next(iter(leaves.values()))) if leaves else 1
@@ -580,6 +632,64 @@ class SqlBackend(Backend):
             self.engine.drop(t)
         self.votes = []
         self._drop_pairs()
+
+
+def goes_left(route: Route, column: exp.Expression, n_codes: int, left: bool = True
+              ) -> exp.Expression:
+    """Whether a row whose code of the split's feature is ``column`` goes to ``route``'s left
+    child (``left=False``: to its right), as ``SqlBackend.route`` decides it. Codes are never
+    NULL (0 is the unknown value's), so a side is the other's negation."""
+    if route.nominal:
+        members = {*route.left_codes, *([0] if route.missing_left else [])}
+        if not left:
+            members = set(range(n_codes)) - members
+        others = set(range(n_codes)) - members
+        if not members or not others:  # every row, or none, goes this way
+            return exp.GTE(this=column, expression=num(0 if members else n_codes))
+        if len(others) < len(members):
+            return exp.Not(this=column.isin(*[num(k) for k in sorted(others)]))
+        return column.isin(*[num(k) for k in sorted(members)])
+    upto = num(route.upto)
+    if route.missing_left:  # the unknown code 0 goes left with the codes up to ``upto``
+        taken: exp.Expression = exp.LTE(this=column, expression=upto)
+        return taken if left else exp.GT(this=column.copy(), expression=upto.copy())
+    taken = exp.Between(this=column, low=num(1), high=upto)
+    return taken if left else exp.Not(this=paren(taken))
+
+
+def path_case(root: int, splits: dict[int, Route], targets: set[int], columns: list[str],
+              layout: Layout) -> exp.Expression:
+    """Each row's node among ``targets`` (-1 for a row in none of them) from its codes
+    (``columns``, table ``a``), by the ``splits`` from ``root``.
+
+    A subtree with no target is one ``WHEN`` giving -1. At each split the side with fewer
+    targets is a ``WHEN`` and the other side's splits go on as further ``WHEN``s of the same
+    ``CASE`` (the scoring walk's folding, ``compiler.walk``): a row evaluates only the tests
+    on its path, and ``CASE``s nest at most log2(targets) + 1 deep, whatever the depth of the
+    tree (SQLite's parser allows about 18)."""
+    counts: dict[int, int] = {}
+
+    def count(node: int) -> int:
+        if node in targets:
+            return 1
+        if node not in counts:
+            split = splits.get(node)
+            counts[node] = 0 if split is None else count(split.left) + count(split.right)
+        return counts[node]
+
+    def walk(node: int) -> exp.Expression:
+        whens: list[tuple[exp.Expression, exp.Expression]] = []
+        while node not in targets and count(node):
+            split = splits[node]
+            to_left = count(split.left) <= count(split.right)  # the smaller side is a WHEN
+            side, node = (split.left, split.right) if to_left else (split.right, split.left)
+            code = _c(columns[split.feature], "a")
+            test = goes_left(split, code, layout.features[split.feature].n_codes, to_left)
+            whens.append((test, walk(side) if count(side) else num(-1)))
+        last = num(node if node in targets else -1)
+        return case(*whens, default=last, copy=False) if whens else last
+
+    return walk(root)
 
 
 # -- numpy -----------------------------------------------------------------------------------
