@@ -329,6 +329,41 @@ def test_trees_of_one_batch_equal_trees_grown_alone(monkeypatch):
     assert _forest_file(together) == _forest_file(alone)
 
 
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_a_memory_bound_that_splits_the_trees_into_batches_changes_no_tree(monkeypatch, task):
+    frame = mixed_table(2000) if task == "classification" else _regression_table(2000)
+    target = "label" if task == "classification" else "y"
+    import sqltree.learner.forest as forest
+
+    one = _train(frame, target, n_estimators=5, max_depth=5, oob_score=True)
+    assert one.stats["batches"] == 1
+    monkeypatch.setattr(forest, "tree_bytes", lambda *_: forest.BATCH_BYTES / 2)
+    several = _train(frame, target, n_estimators=5, max_depth=5, oob_score=True)
+    assert several.stats["batches"] == 3  # 2, 2 and 1 trees
+    assert {tuple(lv["trees"]) for lv in several.stats["levels"]} == {(0, 2), (2, 4), (4, 5)}
+    assert _forest_file(one) == _forest_file(several)
+    # the out-of-bag votes of each batch are summed apart: the same up to their rounding
+    assert several.stats["oob"]["rows"] == one.stats["oob"]["rows"]
+    assert several.stats["oob"]["score"] == pytest.approx(one.stats["oob"]["score"], rel=1e-12)
+
+
+def test_batches_are_bounded_by_memory_and_rows():
+    from sqltree.learner.forest import BATCH_BYTES, ENTRY_BYTES, tree_bytes, trees_per_batch
+
+    layout = Layout(tuple(FeatureCodes(i, "continuous", 256) for i in range(16)))
+    options = ForestOptions(n_estimators=100, max_depth=10)
+    assert trees_per_batch(options, 3000, 4, layout, 3) == 100
+    # a 1M-row tree's deepest level: 632,000 drawn rows x 4 features, or at most 512 nodes
+    # x 4 features x 256 codes x 3 classes
+    assert tree_bytes(options, 1_000_000, 4, layout, 3) == 512 * 4 * 256 * 3 * ENTRY_BYTES
+    large = trees_per_batch(options, 1_000_000, 4, layout, 3)
+    assert large == BATCH_BYTES // (512 * 4 * 256 * 3 * ENTRY_BYTES)
+    deeper = trees_per_batch(ForestOptions(n_estimators=100), 1_000_000, 4, layout, 3)
+    assert 1 <= deeper < large
+    assert tree_bytes(ForestOptions(n_estimators=100), 100_000, 4, layout, 3) == pytest.approx(
+        100_000 * (1 - np.exp(-1)) * 4 * ENTRY_BYTES)
+
+
 def test_every_feature_and_row_once_is_a_greedy_tree_of_the_bins():
     """With neither bagging nor feature sampling each tree is the same greedy Gini tree,
     whose every split is the best of all candidates over the bins."""
