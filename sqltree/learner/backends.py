@@ -26,6 +26,7 @@ import numpy as np
 from sqlglot import exp
 
 from ..engines.base import GROUPING_SETS, UNPIVOT
+from ..errors import UnsupportedOptionError
 from ..sqlexpr import alias, case, computed_once, num, paren
 from .rows import Sampling, row_hash
 from .splitter import Block, Histograms, Layout, Sparse
@@ -439,27 +440,34 @@ class SqlBackend(Backend):
                                            self.layout)
             (node, code), sums = self._statistics(cols, 2)
             return _dense(node, code, sums, self.layout)
+        order = np.argsort(allowed.nodes, kind="stable")  # the histograms' nodes ascending
+        nodes, mask = allowed.nodes[order], allowed.mask[order]
         # (node, feature) pairs feature by feature, so that each feature's entries come
         # together in key order
-        feature, slot = np.nonzero(allowed.mask.T)
+        feature, slot = np.nonzero(mask.T)
         width = max(f.n_codes for f in self.layout.features)
+        if len(slot) * width * max(self.n_classes, 1) >= 2**53:
+            # the keys come back as doubles
+            raise UnsupportedOptionError(
+                "a level of this forest has too many (node, feature, code) keys for one "
+                "histogram: grow fewer trees at once or use fewer bins")
         base = np.arange(len(slot), dtype=np.int64) * width
         table = self.engine.load_rows(
             "allowed", ["node", "feature", "base"], [INT, INT, INT],
-            list(zip(allowed.nodes[slot].tolist(), feature.tolist(), base.tolist())))
+            list(zip(nodes[slot].tolist(), feature.tolist(), base.tolist())))
         try:
             cols = self._fetch(self.allowed_query(table))
         finally:
             self.engine.drop(table)
         if cols is None:
             return Histograms(np.zeros(0, dtype=np.int64), [None] * len(self.layout.features))
-        return self._sparse(cols, allowed.nodes[slot], feature, width)
+        return self._sparse(cols, nodes, slot, feature, width)
 
-    def _sparse(self, cols: list[np.ndarray], node_of: np.ndarray, feature_of: np.ndarray,
-                width: int) -> Histograms:
+    def _sparse(self, cols: list[np.ndarray], nodes: np.ndarray, slot_of: np.ndarray,
+                feature_of: np.ndarray, width: int) -> Histograms:
         """``allowed_query``'s rows as sparse blocks: each key's (node, feature) from its
-        place, its classes' rows side by side (a class's weight in its column, the rows of
-        every class added)."""
+        place (``slot_of``: the place's node in ``nodes``, ascending), its classes' rows side
+        by side (a class's weight in its column, the rows of every class added)."""
         key = cols[0].astype(np.int64)
         units = np.nan_to_num(np.stack(cols[1:], axis=1), nan=0.0).astype(np.int64)
         if self.n_classes:
@@ -473,8 +481,12 @@ class SqlBackend(Backend):
             sums[np.cumsum(new) - 1, 1 + y] = units[:, -1]
             key, units = key[starts], sums
         place, code = key // width, key % width
-        node = node_of[place]
-        ids = np.unique(node)
+        # the nodes that hold rows, in order, and each entry's slot among them
+        slot = slot_of[place]
+        held = np.zeros(len(nodes), dtype=bool)
+        held[slot] = True
+        ids = nodes[held]
+        slot = (np.cumsum(held) - 1)[slot]
         feature = feature_of[place]
         bounds = np.searchsorted(feature, np.arange(len(self.layout.features) + 1))
         blocks: list[Block | None] = []
@@ -483,8 +495,7 @@ class SqlBackend(Backend):
             if lo == hi:
                 blocks.append(None)
                 continue
-            blocks.append(Sparse(np.searchsorted(ids, node[lo:hi]), code[lo:hi], units[lo:hi],
-                                 self.scale))
+            blocks.append(Sparse(slot[lo:hi], code[lo:hi], units[lo:hi], self.scale))
         return Histograms(ids, blocks)
 
     def route(self, routes: Sequence[Route], keep: bool = False) -> None:
