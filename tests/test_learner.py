@@ -17,7 +17,14 @@ from sqltree.learner.encode import encode
 from sqltree.learner.forest import ForestOptions, train_forest
 from sqltree.learner.gains import Entropy, Gini, Newton, Poisson, SquaredError
 from sqltree.learner.rows import PRIME, Sampling, row_hash, tree_constants
-from sqltree.learner.splitter import FeatureCodes, Histograms, Layout, Rules, best_splits
+from sqltree.learner.splitter import (
+    FeatureCodes,
+    Histograms,
+    Layout,
+    Rules,
+    Sparse,
+    best_splits,
+)
 
 from .helpers import mixed_table, on_engines
 
@@ -47,11 +54,17 @@ def _histograms(backend, sampling: Sampling, n_trees: int, allowed: bool):
     return backend.histograms(Allowed(np.arange(n_trees), mask))
 
 
-def _same_histograms(a: Histograms, b: Histograms) -> None:
+def _dense_block(block, n_codes: int):
+    """A block as (slots, nodes x codes x statistics), whether it came dense or sparse."""
+    return block.to_dense(n_codes) if isinstance(block, Sparse) else block
+
+
+def _same_histograms(a: Histograms, b: Histograms, layout: Layout) -> None:
     assert a.nodes.tolist() == b.nodes.tolist()
-    for x, y in zip(a.blocks, b.blocks, strict=True):
+    for x, y, f in zip(a.blocks, b.blocks, layout.features, strict=True):
         assert (x is None) == (y is None)
         if x is not None and y is not None:
+            x, y = _dense_block(x, f.n_codes), _dense_block(y, f.n_codes)
             assert x[0].tolist() == y[0].tolist()
             np.testing.assert_array_equal(x[1], y[1])  # exact: whole-number sums
 
@@ -69,9 +82,9 @@ def test_sql_and_numpy_histograms_are_equal(task, sampling, allowed):
     try:
         sql = _histograms(encoded.sql_backend(), sampling, 3, allowed)
         mem = _histograms(encoded.numpy_backend(), sampling, 3, allowed)
-        _same_histograms(sql, mem)
+        _same_histograms(sql, mem, encoded.layout)
         # every tree's root holds its drawn rows: the row column sums the counts
-        totals = sql.blocks[0][1].sum(axis=1)
+        totals = _dense_block(sql.blocks[0], encoded.layout.features[0].n_codes)[1].sum(axis=1)
         if sampling.everything:
             assert totals[:, 0].tolist() == [2000.0] * 3
         else:
@@ -174,6 +187,76 @@ def test_best_split_is_the_brute_force_best(criterion, seed):
         assert choice.gain == pytest.approx(expected[0], rel=1e-12, abs=1e-12)
 
 
+@pytest.mark.parametrize("criterion", [Gini(), Entropy(), SquaredError(), Poisson(),
+                                       Newton(l2=1.0)], ids=lambda c: c.name)
+@pytest.mark.parametrize("seed", range(4))
+def test_sparse_blocks_choose_what_dense_blocks_choose(criterion, seed):
+    # a deep level: few rows a node, most codes empty, code 1 and unknown values often absent,
+    # many ties (small whole numbers); each node may split on a sample of the features
+    rng = np.random.default_rng(seed)
+    widths, kinds = [12, 7, 30, 3], ["continuous", "nominal", "continuous", "nominal"]
+    layout = Layout(tuple(FeatureCodes(i, k, n) for i, (k, n) in enumerate(zip(kinds, widths))))
+    n_nodes = 60
+    classes = criterion.name in ("gini", "entropy")
+    scale = np.array([1.0] + [2.0**-3] * 3)
+    blocks_dense, blocks_sparse = [], []
+    rows_of = [rng.integers(0, 2 * n_nodes, rng.integers(1, 14)) for _ in range(n_nodes)]
+    units_of = []
+    for rows in rows_of:
+        n = len(rows)
+        cnt = rng.integers(1, 3, n)
+        if classes:
+            label = rng.integers(0, 3, n)
+            u = np.stack([cnt] + [(label == k) * cnt * 8 for k in range(3)], axis=1)
+        else:
+            y = rng.integers(0 if criterion.name != "poisson" else 1, 6, n)
+            w = rng.integers(1, 3, n) * 8
+            u = np.stack([cnt, cnt * w, cnt * w * y, cnt * w * y * y], axis=1)
+        units_of.append(u.astype(np.int64))
+    roots = np.stack([u.sum(axis=0) * scale for u in units_of])
+    allowed = rng.random((n_nodes, len(widths))) < 0.6
+    allowed[:, 0] |= ~allowed.any(axis=1)
+    for pos, width in enumerate(widths):
+        slots = np.flatnonzero(allowed[:, pos])
+        dense = np.zeros((len(slots), width, 4))
+        entries = []
+        for k, slot in enumerate(slots.tolist()):
+            u = units_of[slot]
+            unknown = rng.random(len(u)) < 0.15
+            if rng.random() < 0.3:
+                # the unknown values alone against every known one (no row at code 1): the
+                # candidate that a sparse block adds at c = 0
+                unknown = u[:, 1] > u[:, 2] if classes else u[:, 2] >= 3 * u[:, 1]
+            code = np.where(unknown, 0, rng.integers(2 if rng.random() < 0.5 else 1, width,
+                                                     len(u)))
+            units = np.zeros((width, 4), dtype=np.int64)
+            np.add.at(units, code, units_of[slot])
+            dense[k] = units * scale
+            held = np.flatnonzero(units[:, 0] > 0)
+            entries += [(slot, c, units[c]) for c in held.tolist()]
+        blocks_dense.append((slots, dense))
+        blocks_sparse.append(Sparse(np.array([e[0] for e in entries]),
+                                    np.array([e[1] for e in entries]),
+                                    np.stack([e[2] for e in entries]), scale))
+    nodes = np.arange(n_nodes)
+    for rules in (Rules(), Rules(min_samples_leaf=3.0, min_gain=0.01)):
+        for tie_roots in (None, roots):
+            want, want_totals = best_splits(Histograms(nodes, blocks_dense), layout, criterion,
+                                            rules, tie_roots)
+            got, got_totals = best_splits(Histograms(nodes, blocks_sparse), layout, criterion,
+                                          rules, tie_roots)
+            np.testing.assert_array_equal(got_totals, want_totals)
+            assert sum(c is not None for c in want) > n_nodes // 3
+            for a, b in zip(got, want, strict=True):
+                assert (a is None) == (b is None)
+                if a is not None and b is not None:
+                    assert (a.feature, a.gain, a.missing_left, a.upto, a.left_codes,
+                            a.saw_missing) == (b.feature, b.gain, b.missing_left, b.upto,
+                                               b.left_codes, b.saw_missing)
+                    np.testing.assert_array_equal(a.left, b.left)
+                    np.testing.assert_array_equal(a.right, b.right)
+
+
 # -- whole forests -------------------------------------------------------------------------------
 def _forest_file(ensemble) -> str:
     data = ensemble.to_dict()
@@ -244,6 +327,41 @@ def test_trees_of_one_batch_equal_trees_grown_alone(monkeypatch):
     monkeypatch.setattr(forest, "PAIRS_PER_BATCH", 1)  # one tree per batch
     alone = _train(frame, "label", n_estimators=4, max_depth=5)
     assert _forest_file(together) == _forest_file(alone)
+
+
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_a_memory_bound_that_splits_the_trees_into_batches_changes_no_tree(monkeypatch, task):
+    frame = mixed_table(2000) if task == "classification" else _regression_table(2000)
+    target = "label" if task == "classification" else "y"
+    import sqltree.learner.forest as forest
+
+    one = _train(frame, target, n_estimators=5, max_depth=5, oob_score=True)
+    assert one.stats["batches"] == 1
+    monkeypatch.setattr(forest, "tree_bytes", lambda *_: forest.BATCH_BYTES / 2)
+    several = _train(frame, target, n_estimators=5, max_depth=5, oob_score=True)
+    assert several.stats["batches"] == 3  # 2, 2 and 1 trees
+    assert {tuple(lv["trees"]) for lv in several.stats["levels"]} == {(0, 2), (2, 4), (4, 5)}
+    assert _forest_file(one) == _forest_file(several)
+    # the out-of-bag votes of each batch are summed apart: the same up to their rounding
+    assert several.stats["oob"]["rows"] == one.stats["oob"]["rows"]
+    assert several.stats["oob"]["score"] == pytest.approx(one.stats["oob"]["score"], rel=1e-12)
+
+
+def test_batches_are_bounded_by_memory_and_rows():
+    from sqltree.learner.forest import BATCH_BYTES, ENTRY_BYTES, tree_bytes, trees_per_batch
+
+    layout = Layout(tuple(FeatureCodes(i, "continuous", 256) for i in range(16)))
+    options = ForestOptions(n_estimators=100, max_depth=10)
+    assert trees_per_batch(options, 3000, 4, layout, 3) == 100
+    # a 1M-row tree's deepest level: 632,000 drawn rows x 4 features, or at most 512 nodes
+    # x 4 features x 256 codes x 3 classes
+    assert tree_bytes(options, 1_000_000, 4, layout, 3) == 512 * 4 * 256 * 3 * ENTRY_BYTES
+    large = trees_per_batch(options, 1_000_000, 4, layout, 3)
+    assert large == BATCH_BYTES // (512 * 4 * 256 * 3 * ENTRY_BYTES)
+    deeper = trees_per_batch(ForestOptions(n_estimators=100), 1_000_000, 4, layout, 3)
+    assert 1 <= deeper < large
+    assert tree_bytes(ForestOptions(n_estimators=100), 100_000, 4, layout, 3) == pytest.approx(
+        100_000 * (1 - np.exp(-1)) * 4 * ENTRY_BYTES)
 
 
 def test_every_feature_and_row_once_is_a_greedy_tree_of_the_bins():

@@ -31,9 +31,10 @@ import numpy as np
 from sqlglot import exp
 
 from ..engines.base import GROUPING_SETS, PATH, UNPIVOT
+from ..errors import UnsupportedOptionError
 from ..sqlexpr import alias, case, computed_once, num, paren
 from .rows import Sampling, row_hash
-from .splitter import Histograms, Layout
+from .splitter import Block, Histograms, Layout, Sparse
 
 INT = "BIGINT"
 
@@ -76,10 +77,6 @@ class Allowed:
 
     nodes: np.ndarray
     mask: np.ndarray
-
-    def pairs(self) -> list[tuple[int, int]]:
-        rows, cols = np.nonzero(self.mask)
-        return [(int(self.nodes[r]), int(c)) for r, c in zip(rows, cols)]
 
 
 class Backend:
@@ -399,22 +396,27 @@ class SqlBackend(Backend):
         return node[order], code[order], sums[order]
 
     def allowed_query(self, allowed_table: exp.Table) -> exp.Expression:
-        """Each scanned pair once per feature its node may split on: (node, feature, code[,
-        y], sums...)."""
+        """Each scanned pair once per feature its node may split on, summed per key: the
+        place of its (node, feature) in ``allowed_table`` times the widest feature's codes,
+        plus its code (times the classes, plus its class): one integer key, grouped faster
+        than the four columns it stands for, in key order, so that each node's codes come in
+        order."""
         names = self._code_columns()
         feature = _c("feature", "m")
         code = case(*[(exp.EQ(this=feature.copy(), expression=num(i)), _c(n, self.cv))
                       for i, n in enumerate(names)], default=num(0))
+        key: exp.Expression = exp.Add(this=_c("base", "m"), expression=code)
+        if self.n_classes:
+            key = exp.Add(this=exp.Mul(this=exp.paren(key), expression=num(self.n_classes)),
+                          expression=_c("y", self.cv))
         inner = self._joined().join(
             exp.alias_(allowed_table, "m"),
             on=exp.EQ(this=_c("node", "m"), expression=_c("node", "a")),
-        ).select(alias(_c("node", "a"), "node"), alias(feature, "feature"), alias(code, "code"),
-                 *[alias(k, "y") for k in self._class_key()],
-                 *[alias(s.copy(), f"v{i}") for i, s in enumerate(self.summed)], copy=False)
-        keys = [_c("node"), _c("feature"), _c("code"), *([_c("y")] if self.n_classes else [])]
-        return exp.select(*keys, *[alias(exp.func("SUM", _c(f"v{i}")), f"s{i}")
-                                   for i in range(len(self.summed))]).from_(
-            inner.subquery("h")).group_by(*[k.copy() for k in keys])
+        ).select(alias(key, "k"), *[alias(s.copy(), f"v{i}") for i, s in enumerate(self.summed)],
+                 copy=False)
+        return exp.select(_c("k"), *[alias(exp.func("SUM", _c(f"v{i}")), f"s{i}")
+                                     for i in range(len(self.summed))]).from_(
+            inner.subquery("h")).group_by(_c("k")).order_by(_c("k"))
 
     def _pivot(self, grouped: exp.Expression, keys: list[str]) -> exp.Expression:
         """Classes' rows of a key side by side: the grouping by ``y`` is cheap where a CASE
@@ -460,17 +462,63 @@ class SqlBackend(Backend):
                                            self.layout)
             (node, code), sums = self._statistics(cols, 2)
             return _dense(node, code, sums, self.layout)
-        table = self.engine.load_rows("allowed", ["node", "feature"], [INT, INT],
-                                      allowed.pairs())
+        order = np.argsort(allowed.nodes, kind="stable")  # the histograms' nodes ascending
+        nodes, mask = allowed.nodes[order], allowed.mask[order]
+        # (node, feature) pairs feature by feature, so that each feature's entries come
+        # together in key order
+        feature, slot = np.nonzero(mask.T)
+        width = max(f.n_codes for f in self.layout.features)
+        if len(slot) * width * max(self.n_classes, 1) >= 2**53:
+            # the keys come back as doubles
+            raise UnsupportedOptionError(
+                "a level of this forest has too many (node, feature, code) keys for one "
+                "histogram: grow fewer trees at once or use fewer bins")
+        base = np.arange(len(slot), dtype=np.int64) * width
+        table = self.engine.load_rows(
+            "allowed", ["node", "feature", "base"], [INT, INT, INT],
+            list(zip(nodes[slot].tolist(), feature.tolist(), base.tolist())))
         try:
-            cols = self._fetch(self._pivot(self.allowed_query(table),
-                                           ["node", "feature", "code"]))
+            cols = self._fetch(self.allowed_query(table))
         finally:
             self.engine.drop(table)
         if cols is None:
             return Histograms(np.zeros(0, dtype=np.int64), [None] * len(self.layout.features))
-        (node, feature, code), sums = self._statistics(cols, 3)
-        return Histograms.of_rows(node, feature, code, sums, self.layout)
+        return self._sparse(cols, nodes, slot, feature, width)
+
+    def _sparse(self, cols: list[np.ndarray], nodes: np.ndarray, slot_of: np.ndarray,
+                feature_of: np.ndarray, width: int) -> Histograms:
+        """``allowed_query``'s rows as sparse blocks: each key's (node, feature) from its
+        place (``slot_of``: the place's node in ``nodes``, ascending), its classes' rows side
+        by side (a class's weight in its column, the rows of every class added)."""
+        key = cols[0].astype(np.int64)
+        units = np.nan_to_num(np.stack(cols[1:], axis=1), nan=0.0).astype(np.int64)
+        if self.n_classes:
+            y = key % self.n_classes
+            key //= self.n_classes
+            new = np.r_[True, key[1:] != key[:-1]]
+            starts = np.flatnonzero(new)
+            sums = np.zeros((len(starts), 1 + self.n_classes), dtype=np.int64)
+            sums[:, 0] = np.add.reduceat(units[:, 0], starts)
+            # one row per (node, feature, code, class): its weight in its class's column
+            sums[np.cumsum(new) - 1, 1 + y] = units[:, -1]
+            key, units = key[starts], sums
+        place, code = key // width, key % width
+        # the nodes that hold rows, in order, and each entry's slot among them
+        slot = slot_of[place]
+        held = np.zeros(len(nodes), dtype=bool)
+        held[slot] = True
+        ids = nodes[held]
+        slot = (np.cumsum(held) - 1)[slot]
+        feature = feature_of[place]
+        bounds = np.searchsorted(feature, np.arange(len(self.layout.features) + 1))
+        blocks: list[Block | None] = []
+        for pos in range(len(self.layout.features)):
+            lo, hi = int(bounds[pos]), int(bounds[pos + 1])
+            if lo == hi:
+                blocks.append(None)
+                continue
+            blocks.append(Sparse(slot[lo:hi], code[lo:hi], units[lo:hi], self.scale))
+        return Histograms(ids, blocks)
 
     def route(self, routes: Sequence[Route], keep: bool = False) -> None:
         assert self.pairs is not None
