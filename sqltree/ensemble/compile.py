@@ -39,6 +39,12 @@ over the step before:
    tree's leaves, ``[v_1, v_2, ...][leaf]``: the same doubles added in the same order. Other
    dialects (SQLite has no arrays), and a query built without a dialect, walk the tree once
    per class (a CASE on the position instead was slower on SQLite than the walks).
+   On DuckDB (``SORTED_ROWS``), a model of ``SORT_MIN_TREES`` trees or more first walks its
+   first ``SORT_TREES`` trees to their leaves' positions and sorts the rows by them: DuckDB
+   evaluates a CASE on 2,048 rows at a time, each WHEN that some row of the batch reaches
+   costing the batch a selection and a copy, and rows that the first trees sent to the same
+   leaves take the same paths through the later ones. The sums read those trees' values by
+   position; ``ordered`` numbers the rows first and sorts them back at the end.
 3. **link**: the mean (a forest), the sigmoid, softmax or exp (boosting); then the label (the
    first most probable class) and the probability columns.
 
@@ -596,9 +602,10 @@ trees before the sums (whose values those trees then read by leaf). Engines that
 a row at a time (PostgreSQL, SQLite, Spark's generated code) gain nothing from the order
 and would pay for the sort."""
 SORT_TREES = 9
-"""Trees whose leaves sort the rows (``SORTED_ROWS``): on a million rows, 9 of a 300-tree
-LightGBM model took its scoring from 23.1 to 13.4 s of CPU, 4 to 13.1 s, 15 to 12.7 s, 27
-to 15.3 s and 64 to 20.0 s (sorting by more keys costs more than it saves)."""
+"""Trees whose leaves sort the rows (``SORTED_ROWS``): on a million rows, a 300-tree
+LightGBM model's scoring took 23.1 and 23.2 s of CPU unsorted; sorted by 9 trees, 13.6,
+13.4 and 12.0 s; by 4, 13.1 s; by 15, 12.7 s; by 27, 15.1 and 15.6 s; by 64, 19.3 and
+20.7 s (more keys cost more to sort than they save)."""
 SORT_MIN_TREES = 50
 """Models of fewer trees are not sorted: a sort of the rows costs about what the walks of
 30 to 50 trees gain from it."""
