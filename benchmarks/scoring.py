@@ -160,6 +160,42 @@ def timed(con: Any, fn: Callable[[], None]) -> float:
     return time.perf_counter() - start
 
 
+class TimedOut(Exception):
+    """A side interrupted after ``--timeout`` seconds."""
+
+
+def capped(fn: Callable[[], None], connections: list[Any], seconds: float | None
+           ) -> Callable[[], None]:
+    """``fn``, interrupted after ``seconds`` (DuckDB and SQLite connections both have
+    ``interrupt()``), raising ``TimedOut`` then."""
+    if not seconds:
+        return fn
+
+    def run() -> None:
+        import threading
+
+        fired = threading.Event()
+
+        def stop() -> None:
+            fired.set()
+            for c in connections:
+                c.interrupt()
+
+        timer = threading.Timer(seconds, stop)
+        timer.start()
+        try:
+            fn()
+        except Exception:
+            if fired.is_set():
+                raise TimedOut(f"stopped after {seconds:.0f} s") from None
+            raise
+        finally:
+            timer.cancel()
+        if fired.is_set():
+            raise TimedOut(f"stopped after {seconds:.0f} s")
+    return run
+
+
 def sides(con: Any, model: Any, clf: Any, table: str, forms: list[str], unmerged: bool = False
           ) -> dict[str, Callable]:
     """The statements to time, each writing the table ``scored``."""
@@ -296,14 +332,14 @@ def fit_ensemble(kind: str, n_trees: int, x: Any, y: Any) -> Any:
     raise AssertionError(kind)
 
 
-def orbital_ensemble_sql(est: Any, table: str) -> str:
+def orbital_ensemble_sql(est: Any, table: str, dialect: str = "duckdb") -> str:
     import orbital
     import orbital.types
     from sklearn.pipeline import Pipeline
 
     types = {f: orbital.types.DoubleColumnType() for f in FEATURES}
     pipeline = orbital.parse_pipeline(Pipeline([("model", est)]), features=types)
-    sql = orbital.export_sql(table, pipeline, dialect="duckdb")
+    sql = orbital.export_sql(table, pipeline, dialect=dialect)
     return f"SELECT output_label AS prediction FROM ({sql}) AS orbital"
 
 
@@ -331,7 +367,9 @@ def run_ensembles(args: argparse.Namespace) -> list[dict[str, Any]]:
     results = []
     for n_trees in args.trees:
         for kind in args.kinds:
+            start = time.perf_counter()
             est = fit_ensemble(kind, n_trees, x_train, train[TARGET])
+            fit_s = time.perf_counter() - start
             model = (sqltree.from_sklearn(est) if kind == "forest"
                      else sqltree.from_lightgbm(est))
             start = time.perf_counter()
@@ -345,6 +383,8 @@ def run_ensembles(args: argparse.Namespace) -> list[dict[str, Any]]:
                 "sqltree SQL": lambda sql=sql: con.execute(f"CREATE TABLE scored AS {sql}"),
                 "library predict_proba (in memory)": lambda est=est: est.predict_proba(x),
             }
+            orbital_name = "orbital SQL" + ("" if kind == "forest" else " (HistGradientBoosting)")
+            other = None
             if n_trees <= args.orbital_max_trees:
                 other = est if kind == "forest" else fit_ensemble(
                     "hist", n_trees, x_train, train[TARGET])
@@ -352,27 +392,49 @@ def run_ensembles(args: argparse.Namespace) -> list[dict[str, Any]]:
                 try:
                     orb = orbital_ensemble_sql(other, "bench")
                 except Exception as e:  # reported in the results, not hidden
+                    report["orbital_error"] = f"{type(e).__name__}: {e}"[:300]
                     print(f"orbital failed on {kind}: {e}", file=sys.stderr)
                 else:
-                    orbital_compile = time.perf_counter() - start
-                    report["orbital_compile_s"] = round(orbital_compile, 2)
+                    report["orbital_compile_s"] = round(time.perf_counter() - start, 2)
                     report["orbital_characters"] = len(orb)
-                    runs["orbital SQL" + ("" if kind == "forest" else " (HistGradientBoosting)")
-                         ] = lambda orb=orb: con.execute(f"CREATE TABLE scored AS {orb}")
+                    runs[orbital_name] = lambda orb=orb: con.execute(
+                        f"CREATE TABLE scored AS {orb}")
             if n_trees <= args.sqlite_max_trees:
                 lite_sql = model.to_sql("sqlite", table="bench", columns=["rid"])
 
-                def on_sqlite(lite_sql: str = lite_sql) -> None:
-                    lite.execute("DROP TABLE IF EXISTS scored")
-                    lite.execute(f"CREATE TABLE scored AS {lite_sql}")
+                def on_sqlite(q: str) -> Callable[[], None]:
+                    def run() -> None:
+                        lite.execute("DROP TABLE IF EXISTS scored")
+                        lite.execute(f"CREATE TABLE scored AS {q}")
+                    return run
 
-                runs[f"sqltree SQL on SQLite ({lite_rows:,} rows)"] = on_sqlite
+                runs[f"sqltree SQL on SQLite ({lite_rows:,} rows)"] = on_sqlite(lite_sql)
+                if other is not None:
+                    try:
+                        lite_orb = orbital_ensemble_sql(other, "bench", "sqlite")
+                    except Exception as e:
+                        report["orbital_sqlite_error"] = f"{type(e).__name__}: {e}"[:300]
+                    else:
+                        runs[f"{orbital_name} on SQLite ({lite_rows:,} rows)"] = on_sqlite(
+                            lite_orb)
             times: dict[str, list[float]] = {name: [] for name in runs}
+            notes: dict[str, str] = {}
             loads = []
             for _ in range(args.repeat):
                 for name, fn in runs.items():
+                    if name in notes:
+                        continue
                     loads.append(load_uptime())
-                    times[name].append(timed(con, fn))
+                    sql_side = "SQL" in name
+                    try:
+                        times[name].append(timed(con, capped(
+                            fn, [con, lite], args.timeout if sql_side else None)))
+                    except Exception as e:  # a side that fails or is stopped says so
+                        notes[name] = (str(e) if isinstance(e, TimedOut)
+                                       else f"failed: {type(e).__name__}: {e}"[:200])
+                        print(f"  {kind} {n_trees} trees, {name}: {notes[name]}",
+                              file=sys.stderr, flush=True)
+                        continue
                     print(f"  {kind} {n_trees} trees, {name}: {times[name][-1]:.2f} s "
                           f"(load {loads[-1]})", file=sys.stderr, flush=True)
                     if name == "sqltree SQL" and len(times[name]) == 1:
@@ -385,19 +447,24 @@ def run_ensembles(args: argparse.Namespace) -> list[dict[str, Any]]:
                         times[name + " disagreements"] = [int(np.sum(
                             np.asarray(got, dtype=str) != expected[:lite_rows].astype(str)))]
             result = {"rows": rows, "leaves": model.n_leaves, "trees": n_trees, "kind": kind,
-                      "times": times, "loads": loads, "compile_s": round(compile_s, 2),
+                      "times": times, "notes": notes, "loads": loads,
+                      "compile_s": round(compile_s, 2), "fit_s": round(fit_s, 2),
                       "sql": report}
             results.append(result)
-            print(f"\n{kind}, {n_trees} trees: {report['characters']:,} characters "
-                  f"({report['bytes_per_leaf']} bytes per leaf), compiled in {compile_s:.1f} s")
-            print(table_of(result))
+            print(f"\n{kind}, {n_trees} trees ({model.n_trees} in the model): "
+                  f"{report['bytes']:,} bytes of SQL ({report['bytes_per_leaf']} bytes per "
+                  f"leaf), compiled in {compile_s:.1f} s; orbital's SQL "
+                  f"{report.get('orbital_characters', 'not written')} characters")
+            print(table_of(result), flush=True)
     return results
 
 
 def table_of(result: dict[str, Any]) -> str:
     times = result["times"]
+    notes = result.get("notes", {})
     copy = statistics.median(times["copy"])
-    orbital_side = next((n for n in times if n.startswith("orbital")), None)
+    orbital_side = next((n for n in times if n.startswith("orbital") and times[n]
+                         and "SQLite" not in n), None)
     orb = statistics.median(times[orbital_side]) if orbital_side else None
     lines = [
         f"{result['rows']:,} rows, {result['leaves']} leaves; load average during the run: "
@@ -409,9 +476,12 @@ def table_of(result: dict[str, Any]) -> str:
     for name, ts in times.items():
         if name.endswith(" disagreements"):
             continue
+        if not ts:
+            lines.append(f"| {name} | {notes.get(name, 'not run')} | | | | |")
+            continue
         med = statistics.median(ts)
         bad = times.get(name + " disagreements", [""])[0]
-        ratio = f"{orb / med:.2f}" if orb is not None else ""
+        ratio = f"{orb / med:.2f}" if orb is not None and "SQLite" not in name else ""
         lines.append(f"| {name} | {med:.2f} | {', '.join(f'{t:.2f}' for t in ts)} | "
                      f"{med / copy:.2f} | {ratio} | {bad} |")
     return "\n".join(lines)
@@ -443,6 +513,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sqlite-rows", type=int, default=1_000_000)
     parser.add_argument("--sqlite-max-trees", type=int, default=100)
     parser.add_argument("--orbital-max-trees", type=int, default=500)
+    parser.add_argument("--timeout", type=float, default=None,
+                        help="with --ensembles: stop an SQL side after this many seconds "
+                        "(reported as stopped)")
     parser.add_argument("--json", help="write the raw results here")
     args = parser.parse_args(argv)
     args.rows = args.rows or [TRAIN_ROWS]

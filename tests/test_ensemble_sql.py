@@ -9,6 +9,7 @@ and adds the same numbers as a walk per class.
 
 from __future__ import annotations
 
+import duckdb
 import numpy as np
 import pandas as pd
 import pytest
@@ -17,7 +18,11 @@ from sqlglot import exp
 from sqlglot.dialects.dialect import Dialects
 
 from sqltree.ensemble import Ensemble, TreeArrays
-from sqltree.ensemble.compile import MAX_TREES_PER_STEP
+from sqltree.ensemble.compile import (
+    MAX_TREES_PER_STEP,
+    SORT_MIN_TREES,
+    SORTED_ROWS,
+)
 from sqltree.errors import OptionError
 from sqltree.model import FeatureInfo
 
@@ -325,6 +330,28 @@ def test_a_forest_walked_once_scores_as_numpy(engine_factory):
                                   model.raw_frame(data))
 
 
+@pytest.mark.parametrize("kind", ["softmax", "softmax32", "forest"])
+def test_rows_sorted_by_the_first_trees_leaves_score_the_same(kind):
+    rng = np.random.default_rng(15)
+    model = ensemble(kind, rng, n_trees=SORT_MIN_TREES)
+    data = frame(rng, 600, 4, nominal=(2,)).sample(frac=1.0, random_state=0)
+    sql = model.to_sql("duckdb", table="t", columns=["rid"], proba=True, raw=True)
+    assert "ORDER BY" in sql and '"__sqltree_sorted"' in sql
+    fewer = Ensemble(**{**vars(model), "trees": model.trees[:SORT_MIN_TREES - 1]})
+    assert "ORDER BY" not in fewer.to_sql("duckdb", table="t")  # too few trees to pay
+    con = duckdb.connect()
+    con.register("t", data)
+    sorted_rows = con.execute(sql).df().sort_values("rid").reset_index(drop=True)
+    # a query built without a dialect neither sorts nor reads arrays: the same doubles
+    plain = con.execute(model.scoring_query(exp.to_table("t"), ["rid"], proba=True, raw=True)
+                        .sql("duckdb")).df().sort_values("rid").reset_index(drop=True)
+    pd.testing.assert_frame_equal(sorted_rows, plain)
+    check_scores(model, sorted_rows, data.sort_values("rid"))
+    # predict gives the source's order back
+    got = model.predict(data, proba=True)
+    assert got["rid"].tolist() == data["rid"].tolist()
+
+
 @pytest.mark.parametrize("engine_factory", ENGINES, indirect=True)
 @pytest.mark.parametrize("precision", ["double", "float32"])
 def test_a_forest_walked_once_adds_as_a_walk_per_class(engine_factory, precision):
@@ -339,9 +366,11 @@ def test_a_forest_walked_once_adds_as_a_walk_per_class(engine_factory, precision
     engine, source = engine_factory(data, "walked")
     sql = model.to_sql(engine.dialect, table="t", proba=True)
     q = "`" if engine.dialect == "spark" else '"'  # the dialect's quote of an identifier
-    # trees 3 and 4 are constants (no walk); tree 5 is walked once and read per class
+    # trees 3 and 4 are constants (no walk); tree 5 is walked once and read per class (and,
+    # where rows are sorted by the first trees' leaves, sorts them)
     assert sql.count(f"{q}__sqltree_leaf3{q}") == sql.count(f"{q}__sqltree_leaf4{q}") == 0
-    assert sql.count(f"{q}__sqltree_leaf5{q}") == 1 + len(model.classes)
+    assert sql.count(f"{q}__sqltree_leaf5{q}") == 1 + len(model.classes) + (
+        engine.dialect in SORTED_ROWS)
     assert f"{q}__sqltree_walk1{q}" in sql
     names = [*(f"proba_{c}" for c in model.classes), "raw_0", "raw_1", "raw_2"]
     got, per_class = (

@@ -39,6 +39,12 @@ over the step before:
    tree's leaves, ``[v_1, v_2, ...][leaf]``: the same doubles added in the same order. Other
    dialects (SQLite has no arrays), and a query built without a dialect, walk the tree once
    per class (a CASE on the position instead was slower on SQLite than the walks).
+   On DuckDB (``SORTED_ROWS``), a model of ``SORT_MIN_TREES`` trees or more first walks its
+   first ``SORT_TREES`` trees to their leaves' positions and sorts the rows by them: DuckDB
+   evaluates a CASE on 2,048 rows at a time, each WHEN that some row of the batch reaches
+   costing the batch a selection and a copy, and rows that the first trees sent to the same
+   leaves take the same paths through the later ones. The sums read those trees' values by
+   position; ``ordered`` numbers the rows first and sorts them back at the end.
 3. **link**: the mean (a forest), the sigmoid, softmax or exp (boosting); then the label (the
    first most probable class) and the probability columns.
 
@@ -421,21 +427,25 @@ def build_ensemble_query(
         raise DataError(f"the source already has columns {clash}; choose another column=")
     nm = Names.for_query(relation, [*keep, *outputs, *ensemble.feature_names])
     with collector_paused():
+        sort = (chosen == "expression" and dialect in SORTED_ROWS
+                and ensemble.n_trees >= SORT_MIN_TREES)
         if chosen == "table":
             steps, sums, n_steps, n_thr = _table_steps(ensemble, relation, nm)
         else:
-            steps, sums, n_steps, n_thr = _expression_steps(ensemble, relation, nm, arith,
-                                                            index_base(dialect))
+            steps, sums, n_steps, n_thr = _expression_steps(
+                ensemble, relation, nm, arith, index_base(dialect), sort=sort,
+                numbered=sort and ordered)
         query = _finish(ensemble, steps, sums, nm, keep, column_name, probas, raw, arith)
-        if ordered and chosen == "table":
+        if ordered and (chosen == "table" or sort):
             query = query.order_by(nm.ref("row"), copy=False)
     return Compiled(query, chosen, reason, n_steps, n_thr)
 
 
 def _bins_step(ensemble: Ensemble, relation: exp.Expression, nm: Names,
-               sharing: float = BIN_SHARING) -> tuple[exp.CTE, Bins]:
+               sharing: float = BIN_SHARING, numbered: bool = False) -> tuple[exp.CTE, Bins]:
     bins = Bins.of(ensemble, sharing)
-    select = exp.Select(expressions=[exp.Star()] + [
+    number = [_as(exp.Window(this=exp.RowNumber()), nm.ident("row"))] if numbered else []
+    select = exp.Select(expressions=[exp.Star(), *number] + [
         _as(build_bin(column(ensemble.features[f].name), ts), nm.ident(f"b{f}"))
         for f, ts in bins.thresholds.items()
     ]).from_(relation.copy(), copy=False)
@@ -443,11 +453,17 @@ def _bins_step(ensemble: Ensemble, relation: exp.Expression, nm: Names,
 
 
 def _tree_terms(ensemble: Ensemble, tree: TreeArrays, tests: _Tests, base: int | None,
-                position: exp.Column
+                position: exp.Column, walked: tuple[exp.Expression, np.ndarray] | None = None
                 ) -> tuple[list[tuple[int, exp.Expression]], exp.Expression | None]:
     """(output, expression) pairs a tree adds, and the walk to its leaf's ``position`` that
-    they read (None: each expression walks the tree). A tree with a row of values a leaf is
-    walked once where arrays are indexed (``base``: the dialect's first index)."""
+    they read (None: each expression walks the tree, or the walk was made before). A tree
+    with a row of values a leaf is walked once where arrays are indexed (``base``: the
+    dialect's first index); so is any tree whose walk a step before made (``walked``: that
+    walk and its leaves' values, as ``build_leaf_walk`` returns them)."""
+    if walked is not None:
+        _, rows = walked
+        return [(c, _double(build_leaf_value(rows[:, j], position.copy(), int(base or 0))))
+                for j, (c, _) in enumerate(_outputs(ensemble, tree))], None
     if base is None or tree.output is not None or tree.value.shape[1] == 1:
         return [(c, _double(build_tree(tree, v, tests)))
                 for c, v in _outputs(ensemble, tree)], None
@@ -458,6 +474,27 @@ def _tree_terms(ensemble: Ensemble, tree: TreeArrays, tests: _Tests, base: int |
             for c in range(rows.shape[1])], walk
 
 
+def _sort_step(ensemble: Ensemble, tests: _Tests, base: int, nm: Names, previous: exp.Identifier
+               ) -> tuple[list[exp.CTE], dict[int, tuple[exp.Expression, np.ndarray]]]:
+    """The leaves of the first ``SORT_TREES`` trees, and the rows sorted by them (see
+    ``SORTED_ROWS``); returns the steps and each sorting tree's walk and leaf values, which
+    the sums read instead of walking the tree again."""
+    walked: dict[int, tuple[exp.Expression, np.ndarray]] = {}
+    for i, t in enumerate(ensemble.trees[:SORT_TREES]):
+        walk, rows = build_leaf_walk(t, tests, base)
+        if len(rows) > 1:  # a tree of one leaf sorts nothing
+            walked[i] = (walk, rows)
+    if not walked:
+        return [], {}
+    keys = [nm.ref(f"leaf{i}") for i in walked]
+    walk_step = exp.Select(expressions=[exp.Star()] + [
+        _as(w, nm.ident(f"leaf{i}")) for i, (w, _) in walked.items()]).from_(
+        exp.Table(this=previous.copy()), copy=False)
+    sort_step = exp.Select(expressions=[exp.Star()]).from_(
+        exp.Table(this=nm.ident("walked")), copy=False).order_by(*keys, copy=False)
+    return [_step(walk_step, nm.ident("walked")), _step(sort_step, nm.ident("sorted"))], walked
+
+
 def _double(e: exp.Expression) -> exp.Expression:
     """A tree's value typed DOUBLE, whatever type the engine gives its literals: PostgreSQL
     reads ``0.6e0`` as NUMERIC, and sums of NUMERICs part from the doubles ``raw_frame`` adds
@@ -466,14 +503,23 @@ def _double(e: exp.Expression) -> exp.Expression:
 
 
 def _expression_steps(ensemble: Ensemble, relation: exp.Expression, nm: Names,
-                      arith: bool = False, base: int | None = None
+                      arith: bool = False, base: int | None = None, sort: bool = False,
+                      numbered: bool = False
                       ) -> tuple[list[exp.CTE], list[exp.Expression], int, int]:
     """The bins, then the running sums (each batch's walks first where ``base``, the
-    dialect's first array index, is given); returns the steps and the raw scores'
-    expressions."""
-    bins_cte, bins = _bins_step(ensemble, relation, nm)
+    dialect's first array index, is given; with ``sort`` the rows sorted by the leaves of the
+    first trees before, ``SORTED_ROWS``; ``numbered`` gives each row its number first, to
+    restore the relation's order after); returns the steps and the raw scores' expressions."""
+    bins_cte, bins = _bins_step(ensemble, relation, nm, numbered=numbered)
     steps = [bins_cte]
     tests = _Tests(ensemble, bins, nm)
+    previous = nm.ident("bins")
+    made: dict[int, tuple[exp.Expression, np.ndarray]] = {}
+    if sort and base is not None:
+        sorting, made = _sort_step(ensemble, tests, base, nm, previous)
+        steps += sorting
+        if sorting:
+            previous = nm.ident("sorted")
     f32 = ensemble.precision == "float32"
     arith = arith and f32
     r = _rounder(f32, arith)
@@ -486,14 +532,14 @@ def _expression_steps(ensemble: Ensemble, relation: exp.Expression, nm: Names,
                    for b in ensemble.base_score]
     leaves = [t.n_leaves for t in ensemble.trees]
     batches = _single_additions(ensemble) if arith else _batches(leaves)
-    previous = nm.ident("bins")
     for k, batch in enumerate(batches):
         terms: list[exp.Expression | None] = list(current)
         touched: set[int] = set()
         walks: list[exp.Expression] = []
         for i in batch:
             t = ensemble.trees[i]
-            added, walk = _tree_terms(ensemble, t, tests, base, nm.ref(f"leaf{i}"))
+            added, walk = _tree_terms(ensemble, t, tests, base, nm.ref(f"leaf{i}"),
+                                      made.get(i))
             if walk is not None:
                 walks.append(_as(walk, nm.ident(f"leaf{i}")))
             for c, e in added:
@@ -545,6 +591,24 @@ INDEXED_ARRAYS = ("duckdb", "postgres", "spark")
 with a row of values a leaf (a forest's classes) is walked once per row, to its leaf's
 position, and each value is read from an array of the leaves' values. Elsewhere (SQLite has
 no arrays; a query built without a dialect) each value walks the tree."""
+
+
+SORTED_ROWS = ("duckdb",)
+"""Dialects whose engines walk a tree faster over rows sorted by where earlier trees sent
+them: DuckDB evaluates a ``CASE`` on a batch of 2,048 rows, every ``WHEN`` some row of the
+batch reaches costing the batch a selection and a copy, so rows that take the same paths
+share that cost. There the rows are sorted by the leaves of the first ``SORT_TREES``
+trees before the sums (whose values those trees then read by leaf). Engines that evaluate
+a row at a time (PostgreSQL, SQLite, Spark's generated code) gain nothing from the order
+and would pay for the sort."""
+SORT_TREES = 9
+"""Trees whose leaves sort the rows (``SORTED_ROWS``): on a million rows, a 300-tree
+LightGBM model's scoring took 23.1 and 23.2 s of CPU unsorted; sorted by 9 trees, 13.6,
+13.4 and 12.0 s; by 4, 13.1 s; by 15, 12.7 s; by 27, 15.1 and 15.6 s; by 64, 19.3 and
+20.7 s (more keys cost more to sort than they save)."""
+SORT_MIN_TREES = 50
+"""Models of fewer trees are not sorted: a sort of the rows costs about what the walks of
+30 to 50 trees gain from it."""
 
 
 def index_base(dialect: str | None) -> int | None:
