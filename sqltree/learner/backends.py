@@ -558,8 +558,8 @@ class SqlBackend(Backend):
         # the node computed once per row, apart from the filter that reads it (PostgreSQL
         # would evaluate the CASE again for each row it keeps)
         rows = computed_once(exp.select(
-            alias(exp.cast(node, "INT"), "node"), _c("cnt", "a"),
-            *[_c(n, "a") for n in self.carried],
+            alias(exp.cast(node, "INT", copy=False), "node"), _c("cnt", "a"),
+            *[_c(n, "a") for n in self.carried], copy=False,
         ).from_(exp.alias_(self.base.copy(), "a"), copy=False))
         query = exp.select(_c("node"), _c("cnt"), *[_c(n) for n in self.carried]).from_(
             rows.subquery("p", copy=False), copy=False).where(
