@@ -167,7 +167,8 @@ class Engine(ABC):
     splits and stores every open row again with its new node; or ``"path"``, level 0's rows
     stored once and never rewritten, and per level one statement that stores apart only the
     rows of the nodes the next histogram reads (the smaller child of each split), each row's
-    node computed from its codes by a ``CASE`` over the splits so far."""
+    node computed from its codes by a ``CASE`` over the splits so far (until the tree passes
+    ``learner.backends.PATH_SPLITS``, then by rewriting)."""
 
     KEEPS_ROW_ORDER: ClassVar[bool] = False
     """Whether a table made from an ordered query is stored, and scanned, in that order."""
