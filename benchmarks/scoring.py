@@ -24,6 +24,9 @@ of the same size as the LightGBM-equivalent model) writing a DuckDB table, the l
 ``--sqlite-rows`` rows with models of at most ``--sqlite-max-trees`` trees. Every sqltree
 label is checked against the library's.
 
+``--timeout`` stops an SQL side after that many seconds (DuckDB's and SQLite's ``interrupt``;
+SQLite's preparation of a very large statement does not see it) and reports it as stopped.
+
 ``--c45`` instead times the exact C4.5 scoring of unknown values (the default ``to_sql`` of a
 C4.5 tree, one SELECT) against ``predict`` on the benchmark file as it is, NULLs included.
 
@@ -32,6 +35,7 @@ Usage::
     python benchmarks/scoring.py --rows 1000000 --rows 10000000
     python benchmarks/scoring.py --c45 --rows 1000000 --repeat 1
     python benchmarks/scoring.py --ensembles --trees 100 --trees 500 --repeat 1
+    python benchmarks/scoring.py --ensembles --kinds lightgbm --trees 500 --timeout 420
 """
 
 from __future__ import annotations
