@@ -322,14 +322,13 @@ def test_both_routings_grow_the_tables_plans_tree(engine_factory: Any, case: str
 
     options = dict(CASES[case])
     frame = messy(600)
-    models = {}
-    for routing, most_splits in ROUTINGS.items():
-        engine, source = engine_factory(frame, "t")
-        monkeypatch.setattr(type(engine), "SCAN_ROUTING", routing.split()[0])
-        monkeypatch.setattr(backends, "PATH_SPLITS", most_splits)
-        models[routing] = train(source, "y", "scan", connection=engine, **options)
-        assert models[routing].stats["plan"] == "scan"
+    def fit(engine: Any, source: Any) -> Any:
+        model = train(source, "y", "scan", connection=engine, **options)
+        assert model.stats["plan"] == "scan"
         assert temp_objects(engine) == []
+        return model
+
+    models, engine, source = _by_each_routing(engine_factory, monkeypatch, frame, "t", fit)
     tables = train(source, "y", "tables", connection=engine, **options)
     memory = train(frame, "y", "memory", **options)
     assert models["path"].n_leaves > 5
@@ -345,13 +344,10 @@ def test_both_routings_grow_the_same_regression_tree(engine_factory: Any, case: 
     options = dict(REGRESSION_CASES[case])
     target = options.pop("target", "t")
     frame = numeric(600)
-    models = {}
-    for routing, most_splits in ROUTINGS.items():
-        engine, source = engine_factory(frame, "numeric")
-        monkeypatch.setattr(type(engine), "SCAN_ROUTING", routing.split()[0])
-        monkeypatch.setattr(backends, "PATH_SPLITS", most_splits)
-        models[routing] = sqltree.train(source, target, task="regression", plan="scan",
-                                        connection=engine, **options)
+    models, _, _ = _by_each_routing(
+        engine_factory, monkeypatch, frame, "numeric",
+        lambda engine, source: sqltree.train(source, target, task="regression", plan="scan",
+                                             connection=engine, **options))
     memory = sqltree.train(frame, target, task="regression", plan="memory", **options)
     assert models["path"].n_leaves > 5
     assert len({str(comparable(m)) for m in models.values()}) == 1
@@ -444,3 +440,16 @@ def _ancestors(node: Any) -> Any:
     while node.parent is not None:
         node = node.parent
         yield node
+
+
+def _by_each_routing(engine_factory: Any, monkeypatch: pytest.MonkeyPatch, frame: pd.DataFrame,
+                     name: str, fit: Any) -> tuple[dict[str, Any], Any, Any]:
+    """``fit(engine, source)`` once per routing (``ROUTINGS``), each on a fresh table; the
+    models by routing, and the last engine and source."""
+    models = {}
+    for routing, most_splits in ROUTINGS.items():
+        engine, source = engine_factory(frame, name)
+        monkeypatch.setattr(type(engine), "SCAN_ROUTING", routing.split()[0])
+        monkeypatch.setattr(backends, "PATH_SPLITS", most_splits)
+        models[routing] = fit(engine, source)
+    return models, engine, source
