@@ -48,7 +48,7 @@ from ..algorithm_registry import C45, CART, CART_REGRESSION, ID3
 from ..dataset import Feature
 from ..engines.select_plan import TABLES
 from ..grower import RouteRow, Strategy, TestRow
-from ..learner.backends import LIMB_BITS, Route, SqlBackend, Start
+from ..learner.backends import Route, SqlBackend, Start, joined_limbs, limbs
 from ..learner.rows import Sampling
 from ..learner.splitter import FeatureCodes, Layout
 from ..queries import UNKNOWN_KEY
@@ -459,7 +459,7 @@ class LevelScanC45Stages(_ScanStages):
         """The tables plan's histogram statement (``queries.build_histogram``, row counts
         included), read rather than stored, as long rows (node, code, [rows, class sums...])
         sorted by (node, code). Fixed-point sums may pass 2^53: each is read as two exact
-        parts (``LIMB_BITS``). With no feature (the last level) the node totals stand as the
+        parts (``backends.limbs``). With no feature (the last level) the node totals stand as the
         first feature's unknown code."""
         engine = self.data.engine
         classes = q.class_columns(self.n_classes)
@@ -467,16 +467,11 @@ class LevelScanC45Stages(_ScanStages):
             rows, features, self.n_classes, self.summed_by_class(features, nodes), (), bits,
             counts=True, one_pass=engine.ONE_PASS_HISTOGRAM, lookup=engine.VECTORIZED)
         h = "h"
-        limb = num(2**LIMB_BITS)
         parts: list[exp.Expression] = []
         for c in classes:
             total = exp.column(c, table=h, quoted=True)
-            if bits is None:
-                parts.append(total)
-                continue
-            high = exp.IntDiv(this=total, expression=limb.copy())
-            parts += [alias(high, f"{c}h"),
-                      alias(total.copy() - exp.paren(high.copy() * limb.copy()), f"{c}l")]
+            # fixed-point sums may pass 2^53: read in two exact parts
+            parts += [total] if bits is None else limbs(total, c)
         keys = [exp.column(k, table=h, quoted=True) for k in ("node", "attr", "v", "n")]
         query = exp.select(*keys, *parts).from_(query.subquery(h))
         batches = list(engine.float_batches(query))
@@ -488,8 +483,7 @@ class LevelScanC45Stages(_ScanStages):
         node, attr, v = cols[0].astype(np.int64), cols[1].astype(np.int64), cols[2]
         values = np.nan_to_num(np.stack(cols[3:], axis=1), nan=0.0).astype(np.int64)
         if bits is not None:
-            high, low = values[:, 1::2], values[:, 2::2]
-            values = np.concatenate([values[:, :1], (high << LIMB_BITS) + low], axis=1)
+            values = joined_limbs(values)
         # every feature's rows, or with none the node totals (as the first feature's)
         keep = attr >= 0 if features else attr < 0
         node, attr, v, values = node[keep], attr[keep], v[keep], values[keep]

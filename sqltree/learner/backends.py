@@ -139,7 +139,15 @@ def _dense(nodes: np.ndarray, codes: np.ndarray, sums: np.ndarray, layout: Layou
 
 
 # -- SQL -------------------------------------------------------------------------------------
-def _joined_limbs(parts: np.ndarray) -> np.ndarray:
+def limbs(total: exp.Expression, name: str) -> list[exp.Expression]:
+    """A wide sum as two result columns ``{name}h`` and ``{name}l``: ``total DIV
+    2**LIMB_BITS`` and the rest, each below 2^53 (``joined_limbs`` adds them back)."""
+    high = exp.IntDiv(this=total, expression=num(2**LIMB_BITS))
+    low = total.copy() - paren(high.copy() * num(2**LIMB_BITS))
+    return [alias(high, f"{name}h"), alias(low, f"{name}l")]
+
+
+def joined_limbs(parts: np.ndarray) -> np.ndarray:
     """The row count, then each wide statistic's two parts (``SqlBackend._summed``) added
     back into one int64 column."""
     high, low = parts[:, 1::2], parts[:, 2::2]
@@ -278,12 +286,10 @@ class SqlBackend(Backend):
     def _summed(self, total: exp.Expression, name: str, statistic: bool
                 ) -> list[exp.Expression]:
         """A sum as one result column, or a wide statistic's as two parts: ``total DIV
-        2**LIMB_BITS`` and the rest, each below 2^53 (``_joined_limbs`` adds them back)."""
+        2**LIMB_BITS`` and the rest, each below 2^53 (``joined_limbs`` adds them back)."""
         if not (self.wide and statistic):
             return [alias(total, name)]
-        high = exp.IntDiv(this=total, expression=num(2**LIMB_BITS))
-        low = total.copy() - paren(high.copy() * num(2**LIMB_BITS))
-        return [alias(high, f"{name}h"), alias(low, f"{name}l")]
+        return limbs(total, name)
 
     def _joined(self, scanned: exp.Table | None = None) -> exp.Select:
         """The pairs a histogram reads (``scan = 1``), each with its codes; ``scanned``: those
@@ -386,7 +392,7 @@ class SqlBackend(Backend):
         summed = np.nan_to_num(np.stack(cols[2 + by_class:], axis=1),
                                nan=0.0).astype(np.int64)
         if self.wide:
-            summed = _joined_limbs(summed)
+            summed = joined_limbs(summed)
         if by_class:
             # classes side by side, in numpy: the grouping's rows are few, and a second
             # aggregate in the engine was one more shuffle a level on Spark
