@@ -15,7 +15,13 @@ from sqltree.dataset import describe
 from sqltree.engines import get_engine
 from sqltree.engines.duckdb import DuckDBEngine
 from sqltree.errors import OptionError
-from sqltree.learner.boosting import BoostingOptions, train_boosting
+from sqltree.learner.boosting import (
+    BoostingOptions,
+    Condition,
+    SqlNewtonBackend,
+    _disjoint_groups,
+    train_boosting,
+)
 
 from .helpers import mixed_table, on_engines
 
@@ -82,6 +88,57 @@ def test_boosting_is_the_same_in_sql_and_in_memory(case, options):
     losses = [r["train_loss"] for r in sql.stats["rounds"]]
     assert losses == sorted(losses, reverse=True)  # every round lowers the training loss
 
+
+
+@pytest.mark.parametrize("case", ["binary", "multiclass"])
+def test_reading_ahead_grows_the_same_trees_in_fewer_reads(case, monkeypatch):
+    # A read fetches the smaller children of every leaf that may split next; the leaves then
+    # split in best-first order while their children are at hand, so the trees are those of
+    # a read per split.
+    frame, target = _table(case)
+    options = {"max_iter": 3, "max_leaf_nodes": 12, "min_samples_leaf": 5}
+    reads: list[int] = []
+    histograms = SqlNewtonBackend.histograms
+
+    def counted(self, requests):
+        reads.append(len(requests))
+        return histograms(self, requests)
+
+    monkeypatch.setattr(SqlNewtonBackend, "histograms", counted)
+    ahead = _boost(frame, target, **options)
+    ahead_reads, reads[:] = len(reads), []
+    monkeypatch.setattr(SqlNewtonBackend, "read_ahead", False)
+    one_by_one = _boost(frame, target, **options)
+    assert _file(ahead) == _file(one_by_one)
+    per_round = len(one_by_one.trees) // len(one_by_one.stats["rounds"])
+    leaves = [int((t.feature < 0).sum()) for t in one_by_one.trees]
+    # one by one: a read of the roots, then a read per split of the round's largest tree
+    assert len(reads) == sum(max(leaves[i:i + per_round])
+                             for i in range(0, len(leaves), per_round))
+    assert max(leaves) == 12
+    assert ahead_reads < len(reads)  # 23-25 against 36 here
+
+
+def test_requests_whose_rows_may_overlap_are_read_in_separate_passes():
+    def test(feature, upto, left):
+        return Condition(feature, False, upto, (), False, left)
+
+    a, b = test(0, 3, True), test(1, 5, False)
+    requests = [(0, [a, b]), (0, [test(0, 3, False)]), (0, [a, test(1, 5, True)]),
+                (0, [a]), (1, [a, b]), (0, [])]
+    groups = _disjoint_groups(requests)
+    # one output's disjoint leaves share a pass; a leaf's ancestor and another output's
+    # requests do not
+    assert [(o, sorted(_numbers(t))) for o, t in groups] == [
+        (0, [0, 1, 2]), (0, [3]), (1, [4]), (0, [5])]
+
+
+def _numbers(trie) -> list[int]:
+    if trie is None:
+        return []
+    if isinstance(trie, int):
+        return [trie]
+    return _numbers(trie.left) + _numbers(trie.right)
 
 @pytest.mark.parametrize(("case", "options"), CASES[1:], ids=[c for c, _ in CASES[1:]])
 def test_boosting_on_the_select_plan_recomputes_scores_from_the_trees(case, options):

@@ -109,6 +109,9 @@ class NewtonBackend:
     by its path, the scores moved by the round's trees, the losses."""
 
     layout: Layout
+    read_ahead: bool = True
+    """Whether a read should fetch the children of every leaf that may split next (a
+    statement costs a pass over the rows) or only of the best leaf (arrays: no waste)."""
 
     def begin_round(self) -> None:
         raise NotImplementedError
@@ -175,6 +178,74 @@ def _path_sql(path: Sequence[Condition], table: str) -> exp.Expression | None:
         test = _goes_left_sql(exp.column(f"c{c.feature}", table=table, quoted=True), c)
         parts.append(test if c.left else exp.Not(this=exp.paren(test)))
     return exp.and_(*parts) if parts else None
+
+
+@dataclass
+class _Trie:
+    """Requests' paths merged on their shared tests: ``test`` (its side ignored) sends a
+    row to ``left`` or ``right``, each a deeper trie, a request's number, or None (no
+    request holds the row)."""
+
+    test: Condition
+    left: _Trie | int | None = None
+    right: _Trie | int | None = None
+
+
+def _same_test(a: Condition, b: Condition) -> bool:
+    return (a.feature, a.nominal, a.upto, a.left_codes, a.missing_left) == (
+        b.feature, b.nominal, b.upto, b.left_codes, b.missing_left)
+
+
+def _insert(trie: _Trie | int | None, path: Sequence[Condition], i: int
+            ) -> _Trie | int | None:
+    """``trie`` with request ``i``'s path added; None when the path's rows may overlap
+    another request's (the paths then go to separate groups)."""
+    if not path:
+        return i if trie is None else None
+    if isinstance(trie, int):
+        return None
+    head = path[0]
+    node = _Trie(head) if trie is None else _Trie(trie.test, trie.left, trie.right)
+    if not _same_test(node.test, head):
+        return None
+    below = _insert(node.left if head.left else node.right, path[1:], i)
+    if below is None:
+        return None
+    if head.left:
+        node.left = below
+    else:
+        node.right = below
+    return node
+
+
+def _disjoint_groups(requests: Sequence[tuple[int, Sequence[Condition]]]
+                     ) -> list[tuple[int, _Trie | int]]:
+    """The requests as groups of one output whose rows are disjoint (each one pass), in the
+    order of their first request; a read of a tree's leaves is one group."""
+    groups: list[tuple[int, _Trie | int]] = []
+    for i, (output, path) in enumerate(requests):
+        for g, (o, trie) in enumerate(groups):
+            merged = _insert(trie, path, i) if o == output else None
+            if merged is not None:
+                groups[g] = (o, merged)
+                break
+        else:
+            first = _insert(None, path, i)
+            assert first is not None
+            groups.append((output, first))
+    return groups
+
+
+def _trie_sql(trie: _Trie | int | None, table: str) -> exp.Expression:
+    """The number of the request a row of ``table`` belongs to (NULL: none)."""
+    if trie is None:
+        return exp.null()
+    if isinstance(trie, int):
+        return num(trie)
+    test = _goes_left_sql(exp.column(f"c{trie.test.feature}", table=table, quoted=True),
+                          trie.test)
+    return case((test, _trie_sql(trie.left, table)), default=_trie_sql(trie.right, table),
+                copy=False)
 
 
 def _tree_sql(tree: TreeOverCodes, node: int, table: str) -> exp.Expression:
@@ -289,46 +360,49 @@ class SqlNewtonBackend(NewtonBackend):
         self.bits = [(_bits(bounds[1 + 2 * k], n), _bits(bounds[2 + 2 * k], n))
                      for k in range(self.k)]
 
-    def _request_query(self, i: int, output: int, path: Sequence[Condition]) -> exp.Select:
+    def _group_query(self, output: int, trie: _Trie | int) -> exp.Select:
+        """The histograms of a group of requests of one output whose rows are disjoint, in
+        one pass over the round's rows: a row's request is found by walking ``trie``."""
         assert self.round is not None
         gbits, hbits = self.bits[output]
         g = exp.column(f"g{output}", table="t", quoted=True)
         h = exp.column(f"h{output}", table="t", quoted=True)
-        sums = [exp.func("COUNT", exp.Star()),
-                exp.func("SUM", exp.func("FLOOR", h * num(float(2**hbits)) + num(0.5))),
-                exp.func("SUM", exp.func("FLOOR", g * num(float(2**gbits)) + num(0.5)))]
+        terms = [num(1), exp.func("FLOOR", h * num(float(2**hbits)) + num(0.5)),
+                 exp.func("FLOOR", g * num(float(2**gbits)) + num(0.5))]
         names = [f"c{j}" for j in range(len(self.layout.features))]
-        where = _path_sql(path, "t")
-        codes = [exp.column(n, table="t", quoted=True) for n in names]
+        request = exp.column("request", quoted=True)
+        codes = [exp.column(n, quoted=True) for n in names]
+        # a row's request once, then its terms summed per (request, feature, code)
+        inner = exp.select(
+            alias(_trie_sql(trie, "t"), "request"),
+            *[alias(exp.column(n, table="t", quoted=True), n) for n in names],
+            *[alias(t, f"t{j}") for j, t in enumerate(terms)],
+        ).from_(exp.alias_(self.round.copy(), "t"))
+        rows = exp.select().from_(inner.subquery("q"))
+        if not isinstance(trie, int):
+            rows = rows.where(exp.Not(this=exp.Is(this=request.copy(), expression=exp.null())))
+        sums = [alias(exp.func("SUM", exp.column(f"t{j}", quoted=True)), f"v{j}")
+                for j in range(len(terms))]
         if self.form == UNPIVOT:
-            # each row's three terms once, then a row per feature's code
-            terms = [num(1), exp.func("FLOOR", h * num(float(2**hbits)) + num(0.5)),
-                     exp.func("FLOOR", g * num(float(2**gbits)) + num(0.5))]
-            inner = exp.select(*[alias(t, f"t{j}") for j, t in enumerate(terms)], alias(
+            exploded = rows.select(request.copy(), *[exp.column(f"t{j}", quoted=True)
+                                                     for j in range(len(terms))], alias(
                 exp.Explode(this=exp.Array(expressions=[
-                    c.copy() + num(o) for c, o in zip(codes, self.layout.offsets)])), "code")
-            ).from_(exp.alias_(self.round.copy(), "t"))
-            if where is not None:
-                inner = inner.where(where)
-            return exp.select(alias(num(i), "request"), exp.column("code", quoted=True), *[
-                alias(exp.func("SUM", exp.column(f"t{j}", quoted=True)), f"v{j}")
-                for j in range(len(terms))]).from_(inner.subquery("u")).group_by(
-                exp.column("code", quoted=True))
+                    c.copy() + num(o) for c, o in zip(codes, self.layout.offsets)])), "code"))
+            code = exp.column("code", quoted=True)
+            return exp.select(request.copy(), code, *sums).from_(
+                exploded.subquery("u")).group_by(request.copy(), code.copy())
         if self.form == GROUPING_SETS:
             code = exp.func("COALESCE", *[c.copy() + num(o)
                                           for c, o in zip(codes, self.layout.offsets)])
-            select = exp.select(alias(num(i), "request"), alias(code, "code"),
-                                *[alias(s, f"v{j}") for j, s in enumerate(sums)]).from_(
-                exp.alias_(self.round.copy(), "t"))
+            select = rows.select(request.copy(), alias(code, "code"), *sums)
             select.set("group", exp.Group(grouping_sets=[exp.GroupingSets(
-                expressions=[exp.Tuple(expressions=[c.copy()]) for c in codes])]))
-            return select.where(where) if where is not None else select
-        parts = []
-        for c, off in zip(codes, self.layout.offsets):
-            part = exp.select(alias(num(i), "request"), alias(c.copy() + num(off), "code"),
-                              *[alias(s.copy(), f"v{j}") for j, s in enumerate(sums)]).from_(
-                exp.alias_(self.round.copy(), "t")).group_by(c.copy())
-            parts.append(part.where(where.copy()) if where is not None else part)
+                expressions=[exp.Tuple(expressions=[request.copy(), c.copy()])
+                             for c in codes])]))
+            return select
+        parts = [rows.copy().select(request.copy(), alias(c.copy() + num(off), "code"),
+                                    *[s.copy() for s in sums]).group_by(request.copy(),
+                                                                        c.copy())
+                 for c, off in zip(codes, self.layout.offsets)]
         query = parts[0]
         for p in parts[1:]:
             query = exp.union(query, p, distinct=False)
@@ -336,8 +410,7 @@ class SqlNewtonBackend(NewtonBackend):
 
     def histograms(self, requests: Sequence[tuple[int, Sequence[Condition]]]
                    ) -> list[np.ndarray]:
-        parts = [self._request_query(i, output, path)
-                 for i, (output, path) in enumerate(requests)]
+        parts = [self._group_query(output, trie) for output, trie in _disjoint_groups(requests)]
         query: exp.Expression = parts[0]
         for p in parts[1:]:
             query = exp.union(query, p, distinct=False)
@@ -386,6 +459,8 @@ class SqlNewtonBackend(NewtonBackend):
 class NumpyNewtonBackend(NewtonBackend):
     """The same over arrays read once from the engine."""
 
+    read_ahead = False
+
     def __init__(self, encoded: Encoded, loss: Loss, base: list[float],
                  validation: tuple[int, int, int, int] | None, fraction: float) -> None:
         backend = encoded.numpy_backend()
@@ -420,25 +495,45 @@ class NumpyNewtonBackend(NewtonBackend):
             hbits = _bits(float(np.abs(h).max()) if n else 0.0, n)
             self.grads.append((np.floor(h * 2.0**hbits + 0.5) * 2.0**-hbits,
                                np.floor(g * 2.0**gbits + 0.5) * 2.0**-gbits))
-        self.train_codes = self.codes[self.rows]
+        # one contiguous array per feature: a leaf's rows are gathered a feature at a time
+        self.columns = np.ascontiguousarray(self.codes[self.rows].T)
+        self.members: dict[tuple[int, tuple[Condition, ...]], np.ndarray] = {}
 
     def histograms(self, requests: Sequence[tuple[int, Sequence[Condition]]]
                    ) -> list[np.ndarray]:
         return [self._histogram(output, path) for output, path in requests]
 
+    def _rows(self, output: int, path: tuple[Condition, ...]) -> np.ndarray | None:
+        """The positions of the training rows on ``path`` (None: every row), found from its
+        parent's rows, which are kept for the round: a split reads only its leaf's rows."""
+        if not path:
+            return None
+        key = (output, path)
+        found = self.members.get(key)
+        if found is None:
+            parent = self._rows(output, path[:-1])
+            c = path[-1]
+            column = self.columns[c.feature]
+            codes = column if parent is None else column[parent]
+            left = _goes_left(codes, c)
+            side = left if c.left else ~left
+            found = np.flatnonzero(side) if parent is None else parent[side]
+            self.members[key] = found
+        return found
+
     def _histogram(self, output: int, path: Sequence[Condition]) -> np.ndarray:
-        mask = np.ones(len(self.rows), dtype=bool)
-        for c in path:
-            left = _goes_left(self.train_codes[:, c.feature], c)
-            mask &= left if c.left else ~left
-        codes = self.train_codes[mask]
+        rows = self._rows(output, tuple(path))
         h, g = self.grads[output]
-        out = np.zeros((self.layout.width, 3))
-        for j, off in enumerate(self.offsets):
-            key = codes[:, j].astype(np.int64) + off
-            out[:, 0] += np.bincount(key, minlength=self.layout.width)
-            out[:, 1] += np.bincount(key, weights=h[mask], minlength=self.layout.width)
-            out[:, 2] += np.bincount(key, weights=g[mask], minlength=self.layout.width)
+        if rows is not None:
+            h, g = h[rows], g[rows]
+        out = np.empty((self.layout.width, 3))
+        for feature, offset, column in zip(self.layout.features, self.layout.offsets,
+                                           self.columns):
+            codes = column if rows is None else column[rows]
+            at = slice(offset, offset + feature.n_codes)
+            out[at, 0] = np.bincount(codes, minlength=feature.n_codes)
+            out[at, 1] = np.bincount(codes, weights=h, minlength=feature.n_codes)
+            out[at, 2] = np.bincount(codes, weights=g, minlength=feature.n_codes)
         return out
 
     def end_round(self, trees: Sequence[tuple[int, TreeOverCodes]]) -> tuple[float, float | None]:
@@ -479,22 +574,32 @@ def _hash_sql(rid: exp.Expression, k: tuple[int, int, int, int]) -> exp.Expressi
 # -- growth ----------------------------------------------------------------------------------
 class BestFirst:
     """One tree grown best-first: the leaf whose best split gains most splits next (ties:
-    the older leaf), until ``max_leaf_nodes`` leaves or no split gains."""
+    the older leaf), until ``max_leaf_nodes`` leaves or no split gains.
+
+    A leaf's split needs its smaller child's histogram, read from the rows. Rather than one
+    read per split, each read fetches the smaller children of every leaf that may split
+    next (the best leaves, as many as the leaves still allowed), and the leaves then split
+    in the exact best-first order for as long as their children are at hand: the tree is
+    the one a read per split grows, in a few reads (a 31-leaf tree: about 6 instead of 30).
+    A leaf read ahead that never splits costs only its rows' sums."""
 
     def __init__(self, output: int, layout: Layout, criterion: Newton, rules: Rules,
-                 options: BoostingOptions) -> None:
+                 options: BoostingOptions, read_ahead: bool = True) -> None:
         self.output = output
+        self.read_ahead = read_ahead
         self.layout = layout
         self.criterion = criterion
         self.rules = rules
         self.options = options
+        self.limit = options.max_leaf_nodes or math.inf
         self.tree = TreeOverCodes()
         self.paths: dict[int, list[Condition]] = {}
         self.depth: dict[int, int] = {}
         self.hists: dict[int, np.ndarray] = {}
         self.heap: list[tuple[float, int, Choice]] = []
         self.leaves = 1
-        self.waiting: tuple[int, int, int] | None = None  # (node, small child, large child)
+        self.at_hand: dict[int, np.ndarray] = {}  # leaf -> its smaller child's histogram
+        self.asked: list[int] = []
 
     def root(self, hist: np.ndarray) -> None:
         first = self.layout.features[0].n_codes
@@ -502,23 +607,50 @@ class BestFirst:
         self.paths[node], self.depth[node], self.hists[node] = [], 0, hist
         self._consider(node)
 
-    def _consider(self, node: int) -> None:
+    def _consider(self, *nodes: int) -> None:
+        """Put the nodes that may split on the heap, with their best splits (scored
+        together)."""
         options = self.options
-        if options.max_depth is not None and self.depth[node] >= options.max_depth:
+        nodes = tuple(n for n in nodes
+                      if (options.max_depth is None or self.depth[n] < options.max_depth)
+                      and self.tree.stats[n][ROWS] >= 2 * options.min_samples_leaf)
+        if not nodes:
             return
-        if self.tree.stats[node][ROWS] < 2 * options.min_samples_leaf:
-            return
-        hist = Histograms.of_dense(np.zeros(1), self.hists[node][None], self.layout)
-        (choice,), _ = best_splits(hist, self.layout, self.criterion, self.rules)
-        if choice is not None and choice.gain > 0:
-            heapq.heappush(self.heap, (-choice.gain, node, choice))
+        hist = Histograms.of_dense(np.zeros(len(nodes)),
+                                   np.stack([self.hists[n] for n in nodes]), self.layout)
+        choices, _ = best_splits(hist, self.layout, self.criterion, self.rules)
+        for node, choice in zip(nodes, choices):
+            if choice is not None and choice.gain > 0:
+                heapq.heappush(self.heap, (-choice.gain, node, choice))
 
-    def next_request(self) -> tuple[int, list[Condition]] | None:
-        """Split the best leaf and ask for its smaller child's histogram (None: done)."""
-        limit = self.options.max_leaf_nodes or math.inf
-        if not self.heap or self.leaves >= limit:
-            return None
-        _, node, choice = heapq.heappop(self.heap)
+    def requests(self) -> list[tuple[int, list[Condition]]]:
+        """The (output, path) of the smaller child of each leaf that may split next and
+        whose child is not read yet."""
+        budget = self.limit - self.leaves if self.read_ahead else min(
+            self.limit - self.leaves, 1)
+        self.asked = []
+        requests = []
+        for _, node, choice in heapq.nsmallest(int(min(budget, len(self.heap))), self.heap):
+            if node in self.at_hand:
+                continue
+            small_left = bool(choice.left[ROWS] <= choice.right[ROWS])
+            test = Condition(choice.feature,
+                             self.layout.features[choice.feature].kind == "nominal",
+                             choice.upto, choice.left_codes, choice.missing_left, small_left)
+            self.asked.append(node)
+            requests.append((self.output, [*self.paths[node], test]))
+        return requests
+
+    def receive(self, hists: Sequence[np.ndarray]) -> None:
+        """Take the histograms of ``requests``, then split leaves best-first while their
+        smaller children are at hand."""
+        self.at_hand.update(zip(self.asked, hists))
+        self.asked = []
+        while self.heap and self.leaves < self.limit and self.heap[0][1] in self.at_hand:
+            _, node, choice = heapq.heappop(self.heap)
+            self._split(node, choice, self.at_hand.pop(node))
+
+    def _split(self, node: int, choice: Choice, small_hist: np.ndarray) -> None:
         tree = self.tree
         tree.feature[node] = choice.feature
         tree.nominal[node] = self.layout.features[choice.feature].kind == "nominal"
@@ -533,18 +665,9 @@ class BestFirst:
             self.paths[child] = [*self.paths[node], _condition(tree, node, side)]
             self.depth[child] = self.depth[node] + 1
         small, large = (left, right) if choice.left[ROWS] <= choice.right[ROWS] else (right, left)
-        self.waiting = (node, small, large)
-        return self.output, self.paths[small]
-
-    def receive(self, hist: np.ndarray) -> None:
-        assert self.waiting is not None
-        node, small, large = self.waiting
-        self.waiting = None
-        self.hists[small] = hist
-        self.hists[large] = self.hists.pop(node) - hist
-        left, right = self.tree.left[node], self.tree.right[node]
-        self._consider(left)
-        self._consider(right)
+        self.hists[small] = small_hist
+        self.hists[large] = self.hists.pop(node) - small_hist
+        self._consider(left, right)
 
     def finish(self) -> TreeOverCodes:
         tree = self.tree
@@ -557,18 +680,22 @@ class BestFirst:
 
 def grow_round(backend: NewtonBackend, n_outputs: int, layout: Layout, criterion: Newton,
                rules: Rules, options: BoostingOptions) -> list[tuple[int, TreeOverCodes]]:
-    """One tree per output, grown best-first in lockstep: each step splits every tree's best
-    leaf and reads all the new histograms in one request."""
-    growers = [BestFirst(k, layout, criterion, rules, options) for k in range(n_outputs)]
+    """One tree per output, grown best-first side by side: each read serves every tree's
+    requests (``BestFirst.requests``) in one statement."""
+    growers = [BestFirst(k, layout, criterion, rules, options, backend.read_ahead)
+               for k in range(n_outputs)]
     for grower, hist in zip(growers, backend.histograms([(k, []) for k in range(n_outputs)])):
         grower.root(hist)
     while True:
-        asking = [(g, g.next_request()) for g in growers]
-        asking = [(g, r) for g, r in asking if r is not None]
+        asking = [(g, g.requests()) for g in growers]
+        asking = [(g, r) for g, r in asking if r]
         if not asking:
             break
-        for (g, _), hist in zip(asking, backend.histograms([r for _, r in asking])):
-            g.receive(hist)
+        hists = backend.histograms([r for _, rs in asking for r in rs])
+        at = 0
+        for g, rs in asking:
+            g.receive(hists[at:at + len(rs)])
+            at += len(rs)
     return [(g.output, g.finish()) for g in growers]
 
 
