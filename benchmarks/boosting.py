@@ -5,10 +5,17 @@ Each side runs in its own process on the same Parquet file with the same setting
 leaves, bins, ``min_samples_leaf``, no early stopping) and reports its wall time (read,
 encode and fit), its peak RSS and the held-out log loss and accuracy.
 
+``--task regression`` boosts squared error on the regression benchmark table and adds
+JoinBoost (gradient boosting in DuckDB by SQL, residuals kept by ``UPDATE``) as a side: its
+table is prepared as a user would (nominal columns as integer codes, NULLs as a value below
+every other), and that preparation counts in its time. Held-out RMSE and R² replace log loss.
+
 Usage::
 
     python benchmarks/boosting.py --rows 1000000 --rounds 100
     python benchmarks/boosting.py --rows 100000 --rounds 20 --sides sqltree,lightgbm
+    python benchmarks/boosting.py --task regression --rounds 100 --leaves 8 \
+        --sides sqltree,lightgbm,joinboost
 """
 
 from __future__ import annotations
@@ -41,6 +48,14 @@ def _frame(path: str, categories: dict[str, Any] | None = None) -> tuple[Any, An
     return x, frame[TARGET].to_numpy(), categories
 
 
+def _held_out_numbers(predicted: Any, truth: Any) -> dict[str, float]:
+    import numpy as np
+
+    error = np.asarray(predicted, dtype=float) - truth
+    rmse = float(np.sqrt(np.mean(error * error)))
+    return {"rmse": rmse, "r2": 1.0 - rmse * rmse / float(np.mean((truth - truth.mean()) ** 2))}
+
+
 def _held_out(proba: Any, classes: Any, truth: Any) -> dict[str, float]:
     import numpy as np
     from sklearn.metrics import log_loss
@@ -55,8 +70,9 @@ def lightgbm_worker(args: argparse.Namespace) -> dict[str, Any]:
 
     start = time.perf_counter()
     x, y, categories = _frame(args.train)
-    classes = np.unique(y)
-    model = lightgbm.LGBMClassifier(
+    regression = args.task == "regression"
+    kind = lightgbm.LGBMRegressor if regression else lightgbm.LGBMClassifier
+    model = kind(
         n_estimators=args.rounds, num_leaves=args.leaves, learning_rate=args.learning_rate,
         max_bin=args.max_bins, min_child_samples=args.min_samples_leaf, reg_lambda=0.0,
         n_jobs=args.threads, verbose=-1)
@@ -64,17 +80,20 @@ def lightgbm_worker(args: argparse.Namespace) -> dict[str, Any]:
     seconds = time.perf_counter() - start
     rss = peak_rss_mb()
     tx, ty, _ = _frame(args.test, categories)
-    return {"side": "LightGBM", "seconds": seconds, "peak_rss_mb": rss,
-            **_held_out(model.predict_proba(tx), classes, ty)}
+    quality = (_held_out_numbers(model.predict(tx), ty) if regression
+               else _held_out(model.predict_proba(tx), np.unique(y), ty))
+    return {"side": "LightGBM", "seconds": seconds, "peak_rss_mb": rss, **quality}
 
 
 def sklearn_worker(args: argparse.Namespace) -> dict[str, Any]:
     import numpy as np
-    from sklearn.ensemble import HistGradientBoostingClassifier
+    from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
 
+    regression = args.task == "regression"
     start = time.perf_counter()
     x, y, categories = _frame(args.train)
-    model = HistGradientBoostingClassifier(
+    kind = HistGradientBoostingRegressor if regression else HistGradientBoostingClassifier
+    model = kind(
         max_iter=args.rounds, max_leaf_nodes=args.leaves, learning_rate=args.learning_rate,
         max_bins=args.max_bins, min_samples_leaf=args.min_samples_leaf, early_stopping=False,
         categorical_features="from_dtype", random_state=0)
@@ -82,8 +101,49 @@ def sklearn_worker(args: argparse.Namespace) -> dict[str, Any]:
     seconds = time.perf_counter() - start
     rss = peak_rss_mb()
     tx, ty, _ = _frame(args.test, categories)
-    return {"side": "scikit-learn HGB", "seconds": seconds, "peak_rss_mb": rss,
-            **_held_out(model.predict_proba(tx), np.unique(y), ty)}
+    quality = (_held_out_numbers(model.predict(tx), ty) if regression
+               else _held_out(model.predict_proba(tx), np.unique(y), ty))
+    return {"side": "scikit-learn HGB", "seconds": seconds, "peak_rss_mb": rss, **quality}
+
+
+def joinboost_worker(args: argparse.Namespace) -> dict[str, Any]:
+    import duckdb
+    from joinboost.app import GradientBoosting
+    from joinboost.joingraph import JoinGraph
+
+    if args.task != "regression":
+        raise SystemExit("JoinBoost's released code boosts squared error only: --task regression")
+    con = duckdb.connect()
+    con.execute(f"SET threads = {args.threads}")
+    columns = [r[0] for r in con.execute("DESCRIBE SELECT * FROM read_parquet(?)",
+                                         [args.train]).fetchall() if r[0] != TARGET]
+    numeric = [c for c in columns if c not in NOMINAL]
+
+    def prepare(name: str, path: str) -> None:
+        # codes for the nominal columns and a value below every other for NULL: JoinBoost
+        # splits numbers only and has no missing-value rule
+        parts = [f'COALESCE("{c}", -1e30) AS "{c}"' for c in numeric] + [
+            f'COALESCE(DENSE_RANK() OVER (ORDER BY "{c}") * ("{c}" IS NOT NULL)::INT, 0) AS "{c}"'
+            for c in NOMINAL]
+        con.execute(f"CREATE OR REPLACE TABLE {name} AS SELECT {', '.join(parts)}, "
+                    f'"{TARGET}" FROM read_parquet(?)', [path])
+
+    start = time.perf_counter()
+    prepare("train", args.train)
+    graph = JoinGraph(exe=con)
+    graph.add_relation("train", X=columns, y=TARGET)
+    model = GradientBoosting(learning_rate=args.learning_rate, max_leaves=args.leaves,
+                             max_depth=64, iteration=args.rounds)
+    model.fit(graph)
+    seconds = time.perf_counter() - start
+    rss = peak_rss_mb()
+    prepare("test", args.test)
+    held_out = JoinGraph(exe=con)
+    held_out.add_relation("test", X=columns, y=TARGET)
+    predicted = model.predict(held_out, input_mode="FULL_JOIN_JG")
+    truth = con.execute(f'SELECT "{TARGET}" FROM test').fetchnumpy()[TARGET]
+    return {"side": "JoinBoost", "seconds": seconds, "peak_rss_mb": rss,
+            **_held_out_numbers(predicted, truth)}
 
 
 def sqltree_worker(args: argparse.Namespace) -> dict[str, Any]:
@@ -95,7 +155,7 @@ def sqltree_worker(args: argparse.Namespace) -> dict[str, Any]:
 
     engine = DuckDBEngine(duckdb.connect(), threads=args.threads)
     start = time.perf_counter()
-    model = sqltree.train(args.train, TARGET, algorithm="gradient-boosting",
+    model = sqltree.train(args.train, TARGET, algorithm="gradient-boosting", task=args.task,
                           max_iter=args.rounds, max_leaf_nodes=args.leaves,
                           learning_rate=args.learning_rate, max_bins=args.max_bins,
                           min_samples_leaf=args.min_samples_leaf, early_stopping=False,
@@ -104,9 +164,11 @@ def sqltree_worker(args: argparse.Namespace) -> dict[str, Any]:
     rss = peak_rss_mb()
     test = pd.read_parquet(args.test)
     rounds = model.stats["rounds"]
+    truth = test[TARGET].to_numpy()
+    quality = (_held_out_numbers(model.predict_frame(test), truth) if args.task == "regression"
+               else _held_out(model.predict_proba_frame(test), model.classes, truth))
     return {"side": f"sqltree ({model.stats['plan']})", "seconds": seconds, "peak_rss_mb": rss,
-            **_held_out(model.predict_proba_frame(test), model.classes, test[TARGET].to_numpy()),
-            "seconds_per_round": [round(r["seconds"], 3) for r in rounds]}
+            **quality, "seconds_per_round": [round(r["seconds"], 3) for r in rounds]}
 
 
 def run_side(side: str, args: argparse.Namespace, train: str, test: str) -> dict[str, Any]:
@@ -114,7 +176,7 @@ def run_side(side: str, args: argparse.Namespace, train: str, test: str) -> dict
            "--test", test, "--rounds", str(args.rounds), "--leaves", str(args.leaves),
            "--learning-rate", str(args.learning_rate), "--max-bins", str(args.max_bins),
            "--min-samples-leaf", str(args.min_samples_leaf), "--threads", str(args.threads),
-           "--plan", args.plan]
+           "--plan", args.plan, "--task", args.task]
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", str(args.threads))
     out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True, env=env)
@@ -123,14 +185,17 @@ def run_side(side: str, args: argparse.Namespace, train: str, test: str) -> dict
 
 def markdown(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
     base = next((r for r in results if r["side"] == "LightGBM"), None)
-    lines = [f"{human_rows(args.rows)} rows, {args.rounds} rounds, {args.leaves} leaves, "
-             f"{args.max_bins} bins, {args.threads} threads",
-             "", "| side | seconds | peak MB | held-out log loss | accuracy | time / LightGBM |",
+    quality = ("rmse", "r2") if args.task == "regression" else ("log_loss", "accuracy")
+    titles = ("held-out RMSE", "R²") if args.task == "regression" else (
+        "held-out log loss", "accuracy")
+    lines = [f"{human_rows(args.rows)} rows, {args.task}, {args.rounds} rounds, "
+             f"{args.leaves} leaves, {args.max_bins} bins, {args.threads} threads",
+             "", f"| side | seconds | peak MB | {titles[0]} | {titles[1]} | time / LightGBM |",
              "| --- | --- | --- | --- | --- | --- |"]
     for r in results:
         ratio = f"{r['seconds'] / base['seconds']:.1f}x" if base else ""
         lines.append(f"| {r['side']} | {r['seconds']:.1f} | {r['peak_rss_mb']:,.0f} | "
-                     f"{r['log_loss']:.4f} | {r['accuracy']:.4f} | {ratio} |")
+                     f"{r[quality[0]]:.4f} | {r[quality[1]]:.4f} | {ratio} |")
     return "\n".join(lines)
 
 
@@ -144,6 +209,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--min-samples-leaf", type=int, default=20)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--plan", default="tables", choices=["tables", "memory"])
+    p.add_argument("--task", default="classification", choices=["classification", "regression"])
     p.add_argument("--sides", default=",".join(SIDES))
     p.add_argument("--data-dir", default=DEFAULT_DATA)
     p.add_argument("--json", help="also write the results here")
@@ -153,10 +219,10 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     if args.worker:
         workers = {"sqltree": sqltree_worker, "lightgbm": lightgbm_worker,
-                   "sklearn": sklearn_worker}
+                   "sklearn": sklearn_worker, "joinboost": joinboost_worker}
         print(json.dumps(workers[args.worker](args)))
         return
-    train, test = ensure_data(args.rows, args.data_dir)
+    train, test = ensure_data(args.rows, args.data_dir, task=args.task)
     results = [run_side(side, args, train, test) for side in args.sides.split(",")]
     print(markdown(results, args))
     if args.json:

@@ -15,7 +15,7 @@ from typing import Any
 from . import progress as reporting
 from .algorithm_registry import RANDOM_FOREST
 from .algorithms.cart.strategy import class_weights
-from .algorithms.memory import PYTHON_MEMORY, rows_held_by
+from .algorithms.memory import LOCAL_FILE, MEMORY_MAX_CELLS, PYTHON_MEMORY, rows_held_by
 from .dataset import describe, describe_source
 from .engines import get_engine
 from .engines.select_plan import AUTO, check_plan
@@ -143,7 +143,9 @@ def train_ensemble(
                                 continuous=continuous, weight=weight, task=task)
                 phase.done(f"read {reporting.rows(data.n_rows)} rows, "
                            f"{len(data.features)} features", rows=data.n_rows)
-            in_memory, reason = _plan(plan, rows_held_by(source, engine), reason)
+            in_memory, reason = _plan(plan, rows_held_by(source, engine), reason,
+                                      boosting=boosting is not None,
+                                      cells=data.n_rows * max(len(data.features), 1))
             if boosting is not None:
                 ensemble = _boost(data, boosting, class_weight, in_memory, engine.plan)
             else:
@@ -216,12 +218,17 @@ def _forest(data: Any, forest: ForestOptions, class_weight: Any, in_memory: bool
     return ensemble
 
 
-def _plan(plan: str, held_by: str | None, engine_reason: str) -> tuple[bool, str]:
-    """Whether the forest grows in memory, and why (``plan="auto"``: a DataFrame's rows, and
-    cross-validation's folds of one, are in Python already; any other source's stay in its
-    engine)."""
+def _plan(plan: str, held_by: str | None, engine_reason: str, *, boosting: bool = False,
+          cells: int = 0) -> tuple[bool, str]:
+    """Whether the ensemble grows in memory, and why. ``plan="auto"``: a DataFrame's rows,
+    and cross-validation's folds of one, are in Python already; boosting also reads a file
+    of sqltree's own DuckDB database into memory when its cells are within the memory plan's
+    bound, since its rounds there take less than half their time in SQL
+    (benchmarks/README.md); any other source's rows stay in its engine."""
     if plan == MEMORY_PLAN:
         return True, "asked for"
     if plan == "auto" and held_by == PYTHON_MEMORY:
         return True, PYTHON_MEMORY
+    if plan == "auto" and boosting and held_by == LOCAL_FILE and cells <= MEMORY_MAX_CELLS:
+        return True, f"{LOCAL_FILE}, {cells:,} cells (at most {MEMORY_MAX_CELLS:,})"
     return False, engine_reason

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import duckdb
 import numpy as np
 import pandas as pd
 import pytest
@@ -233,3 +234,19 @@ def test_train_names_boosting_and_refuses_tree_options():
         sqltree.train(frame, "label", algorithm="gradient-boosting", max_iter=0)
     with pytest.raises(OptionError, match="n_estimators"):
         sqltree.train(frame, "label", algorithm="gradient-boosting", n_estimators=3)
+
+
+def test_auto_boosts_a_local_file_in_memory_and_a_users_table_in_its_engine(tmp_path):
+    # the same model either way; the plan follows where the rows are
+    frame = mixed_table(800)
+    path = tmp_path / "rows.parquet"
+    frame.to_parquet(path)
+    options = {"algorithm": "gradient-boosting", "max_iter": 2, "max_leaf_nodes": 4}
+    from_file = sqltree.train(str(path), "label", **options)
+    assert from_file.stats["plan"] == "memory"
+    assert "file read by sqltree's own DuckDB" in from_file.stats["plan_reason"]
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT * FROM read_parquet(?)", [str(path)])
+    from_table = sqltree.train("t", "label", connection=con, **options)
+    assert from_table.stats["plan"] == "tables"
+    assert _file(from_file) == _file(from_table)

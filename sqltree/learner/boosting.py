@@ -377,24 +377,29 @@ class SqlNewtonBackend(NewtonBackend):
             alias(_trie_sql(trie, "t"), "request"),
             *[alias(exp.column(n, table="t", quoted=True), n) for n in names],
             *[alias(t, f"t{j}") for j, t in enumerate(terms)],
-        ).from_(exp.alias_(self.round.copy(), "t"))
-        rows = exp.select().from_(inner.subquery("q"))
+        ).from_(exp.alias_(self.round.copy(), "t"), copy=False)
+        # the builders below take their parts as they are (copy=False): a trie of many
+        # requests is the largest part of the statement, and each copy would walk it again
+        rows = exp.select().from_(inner.subquery("q", copy=False), copy=False)
         if not isinstance(trie, int):
-            rows = rows.where(exp.Not(this=exp.Is(this=request.copy(), expression=exp.null())))
+            rows = rows.where(exp.Not(this=exp.Is(this=request.copy(), expression=exp.null())),
+                              copy=False)
         sums = [alias(exp.func("SUM", exp.column(f"t{j}", quoted=True)), f"v{j}")
                 for j in range(len(terms))]
         if self.form == UNPIVOT:
             exploded = rows.select(request.copy(), *[exp.column(f"t{j}", quoted=True)
                                                      for j in range(len(terms))], alias(
                 exp.Explode(this=exp.Array(expressions=[
-                    c.copy() + num(o) for c, o in zip(codes, self.layout.offsets)])), "code"))
+                    c.copy() + num(o) for c, o in zip(codes, self.layout.offsets)])), "code"),
+                copy=False)
             code = exp.column("code", quoted=True)
             return exp.select(request.copy(), code, *sums).from_(
-                exploded.subquery("u")).group_by(request.copy(), code.copy())
+                exploded.subquery("u", copy=False), copy=False).group_by(
+                request.copy(), code.copy(), copy=False)
         if self.form == GROUPING_SETS:
             code = exp.func("COALESCE", *[c.copy() + num(o)
                                           for c, o in zip(codes, self.layout.offsets)])
-            select = rows.select(request.copy(), alias(code, "code"), *sums)
+            select = rows.select(request.copy(), alias(code, "code"), *sums, copy=False)
             select.set("group", exp.Group(grouping_sets=[exp.GroupingSets(
                 expressions=[exp.Tuple(expressions=[request.copy(), c.copy()])
                              for c in codes])]))
@@ -405,7 +410,7 @@ class SqlNewtonBackend(NewtonBackend):
                  for c, off in zip(codes, self.layout.offsets)]
         query = parts[0]
         for p in parts[1:]:
-            query = exp.union(query, p, distinct=False)
+            query = exp.union(query, p, distinct=False, copy=False)
         return query
 
     def histograms(self, requests: Sequence[tuple[int, Sequence[Condition]]]
@@ -413,7 +418,7 @@ class SqlNewtonBackend(NewtonBackend):
         parts = [self._group_query(output, trie) for output, trie in _disjoint_groups(requests)]
         query: exp.Expression = parts[0]
         for p in parts[1:]:
-            query = exp.union(query, p, distinct=False)
+            query = exp.union(query, p, distinct=False, copy=False)
         out = [np.zeros((self.layout.width, 3)) for _ in requests]
         for batch in self.engine.float_batches(query):
             request = batch[0].astype(np.int64)
