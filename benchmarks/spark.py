@@ -13,10 +13,17 @@ of every level.
 MLlib's ``maxBins`` must exceed the values of every nominal feature (``n5`` has 50, and the
 indexer adds one for NULL), so MLlib runs at 64 bins only; sqltree at each ``--bins``.
 
+``--gbt N``: gradient boosting instead, on a binary target (whether ``y`` is its first class),
+N rounds of depth ``--depth``: sqltree's ``algorithm="gradient-boosting"`` (binary log loss,
+``max_leaf_nodes=None``, ``min_samples_leaf=1``, no early stopping) against MLlib's
+``GBTClassifier(maxIter=N, maxDepth, stepSize=0.1)`` in the same pipeline; held-out log loss
+beside accuracy.
+
 Usage::
 
     python benchmarks/spark.py --rows 1000000
     python benchmarks/spark.py --rows 1000000 --bins 32 64 --master local[2] --json out.json
+    python benchmarks/spark.py --rows 1000000 --gbt 100 --depth 5 --bins 64
 """
 
 from __future__ import annotations
@@ -110,6 +117,92 @@ def sqltree_side(spark: Any, bins: int, depth: int, plan: str = "auto",
     }
 
 
+BINARY = "is_first"
+"""The binary target of ``--gbt``: whether ``y`` is the first of its classes."""
+
+
+def binary_views(spark: Any, first: str) -> None:
+    for name in ("bench_train", "bench_test", "bench_warmup"):
+        if spark.catalog.tableExists(name):
+            features = ", ".join(c for c in spark.table(name).columns if c != TARGET)
+            spark.sql(f"SELECT {features}, CASE WHEN {TARGET} = '{first}' THEN 'yes' "
+                      f"ELSE 'no' END AS {BINARY} FROM {name} WHERE {TARGET} IS NOT NULL"
+                      ).createOrReplaceTempView(f"{name}_binary")
+
+
+def log_loss(p_yes: Any, truth_yes: Any) -> float:
+    import numpy as np
+
+    p = np.clip(np.asarray(p_yes, dtype=float), 1e-15, 1 - 1e-15)
+    t = np.asarray(truth_yes, dtype=bool)
+    return float(-np.mean(np.where(t, np.log(p), np.log1p(-p))))
+
+
+def sqltree_gbt_side(spark: Any, bins: int, depth: int, rounds: int,
+                     table: str = "bench_train_binary") -> dict[str, Any]:
+    import sqltree
+    from sqltree.engines.spark import SparkEngine
+
+    engine = SparkEngine(spark)
+    start = time.perf_counter()
+    model = sqltree.train(table, target=BINARY, algorithm="gradient-boosting",
+                          max_iter=rounds, max_depth=depth, max_leaf_nodes=None,
+                          min_samples_leaf=1, learning_rate=0.1, max_bins=bins,
+                          early_stopping=False, connection=engine)
+    seconds = time.perf_counter() - start
+    test = spark.table("bench_test_binary").toPandas()
+    proba = model.predict_proba_frame(test)[:, list(model.classes).index("yes")]
+    truth = (test[BINARY] == "yes").to_numpy()
+    rounds_seconds = [r["seconds"] for r in model.stats["rounds"]]
+    return {
+        "side": f"sqltree gradient boosting binned {bins}, {model.stats['plan']} plan",
+        "seconds": round(seconds, 1),
+        "jobs": engine.stats.jobs,
+        "queries": engine.stats.queries,
+        "leaves": model.n_leaves,
+        "accuracy": round(float(((proba > 0.5) == truth).mean()), 4),
+        "log_loss": round(log_loss(proba, truth), 4),
+        "seconds_per_round": [round(x, 2) for x in rounds_seconds],
+        "python_peak_mb": process_peak_mb(),
+        "jvm_peak_mb": process_peak_mb(jvm_pid(spark) or 0),
+    }
+
+
+def mllib_gbt_side(spark: Any, depth: int, rounds: int,
+                   table: str = "bench_train_binary") -> dict[str, Any]:
+    from pyspark.ml import Pipeline
+    from pyspark.ml.classification import GBTClassifier
+    from pyspark.ml.feature import Imputer, StringIndexer, VectorAssembler
+    from pyspark.ml.functions import vector_to_array
+
+    indexed = [f"{c}_index" for c in NOMINAL]
+    imputed = [f"{c}_imputed" for c in CONTINUOUS]
+    pipeline = Pipeline(stages=[
+        StringIndexer(inputCols=NOMINAL, outputCols=indexed, handleInvalid="keep"),
+        StringIndexer(inputCol=BINARY, outputCol="label", stringOrderType="alphabetAsc"),
+        Imputer(inputCols=CONTINUOUS, outputCols=imputed),
+        VectorAssembler(inputCols=[*imputed, *indexed], outputCol="features"),
+        GBTClassifier(labelCol="label", featuresCol="features", maxDepth=depth,
+                      maxBins=MLLIB_BINS, maxIter=rounds, stepSize=0.1, seed=0),
+    ])
+    start = time.perf_counter()
+    model = pipeline.fit(spark.table(table))
+    seconds = time.perf_counter() - start
+    # "no" < "yes" alphabetically: label 1 is "yes"
+    scored = model.transform(spark.table("bench_test_binary")).select(
+        vector_to_array("probability")[1].alias("p"), "label").toPandas()
+    truth = scored["label"].to_numpy() == 1.0
+    return {
+        "side": f"MLlib GBTClassifier maxBins {MLLIB_BINS}",
+        "seconds": round(seconds, 1),
+        "leaves": sum((t.numNodes + 1) // 2 for t in model.stages[-1].trees),
+        "accuracy": round(float(((scored["p"] > 0.5).to_numpy() == truth).mean()), 4),
+        "log_loss": round(log_loss(scored["p"], truth), 4),
+        "python_peak_mb": process_peak_mb(),
+        "jvm_peak_mb": process_peak_mb(jvm_pid(spark) or 0),
+    }
+
+
 def mllib_side(spark: Any, depth: int, table: str = "bench_train") -> dict[str, Any]:
     from pyspark.ml import Pipeline
     from pyspark.ml.classification import DecisionTreeClassifier
@@ -165,11 +258,15 @@ def markdown(results: list[dict[str, Any]], rows: int, master: str, depth: int) 
         "| side | seconds | / MLlib | jobs | held-out accuracy | leaves | JVM peak MB |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
+    if any("log_loss" in r for r in results):
+        lines[2] = lines[2].replace("held-out accuracy", "held-out accuracy | log loss")
+        lines[3] += " --- |"
     for r in results:
         ratio = f"{r['seconds'] / mllib['seconds']:.2f}x" if mllib else ""
+        loss = f" {r['log_loss']} |" if "log_loss" in r else ""
         lines.append(
             f"| {r['side']} | {r['seconds']} | {ratio} | {r['jobs']} | "
-            f"{r['accuracy']} | {r['leaves']} | {r['jvm_peak_mb'] or 0:.0f} |"
+            f"{r['accuracy']} |{loss} {r['leaves']} | {r['jvm_peak_mb'] or 0:.0f} |"
         )
     for r in results:
         if "levels" in r:
@@ -197,6 +294,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup-rows", type=int, default=50_000,
                         help="train each side once on this many rows first, untimed, so that "
                         "neither pays alone for the JVM's first compilations (0: no warm-up)")
+    parser.add_argument("--gbt", type=int, default=0, metavar="ROUNDS",
+                        help="gradient boosting of ROUNDS rounds on a binary target instead")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args(argv)
 
@@ -208,6 +307,13 @@ def main(argv: list[str] | None = None) -> None:
     if args.warmup_rows:
         spark.sql(f"SELECT * FROM bench_train LIMIT {int(args.warmup_rows)}"
                   ).createOrReplaceTempView("bench_warmup")
+    if args.gbt:
+        first = spark.sql(f"SELECT MIN({TARGET}) FROM bench_train").first()[0]
+        binary_views(spark, first)
+        gbt(spark, args, sides)
+        spark.stop()
+        return
+    if args.warmup_rows:
         if "sqltree" in sides:
             import sqltree
             sqltree.train("bench_warmup", target=TARGET, algorithm="cart",
@@ -233,6 +339,31 @@ def main(argv: list[str] | None = None) -> None:
             json.dump({"rows": args.rows, "master": args.master, "results": results}, f,
                       indent=2)
     spark.stop()
+
+
+def gbt(spark: Any, args: argparse.Namespace, sides: list[str]) -> None:
+    """The ``--gbt`` comparison: both sides warmed up on the first rows, then timed."""
+    if args.warmup_rows:
+        if "sqltree" in sides:
+            sqltree_gbt_side(spark, args.bins[0], args.depth, 2, "bench_warmup_binary")
+        if "mllib" in sides:
+            mllib_gbt_side(spark, args.depth, 2, "bench_warmup_binary")
+    results = []
+    if "sqltree" in sides:
+        for bins in args.bins:
+            results.append(in_group(spark, f"sqltree-gbt-{bins}", lambda b=bins: (
+                sqltree_gbt_side(spark, b, args.depth, args.gbt))))
+            print(json.dumps(results[-1]), flush=True)
+    if "mllib" in sides:
+        results.append(in_group(spark, "mllib-gbt",
+                                lambda: mllib_gbt_side(spark, args.depth, args.gbt)))
+        print(json.dumps(results[-1]), flush=True)
+    print(markdown(results, args.rows, args.master, args.depth).replace(
+        "rows,", f"rows, {args.gbt} boosting rounds,", 1))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"rows": args.rows, "master": args.master, "gbt": args.gbt,
+                       "results": results}, f, indent=2)
 
 
 if __name__ == "__main__":

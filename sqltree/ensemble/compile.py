@@ -602,10 +602,9 @@ trees before the sums (whose values those trees then read by leaf). Engines that
 a row at a time (PostgreSQL, SQLite, Spark's generated code) gain nothing from the order
 and would pay for the sort."""
 SORT_TREES = 9
-"""Trees whose leaves sort the rows (``SORTED_ROWS``): on a million rows, a 300-tree
-LightGBM model's scoring took 23.1 and 23.2 s of CPU unsorted; sorted by 9 trees, 13.6,
-13.4 and 12.0 s; by 4, 13.1 s; by 15, 12.7 s; by 27, 15.1 and 15.6 s; by 64, 19.3 and
-20.7 s (more keys cost more to sort than they save)."""
+"""Trees whose leaves sort the rows (``SORTED_ROWS``): sorting by 4 to 15 trees scored a
+300-tree model about equally fast, and more keys cost more to sort than they save
+(benchmarks/README.md, "Many-tree scoring over rows sorted by the first trees' leaves")."""
 SORT_MIN_TREES = 50
 """Models of fewer trees are not sorted: a sort of the rows costs about what the walks of
 30 to 50 trees gain from it."""

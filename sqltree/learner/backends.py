@@ -42,8 +42,9 @@ PATH_SPLITS = 2048
 """Routing by path: the most splits a level's ``path_case`` holds; a tree grown past it is
 routed by rewriting from then on (``SqlBackend._leave_path``). The ``CASE`` holds every split
 so far, and building and rendering it grows faster than the splits (Python's collector walks
-the larger tree): 0.2-0.4 s at 1,023 splits, 0.4-1.0 s at 2,047, 1.2 s at 4,095 and 4.6 s at
-8,191 (the machine loaded), against 1.1-2.6 s to rewrite 1M rows."""
+the larger tree): at about 4,000 splits it costs what rewriting a million rows costs, and
+several times more at 8,000 (benchmarks/README.md, "PostgreSQL's level scan routed by
+path")."""
 
 LIMB_BITS = 26
 """A wide statistic's sum is read as its quotient by ``2**LIMB_BITS``, below 2^53 for any sum

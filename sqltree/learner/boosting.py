@@ -276,7 +276,6 @@ class SqlNewtonBackend(NewtonBackend):
         self.weighted = encoded.weighted
         self.weight_scale = float(encoded.scale[1])
         self.k = loss.n_outputs
-        names = [f"s{k}" for k in range(self.k)]
         # the scores start at the base score; a row's validation flag is drawn once here
         c = exp.column
         flag: exp.Expression = num(0)
@@ -284,86 +283,82 @@ class SqlNewtonBackend(NewtonBackend):
             flag = case((exp.LT(this=_hash_sql(c("rid", table="c", quoted=True), validation),
                                 expression=num(round(fraction * PRIME))), num(1)),
                         default=num(0))
-        # A connection that stores no tables (the select plan) keeps no scores table: each
+        self.flag = flag
+        # A connection that stores no tables (the select plan) keeps no scores: each
         # statement recomputes a row's scores from the trees so far, the base score plus
         # each tree's CASE over the row's codes added in the order the tables plan adds them
         # (the same doubles), and its validation flag from its hash. A statement then costs
-        # a CASE per earlier tree and row, where a scores table would be one join.
+        # a CASE per earlier tree and row, where a stored state would be one scan.
         self.recomputed: list[exp.Expression] | None = None
-        self.flag = flag
-        self.scores: exp.Table | None = None
         if self.engine.plan == SELECT:
             self.recomputed = [num(float(b)) for b in base]
-        else:
-            self.scores = self.engine.materialize("scores", exp.select(
-                alias(c("rid", table="c", quoted=True), "rid"), alias(flag, "val"),
-                *[alias(num(float(b)), n) for b, n in zip(base, names)],
-            ).from_(exp.alias_(self.codes.copy(), "c")))
-        self.round: exp.Table | None = None
+        self.state: exp.Table | None = None
         self.bits: list[tuple[int, int]] = []
+        self.losses: dict[int, float] = {}
         # a round's requests each read the rows of one path: one pass per request, never a
         # pass per request and feature (PostgreSQL, 200,000 rows, 3 rounds: 60-70 s with
         # grouping sets, 209-219 s with a union of a GROUP BY per feature)
         form = self.engine.HISTOGRAM_FORM
         self.form = UNPIVOT if form == UNPIVOT else (
             GROUPING_SETS if self.engine.SUPPORTS_GROUPING_SETS else UNION)
+        self._store_state(self.codes, [num(float(b)) for b in base], flag)
 
-    @property
-    def _scored(self) -> str:
-        """The table of ``_joined`` that holds a row's scores and validation flag."""
-        return "r" if self.recomputed is None else "c"
+    def _store_state(self, source: exp.Expression, scores: Sequence[exp.Expression],
+                     val: exp.Expression) -> None:
+        """Store the rows' state for the next round, from ``source`` (aliased ``c``): each
+        row's codes, target, weight, validation flag ``val``, raw ``scores`` and the
+        gradients and hessians they give; then read its losses and gradient bounds.
 
-    def _score_columns(self) -> list[exp.Expression]:
-        """Each output's raw score of a row of ``_joined``."""
-        return [exp.column(f"s{k}", table=self._scored, quoted=True) for k in range(self.k)]
-
-    def _validation(self) -> exp.Expression:
-        """Whether a row of ``_joined`` is a validation row (1) or a training row (0)."""
-        return exp.column("val", table=self._scored, quoted=True)
-
-    def _joined(self) -> exp.Select:
-        """The training rows, each with its codes (``c``) and its scores and flag."""
-        codes = exp.alias_(self.codes.copy(), "c")
-        if self.recomputed is not None:  # computed once a row, read by several columns
-            scored = exp.select(
-                exp.Column(this=exp.Star(), table=exp.to_identifier("c", quoted=True)),
-                alias(self.flag.copy(), "val"),
-                *[alias(e.copy(), f"s{k}") for k, e in enumerate(self.recomputed)],
-            ).from_(codes)
-            return exp.select().from_(computed_once(scored).subquery("c", copy=False))
-        return exp.select().from_(codes).join(
-            exp.alias_(self.scores.copy(), "r"),
-            on=exp.EQ(this=exp.column("rid", table="c", quoted=True),
-                      expression=exp.column("rid", table="r", quoted=True)))
-
-    def begin_round(self) -> None:
-        y = exp.column("y", table="c", quoted=True)
-        w = (exp.column("v_w", table="c", quoted=True) * num(self.weight_scale)
+        One ``CREATE TABLE AS`` a round (no ``UPDATE``): the next state is read from this
+        one, so no statement joins the rows' codes to their scores."""
+        c = exp.column
+        carried = ["rid", "y", *(["v_w"] if self.weighted else []),
+                   *[f"c{i}" for i in range(len(self.layout.features))]]
+        inner = exp.select(
+            *[alias(c(n, table="c", quoted=True), n) for n in carried], alias(val, "val"),
+            *[alias(e, f"s{k}") for k, e in enumerate(scores)],
+        ).from_(exp.alias_(source.copy(), "c"), copy=False)
+        q = [c(f"s{k}", table="q", quoted=True) for k in range(self.k)]
+        w = (c("v_w", table="q", quoted=True) * num(self.weight_scale)
              if self.weighted else None)
-        grads = self.loss.gradients_sql(y, self._score_columns())
-        columns: list[exp.Expression] = [exp.column("rid", table="c", quoted=True)] + [
-            exp.column(f"c{i}", table="c", quoted=True) for i in range(len(self.layout.features))]
-        for k, (g, h) in enumerate(grads):
+        terms: list[exp.Expression] = []
+        for k, (g, h) in enumerate(self.loss.gradients_sql(c("y", table="q", quoted=True), q)):
             if w is not None:
                 g, h = w.copy() * g, w.copy() * h
-            columns += [alias(g, f"g{k}"), alias(h, f"h{k}")]
-        query = self._joined().select(*columns, copy=False).where(
-            exp.EQ(this=self._validation(), expression=num(0)))
-        if self.round is not None:
-            self.engine.drop(self.round)
-        self.round = self.engine.materialize("round", query)
-        bounds = self.engine.execute(exp.select(
-            exp.func("COUNT", exp.Star()),
-            *[exp.func("MAX", exp.Abs(this=exp.column(f"{p}{k}", quoted=True)))
-              for k in range(self.k) for p in ("g", "h")]).from_(self.round.copy()))[0]
-        n = int(bounds[0] or 0)
-        self.bits = [(_bits(bounds[1 + 2 * k], n), _bits(bounds[2 + 2 * k], n))
-                     for k in range(self.k)]
+            terms += [alias(g, f"g{k}"), alias(h, f"h{k}")]
+        # the scores are computed once a row and read by the gradients (computed_once: not
+        # merged into the select around it, which would compute each CASE again)
+        query = exp.select(
+            exp.Column(this=exp.Star(), table=exp.to_identifier("q", quoted=True)), *terms,
+        ).from_(computed_once(inner).subquery("q", copy=False), copy=False)
+        old = self.state
+        self.state = self.engine.materialize("state", query, statistics=False)
+        if old is not None:
+            self.engine.drop(old)
+        # per flag: the rows, the mean loss, and (of the training rows) the gradients'
+        # largest magnitudes, which fix the fixed point of the round's sums
+        val_col = c("val", quoted=True)
+        ys = [c(f"s{k}", quoted=True) for k in range(self.k)]
+        rows = self.engine.execute(exp.select(
+            alias(val_col.copy(), "val"), exp.func("COUNT", exp.Star()),
+            exp.func("AVG", self.loss.loss_sql(c("y", quoted=True), ys)),
+            *[exp.func("MAX", exp.Abs(this=c(f"{p}{k}", quoted=True)))
+              for k in range(self.k) for p in ("g", "h")],
+        ).from_(self.state.copy(), copy=False).group_by(val_col.copy(), copy=False))
+        by = {int(r[0]): r for r in rows}
+        self.losses = {v: float(r[2]) for v, r in by.items()}
+        train = by.get(0)
+        n = int(train[1]) if train is not None else 0
+        self.bits = [(_bits(train[3 + 2 * k] if train else 0.0, n),
+                      _bits(train[4 + 2 * k] if train else 0.0, n)) for k in range(self.k)]
+
+    def begin_round(self) -> None:
+        """The state stored by the last round (or the start) holds this round's gradients."""
 
     def _group_query(self, output: int, trie: _Trie | int) -> exp.Select:
         """The histograms of a group of requests of one output whose rows are disjoint, in
         one pass over the round's rows: a row's request is found by walking ``trie``."""
-        assert self.round is not None
+        assert self.state is not None
         gbits, hbits = self.bits[output]
         g = exp.column(f"g{output}", table="t", quoted=True)
         h = exp.column(f"h{output}", table="t", quoted=True)
@@ -377,7 +372,9 @@ class SqlNewtonBackend(NewtonBackend):
             alias(_trie_sql(trie, "t"), "request"),
             *[alias(exp.column(n, table="t", quoted=True), n) for n in names],
             *[alias(t, f"t{j}") for j, t in enumerate(terms)],
-        ).from_(exp.alias_(self.round.copy(), "t"), copy=False)
+        ).from_(exp.alias_(self.state.copy(), "t"), copy=False).where(
+            exp.EQ(this=exp.column("val", table="t", quoted=True), expression=num(0)),
+            copy=False)
         # the builders below take their parts as they are (copy=False): a trie of many
         # requests is the largest part of the statement, and each copy would walk it again
         rows = exp.select().from_(inner.subquery("q", copy=False), copy=False)
@@ -432,33 +429,24 @@ class SqlNewtonBackend(NewtonBackend):
         return out
 
     def end_round(self, trees: Sequence[tuple[int, TreeOverCodes]]) -> tuple[float, float | None]:
+        assert self.state is not None
         if self.recomputed is not None:
             for output, tree in trees:
                 self.recomputed[output] = exp.paren(
                     self.recomputed[output] + _tree_sql(tree, 0, "c"))
+            self._store_state(self.codes, [e.copy() for e in self.recomputed], self.flag.copy())
         else:
-            scores = self._score_columns()
+            scores: list[exp.Expression] = [
+                exp.column(f"s{k}", table="c", quoted=True) for k in range(self.k)]
             for output, tree in trees:
                 scores[output] = exp.paren(scores[output] + _tree_sql(tree, 0, "c"))
-            query = self._joined().select(
-                exp.column("rid", table="c", quoted=True), alias(self._validation(), "val"),
-                *[alias(s, f"s{k}") for k, s in enumerate(scores)], copy=False)
-            old = self.scores
-            self.scores = self.engine.materialize("scores", query)
-            self.engine.drop(old)
-        y = exp.column("y", table="c", quoted=True)
-        loss = self.loss.loss_sql(y, self._score_columns())
-        val = self._validation()
-        rows = self.engine.execute(self._joined().select(
-            alias(val.copy(), "val"), exp.func("AVG", loss), copy=False).group_by(val.copy()))
-        by = {int(v): float(m) for v, m in rows}
-        return by.get(0, 0.0), by.get(1)
+            self._store_state(self.state, scores, exp.column("val", table="c", quoted=True))
+        return self.losses.get(0, 0.0), self.losses.get(1)
 
     def close(self) -> None:
-        for t in (self.round, self.scores):
-            if t is not None:
-                self.engine.drop(t)
-        self.round = None
+        if self.state is not None:
+            self.engine.drop(self.state)
+        self.state = None
 
 
 class NumpyNewtonBackend(NewtonBackend):
@@ -483,11 +471,15 @@ class NumpyNewtonBackend(NewtonBackend):
         if validation is not None:
             self.val = row_hash(backend.rid, np.asarray(validation)) < round(fraction * PRIME)
         self.scores = np.tile(np.asarray(base, dtype=np.float64), (n, 1))
-        self.offsets = np.asarray(self.layout.offsets, dtype=np.int64)
+        self.rows = np.flatnonzero(~self.val)
+        # one contiguous array per feature, of every row and of the training rows: a leaf's
+        # rows are gathered a feature at a time
+        self.all_columns = np.ascontiguousarray(self.codes.T)
+        self.columns = (self.all_columns if len(self.rows) == n
+                        else np.ascontiguousarray(self.all_columns[:, self.rows]))
 
     def begin_round(self) -> None:
         train = ~self.val
-        self.rows = np.flatnonzero(train)
         grads = self.loss.gradients(self.y[train], self.scores[train])
         self.grads = []
         n = len(self.rows)
@@ -500,8 +492,6 @@ class NumpyNewtonBackend(NewtonBackend):
             hbits = _bits(float(np.abs(h).max()) if n else 0.0, n)
             self.grads.append((np.floor(h * 2.0**hbits + 0.5) * 2.0**-hbits,
                                np.floor(g * 2.0**gbits + 0.5) * 2.0**-gbits))
-        # one contiguous array per feature: a leaf's rows are gathered a feature at a time
-        self.columns = np.ascontiguousarray(self.codes[self.rows].T)
         self.members: dict[tuple[int, tuple[Condition, ...]], np.ndarray] = {}
 
     def histograms(self, requests: Sequence[tuple[int, Sequence[Condition]]]
@@ -543,21 +533,22 @@ class NumpyNewtonBackend(NewtonBackend):
 
     def end_round(self, trees: Sequence[tuple[int, TreeOverCodes]]) -> tuple[float, float | None]:
         for output, tree in trees:
-            self.scores[:, output] += _tree_numpy(tree, self.codes)
+            self.scores[:, output] += _tree_numpy(tree, self.all_columns)
         losses = self.loss.loss(self.y, self.scores)
         valid = float(losses[self.val].mean()) if self.val.any() else None
         return float(losses[~self.val].mean()) if (~self.val).any() else 0.0, valid
 
 
-def _tree_numpy(tree: TreeOverCodes, codes: np.ndarray) -> np.ndarray:
-    out = np.zeros(len(codes))
-    stack = [(0, np.arange(len(codes)))]
+def _tree_numpy(tree: TreeOverCodes, columns: np.ndarray) -> np.ndarray:
+    """The leaf value each row reaches; ``columns``: the codes, a feature per row."""
+    out = np.zeros(columns.shape[1])
+    stack = [(0, np.arange(columns.shape[1]))]
     while stack:
         node, rows = stack.pop()
         if tree.feature[node] < 0:
             out[rows] = tree.value[node]
             continue
-        left = _goes_left(codes[rows, tree.feature[node]], _condition(tree, node, True))
+        left = _goes_left(columns[tree.feature[node]][rows], _condition(tree, node, True))
         stack.append((tree.left[node], rows[left]))
         stack.append((tree.right[node], rows[~left]))
     return out
