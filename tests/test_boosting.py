@@ -120,6 +120,25 @@ def test_reading_ahead_grows_the_same_trees_in_fewer_reads(case, monkeypatch):
     assert ahead_reads < len(reads)  # 23-25 against 36 here
 
 
+
+def test_splits_whose_children_cannot_split_are_not_read(monkeypatch):
+    # at max_depth 2 a round reads its root and the root's smaller child; the children of
+    # depth 1 splits are at max_depth, and their sums are the split's own
+    frame, target = _table("binary")
+    reads: list[int] = []
+    histograms = SqlNewtonBackend.histograms
+
+    def counted(self, requests):
+        reads.append(len(requests))
+        return histograms(self, requests)
+
+    monkeypatch.setattr(SqlNewtonBackend, "histograms", counted)
+    options = {"max_iter": 3, "max_depth": 2, "max_leaf_nodes": None, "min_samples_leaf": 5}
+    model = _boost(frame, target, **options)
+    assert [int((t.feature < 0).sum()) for t in model.trees] == [4, 4, 4]
+    assert reads == [1, 1] * 3
+    assert _file(model) == _file(_boost(frame, target, in_memory=True, **options))
+
 def test_requests_whose_rows_may_overlap_are_read_in_separate_passes():
     def test(feature, upto, left):
         return Condition(feature, False, upto, (), False, left)

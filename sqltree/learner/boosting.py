@@ -594,7 +594,8 @@ class BestFirst:
         self.hists: dict[int, np.ndarray] = {}
         self.heap: list[tuple[float, int, Choice]] = []
         self.leaves = 1
-        self.at_hand: dict[int, np.ndarray] = {}  # leaf -> its smaller child's histogram
+        # leaf -> its smaller child's histogram (None: its children cannot split)
+        self.at_hand: dict[int, np.ndarray | None] = {}
         self.asked: list[int] = []
 
     def root(self, hist: np.ndarray) -> None:
@@ -621,32 +622,53 @@ class BestFirst:
 
     def requests(self) -> list[tuple[int, list[Condition]]]:
         """The (output, path) of the smaller child of each leaf that may split next and
-        whose child is not read yet."""
-        budget = self.limit - self.leaves if self.read_ahead else min(
-            self.limit - self.leaves, 1)
-        self.asked = []
-        requests = []
-        for _, node, choice in heapq.nsmallest(int(min(budget, len(self.heap))), self.heap):
-            if node in self.at_hand:
-                continue
-            small_left = bool(choice.left[ROWS] <= choice.right[ROWS])
-            test = Condition(choice.feature,
-                             self.layout.features[choice.feature].kind == "nominal",
-                             choice.upto, choice.left_codes, choice.missing_left, small_left)
-            self.asked.append(node)
-            requests.append((self.output, [*self.paths[node], test]))
-        return requests
+        whose child is not read yet. A split whose children cannot split again (at
+        ``max_depth``, or too few rows) needs no read: its children's sums are the split's."""
+        while True:
+            self._advance()
+            budget = self.limit - self.leaves if self.read_ahead else min(
+                self.limit - self.leaves, 1)
+            self.asked = []
+            requests = []
+            needless = False
+            for _, node, choice in heapq.nsmallest(int(min(budget, len(self.heap))),
+                                                   self.heap):
+                if node in self.at_hand:
+                    continue
+                if not self._children_may_split(node, choice):
+                    self.at_hand[node] = None
+                    needless = True
+                    continue
+                small_left = bool(choice.left[ROWS] <= choice.right[ROWS])
+                test = Condition(choice.feature,
+                                 self.layout.features[choice.feature].kind == "nominal",
+                                 choice.upto, choice.left_codes, choice.missing_left,
+                                 small_left)
+                self.asked.append(node)
+                requests.append((self.output, [*self.paths[node], test]))
+            if requests or not needless:
+                return requests
+
+    def _children_may_split(self, node: int, choice: Choice) -> bool:
+        options = self.options
+        if options.max_depth is not None and self.depth[node] + 1 >= options.max_depth:
+            return False
+        least = 2 * options.min_samples_leaf
+        return bool(choice.left[ROWS] >= least or choice.right[ROWS] >= least)
 
     def receive(self, hists: Sequence[np.ndarray]) -> None:
         """Take the histograms of ``requests``, then split leaves best-first while their
         smaller children are at hand."""
         self.at_hand.update(zip(self.asked, hists))
         self.asked = []
+        self._advance()
+
+    def _advance(self) -> None:
         while self.heap and self.leaves < self.limit and self.heap[0][1] in self.at_hand:
             _, node, choice = heapq.heappop(self.heap)
             self._split(node, choice, self.at_hand.pop(node))
 
-    def _split(self, node: int, choice: Choice, small_hist: np.ndarray) -> None:
+    def _split(self, node: int, choice: Choice, small_hist: np.ndarray | None) -> None:
         tree = self.tree
         tree.feature[node] = choice.feature
         tree.nominal[node] = self.layout.features[choice.feature].kind == "nominal"
@@ -660,9 +682,12 @@ class BestFirst:
         for child, side in ((left, True), (right, False)):
             self.paths[child] = [*self.paths[node], _condition(tree, node, side)]
             self.depth[child] = self.depth[node] + 1
+        parent = self.hists.pop(node)
+        if small_hist is None:  # neither child may split: no histogram is needed
+            return
         small, large = (left, right) if choice.left[ROWS] <= choice.right[ROWS] else (right, left)
         self.hists[small] = small_hist
-        self.hists[large] = self.hists.pop(node) - small_hist
+        self.hists[large] = parent - small_hist
         self._consider(left, right)
 
     def finish(self) -> TreeOverCodes:
