@@ -139,6 +139,28 @@ def test_splits_whose_children_cannot_split_are_not_read(monkeypatch):
     assert reads == [1, 1] * 3
     assert _file(model) == _file(_boost(frame, target, in_memory=True, **options))
 
+
+def test_trees_bounded_by_depth_alone_take_a_read_per_level(monkeypatch):
+    # with no bound on the leaves every leaf that gains splits in the end, so each splits
+    # as soon as its child is read and a level is one read; the nodes are numbered in
+    # preorder, so the one-by-one numpy backend writes the same file
+    frame, target = _table("multiclass")
+    reads: list[int] = []
+    histograms = SqlNewtonBackend.histograms
+
+    def counted(self, requests):
+        reads.append(len(requests))
+        return histograms(self, requests)
+
+    monkeypatch.setattr(SqlNewtonBackend, "histograms", counted)
+    options = {"max_iter": 2, "max_depth": 4, "max_leaf_nodes": None, "min_samples_leaf": 5}
+    model = _boost(frame, target, **options)
+    assert len(reads) == 2 * 4  # the roots, then depths 1-3 (depth 4 cannot split)
+    assert _file(model) == _file(_boost(frame, target, in_memory=True, **options))
+    for tree in model.trees:  # preorder: a node's left child is the next node
+        internal = np.flatnonzero(tree.feature >= 0)
+        assert (tree.left[internal] == internal + 1).all()
+
 def test_requests_whose_rows_may_overlap_are_read_in_separate_passes():
     def test(feature, upto, left):
         return Condition(feature, False, upto, (), False, left)

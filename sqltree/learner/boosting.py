@@ -664,6 +664,18 @@ class BestFirst:
         self._advance()
 
     def _advance(self) -> None:
+        if self.limit == math.inf:
+            # No bound on the leaves: every leaf on the heap splits in the end, whatever the
+            # order, so each splits as soon as its child is at hand (a read per level, not a
+            # read per wave of better children); ``finish`` numbers the nodes in an order of
+            # their own.
+            while any(node in self.at_hand for _, node, _ in self.heap):
+                ready = [e for e in self.heap if e[1] in self.at_hand]
+                self.heap = [e for e in self.heap if e[1] not in self.at_hand]
+                heapq.heapify(self.heap)
+                for _, node, choice in sorted(ready, key=lambda e: (e[0], e[1])):
+                    self._split(node, choice, self.at_hand.pop(node))
+            return
         while self.heap and self.leaves < self.limit and self.heap[0][1] in self.at_hand:
             _, node, choice = heapq.heappop(self.heap)
             self._split(node, choice, self.at_hand.pop(node))
@@ -691,12 +703,32 @@ class BestFirst:
         self._consider(left, right)
 
     def finish(self) -> TreeOverCodes:
-        tree = self.tree
+        tree = self.tree if self.limit < math.inf else _preorder(self.tree)
         for node in range(len(tree.feature)):
             if tree.feature[node] < 0:
                 step = float(self.criterion.value(tree.stats[node])[0])
                 tree.value[node] = step * self.options.learning_rate
         return tree
+
+
+def _preorder(tree: TreeOverCodes) -> TreeOverCodes:
+    """``tree`` with its nodes numbered root first, then the left subtree, then the right:
+    the same numbers whatever order the splits were made in."""
+    order: list[int] = []
+    stack = [0]
+    while stack:
+        node = stack.pop()
+        order.append(node)
+        if tree.feature[node] >= 0:
+            stack += [tree.right[node], tree.left[node]]
+    new = {old: i for i, old in enumerate(order)}
+    out = TreeOverCodes()
+    for name in ("feature", "nominal", "upto", "left_codes", "missing_left", "stats", "gain",
+                 "value"):
+        getattr(out, name).extend(getattr(tree, name)[old] for old in order)
+    out.left.extend(new[tree.left[old]] if tree.left[old] >= 0 else -1 for old in order)
+    out.right.extend(new[tree.right[old]] if tree.right[old] >= 0 else -1 for old in order)
+    return out
 
 
 def grow_round(backend: NewtonBackend, n_outputs: int, layout: Layout, criterion: Newton,
