@@ -91,21 +91,27 @@ def test_boosting_is_the_same_in_sql_and_in_memory(case, options):
 
 
 
+@pytest.fixture
+def reads(monkeypatch) -> list[int]:
+    """The requests of each histogram read of the SQL backend, as they are made."""
+    made: list[int] = []
+    histograms = SqlNewtonBackend.histograms
+
+    def counted(self, requests):
+        made.append(len(requests))
+        return histograms(self, requests)
+
+    monkeypatch.setattr(SqlNewtonBackend, "histograms", counted)
+    return made
+
+
 @pytest.mark.parametrize("case", ["binary", "multiclass"])
-def test_reading_ahead_grows_the_same_trees_in_fewer_reads(case, monkeypatch):
+def test_reading_ahead_grows_the_same_trees_in_fewer_reads(case, reads, monkeypatch):
     # A read fetches the smaller children of every leaf that may split next; the leaves then
     # split in best-first order while their children are at hand, so the trees are those of
     # a read per split.
     frame, target = _table(case)
     options = {"max_iter": 3, "max_leaf_nodes": 12, "min_samples_leaf": 5}
-    reads: list[int] = []
-    histograms = SqlNewtonBackend.histograms
-
-    def counted(self, requests):
-        reads.append(len(requests))
-        return histograms(self, requests)
-
-    monkeypatch.setattr(SqlNewtonBackend, "histograms", counted)
     ahead = _boost(frame, target, **options)
     ahead_reads, reads[:] = len(reads), []
     monkeypatch.setattr(SqlNewtonBackend, "read_ahead", False)
@@ -121,18 +127,10 @@ def test_reading_ahead_grows_the_same_trees_in_fewer_reads(case, monkeypatch):
 
 
 
-def test_splits_whose_children_cannot_split_are_not_read(monkeypatch):
+def test_splits_whose_children_cannot_split_are_not_read(reads):
     # at max_depth 2 a round reads its root and the root's smaller child; the children of
     # depth 1 splits are at max_depth, and their sums are the split's own
     frame, target = _table("binary")
-    reads: list[int] = []
-    histograms = SqlNewtonBackend.histograms
-
-    def counted(self, requests):
-        reads.append(len(requests))
-        return histograms(self, requests)
-
-    monkeypatch.setattr(SqlNewtonBackend, "histograms", counted)
     options = {"max_iter": 3, "max_depth": 2, "max_leaf_nodes": None, "min_samples_leaf": 5}
     model = _boost(frame, target, **options)
     assert [int((t.feature < 0).sum()) for t in model.trees] == [4, 4, 4]
@@ -140,19 +138,11 @@ def test_splits_whose_children_cannot_split_are_not_read(monkeypatch):
     assert _file(model) == _file(_boost(frame, target, in_memory=True, **options))
 
 
-def test_trees_bounded_by_depth_alone_take_a_read_per_level(monkeypatch):
+def test_trees_bounded_by_depth_alone_take_a_read_per_level(reads):
     # with no bound on the leaves every leaf that gains splits in the end, so each splits
     # as soon as its child is read and a level is one read; the nodes are numbered in
     # preorder, so the one-by-one numpy backend writes the same file
     frame, target = _table("multiclass")
-    reads: list[int] = []
-    histograms = SqlNewtonBackend.histograms
-
-    def counted(self, requests):
-        reads.append(len(requests))
-        return histograms(self, requests)
-
-    monkeypatch.setattr(SqlNewtonBackend, "histograms", counted)
     options = {"max_iter": 2, "max_depth": 4, "max_leaf_nodes": None, "min_samples_leaf": 5}
     model = _boost(frame, target, **options)
     assert len(reads) == 2 * 4  # the roots, then depths 1-3 (depth 4 cannot split)
