@@ -525,15 +525,19 @@ def test_ctrl_c_in_the_process(tmp_path):
     data = tmp_path / "big.parquet"
     with duckdb.connect() as con:
         con.execute(
+            # a target that takes several levels (an exclusive or of two features' tests,
+            # 8% of it flipped): the signal arrives while levels are still to grow, where a
+            # target independent of the features ended the training at level 0
             f"COPY (SELECT i % 97 AS a, (i * 7919) % 1009 AS b, i % 13 AS c, "
-            f"CASE WHEN (i * 31) % 101 < 50 THEN 'x' ELSE 'y' END AS y "
+            f"CASE WHEN ((((i * 7919) % 1009) % 7 < 3) != ((i % 97) % 5 < 2)) "
+            f"!= ((i * 31) % 101 < 8) THEN 'x' ELSE 'y' END AS y "
             f"FROM range(300000) t(i)) TO '{data}'"
         )
     output = tmp_path / "m.json"
     child = subprocess.Popen(
         # the tables plan: a level's statements take long enough to be interrupted
         [sys.executable, "-m", "sqltree.cli", "train", str(data), "-t", "y", "-o", str(output),
-         "--plan", "tables"],
+         "--plan", "tables", "--max-depth", "6"],
         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
     )
     lines = []
