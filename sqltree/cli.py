@@ -953,7 +953,7 @@ def _ensemble_text(model: Any) -> str:
     rounds = model.stats.get("rounds")
     if rounds:
         last = rounds[-1]
-        line = f"{len(rounds)} rounds; training loss {last['train_loss']:.6f}"
+        line = f"{progress.count(len(rounds), 'round')}; training loss {last['train_loss']:.6f}"
         if last["validation_loss"] is not None:
             line += f", validation loss {last['validation_loss']:.6f}"
         lines.append(line)
