@@ -16,7 +16,7 @@ import heapq
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -172,14 +172,6 @@ def _goes_left(code: np.ndarray, c: Condition) -> np.ndarray:
     return left | ((code == 0) & c.missing_left)
 
 
-def _path_sql(path: Sequence[Condition], table: str) -> exp.Expression | None:
-    parts = []
-    for c in path:
-        test = _goes_left_sql(exp.column(f"c{c.feature}", table=table, quoted=True), c)
-        parts.append(test if c.left else exp.Not(this=exp.paren(test)))
-    return exp.and_(*parts) if parts else None
-
-
 @dataclass
 class _Trie:
     """Requests' paths merged on their shared tests: ``test`` (its side ignored) sends a
@@ -192,8 +184,7 @@ class _Trie:
 
 
 def _same_test(a: Condition, b: Condition) -> bool:
-    return (a.feature, a.nominal, a.upto, a.left_codes, a.missing_left) == (
-        b.feature, b.nominal, b.upto, b.left_codes, b.missing_left)
+    return replace(a, left=True) == replace(b, left=True)
 
 
 def _insert(trie: _Trie | int | None, path: Sequence[Condition], i: int
@@ -479,7 +470,7 @@ class NumpyNewtonBackend(NewtonBackend):
                         else np.ascontiguousarray(self.all_columns[:, self.rows]))
 
     def begin_round(self) -> None:
-        train = ~self.val
+        train = self.rows
         grads = self.loss.gradients(self.y[train], self.scores[train])
         self.grads = []
         n = len(self.rows)
