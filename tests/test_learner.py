@@ -12,7 +12,7 @@ import pytest
 
 from sqltree.dataset import describe
 from sqltree.engines import get_engine
-from sqltree.learner.backends import Allowed, Start
+from sqltree.learner.backends import Allowed, Packing, SqlBackend, Start
 from sqltree.learner.encode import encode
 from sqltree.learner.forest import ForestOptions, train_forest
 from sqltree.learner.gains import Entropy, Gini, Newton, Poisson, SquaredError
@@ -255,6 +255,40 @@ def test_sparse_blocks_choose_what_dense_blocks_choose(criterion, seed):
                                                b.left_codes, b.saw_missing)
                     np.testing.assert_array_equal(a.left, b.left)
                     np.testing.assert_array_equal(a.right, b.right)
+
+
+@pytest.mark.parametrize("bits", [1, 8, 9, 16])
+def test_packed_codes_read_back_as_stored_on_each_engine(bits):
+    """Codes packed into words and read back by a shift and a mask give every code, the
+    largest included, over several words (DuckDB and SQLite, the ways the engines render
+    shifts)."""
+    import sqlite3
+
+    import duckdb
+    from sqlglot import exp
+
+    packing = Packing(n_features=15, bits=bits)
+    rng = np.random.default_rng(bits)
+    codes = rng.integers(0, 2**bits, 15)
+    codes[0] = 2**bits - 1
+    words = packing.packed([exp.Literal.number(int(c)) for c in codes])
+    assert len(words) == -(-15 // (62 // bits))
+
+    class Reader(SqlBackend):  # only what reads a code
+        def __init__(self) -> None:
+            self.packing, self.cv = packing, "c"
+
+    reads = []
+    for f in range(15):
+        word, shift = packing.place(f)
+        row = exp.select(exp.alias_(exp.Literal.number(word), "word"),
+                         exp.alias_(exp.Literal.number(shift), "shift"))
+        reads.append(exp.select(Reader()._code_of("m")).from_(
+            exp.select(*words).subquery("c")).join(row.subquery("m"), join_type="CROSS"))
+    for dialect, run in (("duckdb", lambda q: duckdb.sql(q).fetchall()),
+                         ("sqlite", lambda q: sqlite3.connect(":memory:").execute(q).fetchall())):
+        got = [run(q.sql(dialect))[0][0] for q in reads]
+        assert got == codes.tolist(), dialect
 
 
 # -- whole forests -------------------------------------------------------------------------------

@@ -37,6 +37,8 @@ from .rows import Sampling, row_hash
 from .splitter import Block, Histograms, Layout, Sparse
 
 INT = "BIGINT"
+SHIFT = "INT"
+"""A shift's type (PostgreSQL shifts a BIGINT by an INTEGER only)."""
 
 PATH_SPLITS = 2048
 """Routing by path: the most splits a level's ``path_case`` holds; a tree grown past it is
@@ -51,6 +53,46 @@ LIMB_BITS = 26
 below 2^79 (a fixed point keeps its sums below 2^62), and the remainder, below 2^26: whole
 numbers that a DOUBLE result holds exactly."""
 
+
+
+@dataclass(frozen=True)
+class Packing:
+    """Codes packed into whole-number words: feature ``i``'s code is bits ``shift`` to
+    ``shift + bits`` of word ``i // per_word``, the same ``bits`` for every feature, below
+    2^62 in a word (a BIGINT in every engine)."""
+
+    n_features: int
+    bits: int
+
+    @property
+    def per_word(self) -> int:
+        return 62 // self.bits
+
+    @property
+    def words(self) -> list[str]:
+        return [f"p{w}" for w in range(-(-self.n_features // self.per_word))]
+
+    @property
+    def mask(self) -> int:
+        return 2**self.bits - 1
+
+    def place(self, feature: int) -> tuple[int, int]:
+        """Feature ``feature``'s word and shift."""
+        return feature // self.per_word, feature % self.per_word * self.bits
+
+    def packed(self, codes: Sequence[exp.Expression]) -> list[exp.Expression]:
+        """The words' SQL from each feature's code (non-negative, below 2^bits)."""
+        words: list[exp.Expression] = []
+        for i, code in enumerate(codes):
+            word, shift = self.place(i)
+            part: exp.Expression = exp.cast(code, "BIGINT")
+            if shift:
+                part = exp.BitwiseLeftShift(this=part, expression=num(shift))
+            if word == len(words):
+                words.append(part)
+            else:
+                words[word] = exp.Add(this=words[word], expression=exp.paren(part))
+        return [alias(w, name) for w, name in zip(words, self.words)]
 
 
 @dataclass(frozen=True)
@@ -176,7 +218,7 @@ class SqlBackend(Backend):
     def __init__(self, engine: Any, codes: exp.Table | exp.Select, layout: Layout,
                  stats: list[exp.Expression], scale: np.ndarray, n_classes: int = 0,
                  carried: Sequence[str] = (), row_ids: bool = True, wide: bool = False,
-                 routing: str | None = None) -> None:
+                 routing: str | None = None, packing: Packing | None = None) -> None:
         self.engine = engine
         self.codes = codes
         # a wide backend whose rows are never joined back nor hashed needs no row number
@@ -200,6 +242,9 @@ class SqlBackend(Backend):
         self.scans = 0
         """Statements that read the pairs (a histogram, storing the scanned ones apart, routing
         them down)."""
+        self.packing = packing
+        """The codes table's codes packed into words (``Packing``), or None: read one code by
+        the feature's column."""
         self.routing = routing or engine.SCAN_ROUTING
         """``Engine.SCAN_ROUTING``, or the caller's choice."""
         self.base: exp.Table | None = None
@@ -319,6 +364,28 @@ class SqlBackend(Backend):
         self.stale.append(apart)
         return apart
 
+    def _code_of(self, table: str) -> exp.Expression:
+        """Each row's code of the feature that the small table ``table`` names in its row:
+        its ``word`` shifted right by its ``shift`` and masked, when the codes are packed
+        (a CASE over a few words: a quarter less time for a forest's histogram at 1M rows
+        than a CASE over 16 features), else a CASE over the features' columns."""
+        if self.packing is None:
+            return case(*[(exp.EQ(this=_c("feature", table), expression=num(i)), _c(n, self.cv))
+                          for i, n in enumerate(self._code_columns())], default=num(0))
+        words = [_c(w, self.cv) for w in self.packing.words]
+        word: exp.Expression = words[0]
+        if len(words) > 1:
+            word = case(*[(exp.EQ(this=_c("word", table), expression=num(i)), w)
+                          for i, w in enumerate(words[:-1])], default=words[-1])
+        shifted = exp.BitwiseRightShift(this=word, expression=_c("shift", table))
+        # bracketed: & binds more loosely than + and * in SQL
+        return exp.paren(exp.BitwiseAnd(this=exp.paren(shifted),
+                                        expression=num(self.packing.mask)))
+
+    def _places(self, feature: int) -> tuple[int, int]:
+        """A feature's (word, shift) in the packed codes (zeros when they are not packed)."""
+        return self.packing.place(feature) if self.packing is not None else (0, 0)
+
     def _class_key(self) -> list[exp.Expression]:
         return [_c("y", self.cv)] if self.n_classes else []
 
@@ -415,11 +482,7 @@ class SqlBackend(Backend):
         plus its code (times the classes, plus its class): one integer key, grouped faster
         than the four columns it stands for, in key order, so that each node's codes come in
         order."""
-        names = self._code_columns()
-        feature = _c("feature", "m")
-        code = case(*[(exp.EQ(this=feature.copy(), expression=num(i)), _c(n, self.cv))
-                      for i, n in enumerate(names)], default=num(0))
-        key: exp.Expression = exp.Add(this=_c("base", "m"), expression=code)
+        key: exp.Expression = exp.Add(this=_c("base", "m"), expression=self._code_of("m"))
         if self.n_classes:
             key = exp.Add(this=exp.Mul(this=exp.paren(key), expression=num(self.n_classes)),
                           expression=_c("y", self.cv))
@@ -489,8 +552,9 @@ class SqlBackend(Backend):
                 "histogram: grow fewer trees at once or use fewer bins")
         base = np.arange(len(slot), dtype=np.int64) * width
         table = self.engine.load_rows(
-            "allowed", ["node", "feature", "base"], [INT, INT, INT],
-            list(zip(nodes[slot].tolist(), feature.tolist(), base.tolist())))
+            "allowed", ["node", "feature", "base", "word", "shift"], [INT] * 4 + [SHIFT],
+            [(n, f, b, *self._places(f)) for n, f, b in zip(
+                nodes[slot].tolist(), feature.tolist(), base.tolist())])
         try:
             cols = self._fetch(self.allowed_query(table))
         finally:
@@ -539,11 +603,13 @@ class SqlBackend(Backend):
         if self.base is not None:
             self._route_by_path(routes, keep)
             return
-        names = self._code_columns()
         rows = [(r.node, r.feature, int(r.missing_left), r.upto, int(r.nominal), r.left,
-                 r.right, int(r.scan_left), int(r.scan_right)) for r in routes]
-        split_columns = ["node", "feature", "miss", "upto", "nominal", "lt", "rt", "sl", "sr"]
-        splits = self.engine.load_rows("splits", split_columns, [INT] * len(split_columns), rows)
+                 r.right, int(r.scan_left), int(r.scan_right), *self._places(r.feature))
+                for r in routes]
+        split_columns = ["node", "feature", "miss", "upto", "nominal", "lt", "rt", "sl", "sr",
+                         "word", "shift"]
+        splits = self.engine.load_rows("splits", split_columns,
+                                       [INT] * (len(split_columns) - 1) + [SHIFT], rows)
         members = [(r.node, c) for r in routes if r.nominal for c in r.left_codes]
         table = None
         if members:
@@ -551,8 +617,7 @@ class SqlBackend(Backend):
         # Each row's code of its split's feature, then its side, computed once in derived
         # tables of their own (PostgreSQL would otherwise evaluate the CASE over the features
         # at each place that reads it: 2.2 s a level at 1M rows)
-        code = case(*[(exp.EQ(this=_c("feature", "s"), expression=num(i)), _c(n, self.cv))
-                      for i, n in enumerate(names)], default=num(0))
+        code = self._code_of("s")
         keyed = exp.select(
             *[_c(n, "a") for n in self.ids], alias(_c("node", "a"), "parent"), _c("cnt", "a"),
             *[_c(n, "s") for n in ("miss", "upto", "nominal", "lt", "rt", "sl", "sr")],

@@ -20,7 +20,7 @@ from ..dataset import Dataset, frame_level0
 from ..quantiles import bin_edges
 from ..sqlexpr import alias, as_double, num
 from ..tree import CONTINUOUS
-from .backends import NumpyBackend, SqlBackend
+from .backends import NumpyBackend, Packing, SqlBackend
 from .rows import quantize, scale_bits
 from .splitter import FeatureCodes, Layout
 
@@ -46,6 +46,8 @@ class Encoded:
     """In numpy: (rid, y, codes, stored statistic columns)."""
     weighted: bool = False
     """Whether rows carry weights (a weight column or class weights): ``v_w`` is not 1."""
+    packing: Packing | None = None
+    """How the codes table packs the codes into words beside their columns (``Packing``)."""
 
     @property
     def features(self) -> list[Any]:
@@ -80,7 +82,7 @@ class Encoded:
     def sql_backend(self) -> SqlBackend:
         assert self.table is not None, "encoded in numpy"
         return SqlBackend(self.data.engine, self.table, self.layout, self.stat_sql, self.scale,
-                          n_classes=len(self.data.classes))
+                          n_classes=len(self.data.classes), packing=self.packing)
 
     def numpy_backend(self) -> NumpyBackend:
         """The same codes and statistics as arrays (read out of the codes table, or as
@@ -155,15 +157,17 @@ def encode(
                                           + num(0.5)), name))
         scale.append(2.0**-bits)
     codes = [f"c{i}" for i in range(len(data.features))]
-    for f, name in zip(data.features, codes):
-        columns.append(alias(exp.func("COALESCE", exp.column(f.column, quoted=True) + num(1),
-                                      num(0)), name))
     feats = tuple(
         FeatureCodes(i, f.kind, 1 + (len(edges.get(f.index, [])) if f.kind == CONTINUOUS
                                     else len(f.values)))
         for i, f in enumerate(data.features)
     )
-    table = arrays = None
+    for f, name, fc in zip(data.features, codes, feats):
+        code = exp.func("COALESCE", exp.column(f.column, quoted=True) + num(1), num(0))
+        # narrow: a forest's pairs carry the codes, a row per drawn row and tree
+        columns.append(alias(exp.cast(code, "SMALLINT" if fc.n_codes < 2**15 else "INT"),
+                             name))
+    table = arrays = packing = None
     if in_memory:
         arrays = _encode_arrays(data, level0, edges, stats, scale, unit_weight)
     else:
@@ -171,8 +175,15 @@ def encode(
         order = [exp.column(c, quoted=True) for c in [*codes, "y", *[s[0] for s in stats]]]
         over = exp.Window(this=exp.RowNumber(), order=exp.Order(
             expressions=[exp.Ordered(this=o) for o in order]) if numbered else None)
+        # the codes also packed into words: a statement that reads one code per row, of a
+        # feature that varies by row (a forest's), shifts one word instead of choosing
+        # among every feature's column
+        widest = max((f.n_codes for f in feats), default=1)
+        packing = Packing(len(feats), max(1, (widest - 1).bit_length()))
+        words = packing.packed([exp.column(c, table="e", quoted=True) for c in codes])
         table = engine.materialize("codes", exp.select(
-            alias(over, "rid"), exp.Star()).from_(inner.subquery("e", copy=False), copy=False))
+            alias(over, "rid"), exp.Star(), *words).from_(inner.subquery("e", copy=False),
+                                                            copy=False))
     a, c = "a", "c"
     cnt = exp.column("cnt", table=a, quoted=True)
     if regression:
@@ -186,7 +197,7 @@ def encode(
         full_scale = np.array([1.0] + [scale[1]] * len(data.classes))
     return Encoded(data=data, layout=Layout(feats), edges=edges, table=table,
                    stat_sql=stat_sql, scale=full_scale, stored=[s[0] for s in stats],
-                   centre=centre, arrays=arrays, weighted=not unit_weight)
+                   centre=centre, arrays=arrays, weighted=not unit_weight, packing=packing)
 
 
 def _read(engine: Any, query: exp.Expression, n_columns: int) -> list[np.ndarray]:
