@@ -19,11 +19,16 @@ N rounds of depth ``--depth``: sqltree's ``algorithm="gradient-boosting"`` (bina
 ``GBTClassifier(maxIter=N, maxDepth, stepSize=0.1)`` in the same pipeline; held-out log loss
 beside accuracy.
 
+``--forest N``: random forests of N trees of depth ``--depth`` instead: sqltree's
+``algorithm="random-forest"`` (``max_features="sqrt"``, bootstrap) against MLlib's
+``RandomForestClassifier(numTrees=N, featureSubsetStrategy="sqrt")`` in the tree's pipeline.
+
 Usage::
 
     python benchmarks/spark.py --rows 1000000
     python benchmarks/spark.py --rows 1000000 --bins 32 64 --master local[2] --json out.json
     python benchmarks/spark.py --rows 1000000 --gbt 100 --depth 5 --bins 64
+    python benchmarks/spark.py --rows 1000000 --forest 100 --bins 64
 """
 
 from __future__ import annotations
@@ -81,7 +86,7 @@ def jobs_of(spark: Any, group: str) -> int:
 
 
 def sqltree_side(spark: Any, bins: int, depth: int, plan: str = "auto",
-                 routing: str | None = None) -> dict[str, Any]:
+                 routing: str | None = None, table: str = "bench_train") -> dict[str, Any]:
     """``routing``: the level scan's ``Engine.SCAN_ROUTING`` for this run (None: Spark's)."""
     import sqltree
     from sqltree.engines.spark import SparkEngine
@@ -90,7 +95,7 @@ def sqltree_side(spark: Any, bins: int, depth: int, plan: str = "auto",
     if routing:
         engine.SCAN_ROUTING = routing  # type: ignore[misc]
     start = time.perf_counter()
-    model = sqltree.train("bench_train", target=TARGET, algorithm="cart", max_depth=depth,
+    model = sqltree.train(table, target=TARGET, algorithm="cart", max_depth=depth,
                           max_bins=bins, connection=engine, plan=plan)
     seconds = time.perf_counter() - start
     scored = model.predict("bench_test", connection=spark)
@@ -112,6 +117,36 @@ def sqltree_side(spark: Any, bins: int, depth: int, plan: str = "auto",
             for lv in stats["levels"]
         ],
         "shuffle_partitions": engine.shuffle_partitions(stats["rows"]),
+        "python_peak_mb": process_peak_mb(),
+        "jvm_peak_mb": process_peak_mb(jvm_pid(spark) or 0),
+    }
+
+
+def sqltree_forest_side(spark: Any, bins: int, depth: int, trees: int,
+                        table: str = "bench_train") -> dict[str, Any]:
+    import sqltree
+    from sqltree.engines.spark import SparkEngine
+
+    engine = SparkEngine(spark)
+    start = time.perf_counter()
+    model = sqltree.train(table, target=TARGET, algorithm="random-forest", n_estimators=trees,
+                          max_depth=depth, max_bins=bins, max_features="sqrt",
+                          random_state=0, connection=engine)
+    seconds = time.perf_counter() - start
+    test = spark.table("bench_test").toPandas()
+    accuracy = float((model.predict_frame(test) == test[TARGET].to_numpy()).mean())
+    levels = model.stats["levels"]
+    return {
+        "side": f"sqltree random forest binned {bins}, {model.stats['plan']} plan",
+        "seconds": round(seconds, 1),
+        "jobs": engine.stats.jobs,
+        "queries": engine.stats.queries,
+        "batches": model.stats["batches"],
+        "leaves": model.n_leaves,
+        "accuracy": round(accuracy, 4),
+        "seconds_histograms": round(sum(lv["histogram_seconds"] for lv in levels), 1),
+        "seconds_routing": round(sum(lv["route_seconds"] for lv in levels), 1),
+        "statements_per_level": sorted({lv["statements"] for lv in levels}),
         "python_peak_mb": process_peak_mb(),
         "jvm_peak_mb": process_peak_mb(jvm_pid(spark) or 0),
     }
@@ -203,9 +238,12 @@ def mllib_gbt_side(spark: Any, depth: int, rounds: int,
     }
 
 
-def mllib_side(spark: Any, depth: int, table: str = "bench_train") -> dict[str, Any]:
+def mllib_side(spark: Any, depth: int, table: str = "bench_train", trees: int = 0
+               ) -> dict[str, Any]:
+    """MLlib's tree, or with ``trees`` its ``RandomForestClassifier`` of that many trees
+    (each node choosing among the square root of the features, as sqltree's forest)."""
     from pyspark.ml import Pipeline
-    from pyspark.ml.classification import DecisionTreeClassifier
+    from pyspark.ml.classification import DecisionTreeClassifier, RandomForestClassifier
     from pyspark.ml.feature import Imputer, StringIndexer, VectorAssembler
 
     indexed = [f"{c}_index" for c in NOMINAL]
@@ -215,6 +253,9 @@ def mllib_side(spark: Any, depth: int, table: str = "bench_train") -> dict[str, 
                       handleInvalid="keep"),
         Imputer(inputCols=CONTINUOUS, outputCols=imputed),
         VectorAssembler(inputCols=[*imputed, *indexed], outputCol="features"),
+        RandomForestClassifier(labelCol="label", featuresCol="features", maxDepth=depth,
+                               maxBins=MLLIB_BINS, numTrees=trees,
+                               featureSubsetStrategy="sqrt", seed=0) if trees else
         DecisionTreeClassifier(labelCol="label", featuresCol="features", maxDepth=depth,
                                maxBins=MLLIB_BINS),
     ])
@@ -224,12 +265,15 @@ def mllib_side(spark: Any, depth: int, table: str = "bench_train") -> dict[str, 
     seconds = time.perf_counter() - start
     scored = model.transform(spark.table("bench_test"))
     accuracy = scored.selectExpr("avg(CAST(prediction = label AS DOUBLE))").first()[0]
-    tree = model.stages[-1]
+    fitted = model.stages[-1]
+    estimators = fitted.trees if trees else [fitted]
     return {
-        "side": f"MLlib DecisionTreeClassifier maxBins {MLLIB_BINS}",
+        "side": f"MLlib {'RandomForest' if trees else 'DecisionTree'}Classifier "
+                f"maxBins {MLLIB_BINS}",
         "seconds": round(seconds, 1),
-        "leaves": (int(tree.numNodes) + 1) // 2,  # a binary tree: one leaf more than tests
-        "depth": int(tree.depth),
+        # binary trees: one leaf more than tests
+        "leaves": sum((int(t.numNodes) + 1) // 2 for t in estimators),
+        "depth": max(int(t.depth) for t in estimators),
         "accuracy": round(float(accuracy), 4),
         "python_peak_mb": process_peak_mb(),
         "jvm_peak_mb": process_peak_mb(jvm_pid(spark) or 0),
@@ -296,6 +340,8 @@ def main(argv: list[str] | None = None) -> None:
                         "neither pays alone for the JVM's first compilations (0: no warm-up)")
     parser.add_argument("--gbt", type=int, default=0, metavar="ROUNDS",
                         help="gradient boosting of ROUNDS rounds on a binary target instead")
+    parser.add_argument("--forest", type=int, default=0, metavar="TREES",
+                        help="random forests of TREES trees (max_features sqrt) instead")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args(argv)
 
@@ -311,6 +357,10 @@ def main(argv: list[str] | None = None) -> None:
         first = spark.sql(f"SELECT MIN({TARGET}) FROM bench_train").first()[0]
         binary_views(spark, first)
         gbt(spark, args, sides)
+        spark.stop()
+        return
+    if args.forest:
+        forest(spark, args, sides)
         spark.stop()
         return
     if args.warmup_rows:
@@ -363,6 +413,32 @@ def gbt(spark: Any, args: argparse.Namespace, sides: list[str]) -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rows": args.rows, "master": args.master, "gbt": args.gbt,
+                       "results": results}, f, indent=2)
+
+
+def forest(spark: Any, args: argparse.Namespace, sides: list[str]) -> None:
+    """The ``--forest`` comparison: both sides warmed up on the first rows (two trees), then
+    timed."""
+    if args.warmup_rows:
+        if "sqltree" in sides:
+            sqltree_forest_side(spark, args.bins[0], args.depth, 2, "bench_warmup")
+        if "mllib" in sides:
+            mllib_side(spark, args.depth, "bench_warmup", trees=2)
+    results = []
+    if "sqltree" in sides:
+        for bins in args.bins:
+            results.append(in_group(spark, f"sqltree-forest-{bins}", lambda b=bins: (
+                sqltree_forest_side(spark, b, args.depth, args.forest))))
+            print(json.dumps(results[-1]), flush=True)
+    if "mllib" in sides:
+        results.append(in_group(spark, "mllib-forest", lambda: mllib_side(
+            spark, args.depth, trees=args.forest)))
+        print(json.dumps(results[-1]), flush=True)
+    print(markdown(results, args.rows, args.master, args.depth).replace(
+        "rows,", f"rows, {args.forest} trees,", 1))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"rows": args.rows, "master": args.master, "forest": args.forest,
                        "results": results}, f, indent=2)
 
 
