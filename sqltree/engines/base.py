@@ -182,6 +182,11 @@ class Engine(ABC):
     SUPPORTS_MATERIALIZED_CTE: ClassVar[bool] = True
     """Whether ``WITH name AS MATERIALIZED (...)`` computes a CTE once for the statement."""
 
+    PARTITIONS_BY_HINT: ClassVar[bool] = False
+    """Whether a stored table may be hash-partitioned by its key with a ``REPARTITION`` hint,
+    so that each later join on that key, with a table partitioned the same way, moves no
+    rows (Spark)."""
+
     FENCES_DERIVED_TABLES: ClassVar[bool] = False
     """Whether ``render`` keeps the derived tables marked ``sqlexpr.computed_once`` apart from
     the query around them (``sqlexpr.fenced``): engines that merge derived tables into their

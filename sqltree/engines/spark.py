@@ -90,6 +90,7 @@ class SparkEngine(Engine):
     dialect: ClassVar[str] = "spark"
     NAME: ClassVar[str] = "Spark"
     SUPPORTS_MATERIALIZED_CTE: ClassVar[bool] = False
+    PARTITIONS_BY_HINT: ClassVar[bool] = True
     ONE_PASS_HISTOGRAM: ClassVar[bool] = True
     LOADS_SMALL_ROWS: ClassVar[bool] = True
     # the grouping sets' Expand copies every column of a row once per feature: 31.4 s of

@@ -116,6 +116,7 @@ def encode(
     numbered: bool = True,
     in_memory: bool = False,
     centred: bool = True,
+    partitioned: bool = False,
 ) -> Encoded:
     """Store the codes table (one statement) and describe its layout and statistics; or,
     ``in_memory``, read the rows once and encode them in numpy, to the same codes, numbers and
@@ -124,6 +125,8 @@ def encode(
     ``numbered``: number rows in the order of their codes (a sort; forests hash the numbers),
     else in any order. ``centred``: a target's ``y`` less its mean (the sums of squares of
     the criteria keep their precision), else the target itself (boosting's losses).
+    ``partitioned``: the rows stored hash-partitioned by their number where the engine can
+    (``Engine.PARTITIONS_BY_HINT``), for statements that join rows to the codes on it.
     """
     engine = data.engine
     edges = bin_edges(data, max_bins) or {}
@@ -181,9 +184,13 @@ def encode(
         widest = max((f.n_codes for f in feats), default=1)
         packing = Packing(len(feats), max(1, (widest - 1).bit_length()))
         words = packing.packed([exp.column(c, table="e", quoted=True) for c in codes])
-        table = engine.materialize("codes", exp.select(
-            alias(over, "rid"), exp.Star(), *words).from_(inner.subquery("e", copy=False),
-                                                            copy=False))
+        query = exp.select(alias(over, "rid"), exp.Star(), *words).from_(
+            inner.subquery("e", copy=False), copy=False)
+        if partitioned and engine.PARTITIONS_BY_HINT:
+            query = exp.select(exp.Star()).from_(query.subquery("n", copy=False), copy=False)
+            query.set("hint", exp.Hint(expressions=[exp.Anonymous(
+                this="REPARTITION", expressions=[exp.column("rid", quoted=True)])]))
+        table = engine.materialize("codes", query)
     a, c = "a", "c"
     cnt = exp.column("cnt", table=a, quoted=True)
     if regression:
