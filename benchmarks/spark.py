@@ -356,11 +356,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.gbt:
         first = spark.sql(f"SELECT MIN({TARGET}) FROM bench_train").first()[0]
         binary_views(spark, first)
-        gbt(spark, args, sides)
+        many_trees(spark, args, sides, "gbt")
         spark.stop()
         return
     if args.forest:
-        forest(spark, args, sides)
+        many_trees(spark, args, sides, "forest")
         spark.stop()
         return
     if args.warmup_rows:
@@ -391,54 +391,42 @@ def main(argv: list[str] | None = None) -> None:
     spark.stop()
 
 
-def gbt(spark: Any, args: argparse.Namespace, sides: list[str]) -> None:
-    """The ``--gbt`` comparison: both sides warmed up on the first rows, then timed."""
+def many_trees(spark: Any, args: argparse.Namespace, sides: list[str], what: str) -> None:
+    """The ``--gbt`` or ``--forest`` comparison (``what``): both sides warmed up on the first
+    rows with two rounds or trees, then timed."""
+    count = getattr(args, what)
+    train, warmup = ("bench_train_binary", "bench_warmup_binary") if what == "gbt" else (
+        "bench_train", "bench_warmup")
+
+    def ours(bins: int, n: int, table: str) -> dict[str, Any]:
+        side = sqltree_gbt_side if what == "gbt" else sqltree_forest_side
+        return side(spark, bins, args.depth, n, table)
+
+    def theirs(n: int, table: str) -> dict[str, Any]:
+        if what == "gbt":
+            return mllib_gbt_side(spark, args.depth, n, table)
+        return mllib_side(spark, args.depth, table, trees=n)
+
     if args.warmup_rows:
         if "sqltree" in sides:
-            sqltree_gbt_side(spark, args.bins[0], args.depth, 2, "bench_warmup_binary")
+            ours(args.bins[0], 2, warmup)
         if "mllib" in sides:
-            mllib_gbt_side(spark, args.depth, 2, "bench_warmup_binary")
+            theirs(2, warmup)
     results = []
     if "sqltree" in sides:
         for bins in args.bins:
-            results.append(in_group(spark, f"sqltree-gbt-{bins}", lambda b=bins: (
-                sqltree_gbt_side(spark, b, args.depth, args.gbt))))
+            results.append(in_group(spark, f"sqltree-{what}-{bins}",
+                                    lambda b=bins: ours(b, count, train)))
             print(json.dumps(results[-1]), flush=True)
     if "mllib" in sides:
-        results.append(in_group(spark, "mllib-gbt",
-                                lambda: mllib_gbt_side(spark, args.depth, args.gbt)))
+        results.append(in_group(spark, f"mllib-{what}", lambda: theirs(count, train)))
         print(json.dumps(results[-1]), flush=True)
+    unit = "boosting rounds" if what == "gbt" else "trees"
     print(markdown(results, args.rows, args.master, args.depth).replace(
-        "rows,", f"rows, {args.gbt} boosting rounds,", 1))
+        "rows,", f"rows, {count} {unit},", 1))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"rows": args.rows, "master": args.master, "gbt": args.gbt,
-                       "results": results}, f, indent=2)
-
-
-def forest(spark: Any, args: argparse.Namespace, sides: list[str]) -> None:
-    """The ``--forest`` comparison: both sides warmed up on the first rows (two trees), then
-    timed."""
-    if args.warmup_rows:
-        if "sqltree" in sides:
-            sqltree_forest_side(spark, args.bins[0], args.depth, 2, "bench_warmup")
-        if "mllib" in sides:
-            mllib_side(spark, args.depth, "bench_warmup", trees=2)
-    results = []
-    if "sqltree" in sides:
-        for bins in args.bins:
-            results.append(in_group(spark, f"sqltree-forest-{bins}", lambda b=bins: (
-                sqltree_forest_side(spark, b, args.depth, args.forest))))
-            print(json.dumps(results[-1]), flush=True)
-    if "mllib" in sides:
-        results.append(in_group(spark, "mllib-forest", lambda: mllib_side(
-            spark, args.depth, trees=args.forest)))
-        print(json.dumps(results[-1]), flush=True)
-    print(markdown(results, args.rows, args.master, args.depth).replace(
-        "rows,", f"rows, {args.forest} trees,", 1))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"rows": args.rows, "master": args.master, "forest": args.forest,
+            json.dump({"rows": args.rows, "master": args.master, what: count,
                        "results": results}, f, indent=2)
 
 
