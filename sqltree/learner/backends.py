@@ -94,6 +94,18 @@ class Packing:
                 words[word] = exp.Add(this=words[word], expression=exp.paren(part))
         return [alias(w, name) for w, name in zip(words, self.words)]
 
+    def read(self, words: Sequence[exp.Expression], word: exp.Expression,
+             shift: exp.Expression) -> exp.Expression:
+        """One code from the words (``words``, as ``packed`` names them): the word numbered
+        ``word`` shifted right by ``shift`` and masked."""
+        chosen = words[0]
+        if len(words) > 1:
+            chosen = case(*[(exp.EQ(this=word.copy(), expression=num(i)), w)
+                            for i, w in enumerate(words[:-1])], default=words[-1])
+        shifted = exp.BitwiseRightShift(this=chosen, expression=shift)
+        # bracketed: & binds more loosely than + and * in SQL
+        return exp.paren(exp.BitwiseAnd(this=exp.paren(shifted), expression=num(self.mask)))
+
 
 @dataclass(frozen=True)
 class Route:
@@ -372,15 +384,8 @@ class SqlBackend(Backend):
         if self.packing is None:
             return case(*[(exp.EQ(this=_c("feature", table), expression=num(i)), _c(n, self.cv))
                           for i, n in enumerate(self._code_columns())], default=num(0))
-        words = [_c(w, self.cv) for w in self.packing.words]
-        word: exp.Expression = words[0]
-        if len(words) > 1:
-            word = case(*[(exp.EQ(this=_c("word", table), expression=num(i)), w)
-                          for i, w in enumerate(words[:-1])], default=words[-1])
-        shifted = exp.BitwiseRightShift(this=word, expression=_c("shift", table))
-        # bracketed: & binds more loosely than + and * in SQL
-        return exp.paren(exp.BitwiseAnd(this=exp.paren(shifted),
-                                        expression=num(self.packing.mask)))
+        return self.packing.read([_c(w, self.cv) for w in self.packing.words],
+                                 _c("word", table), _c("shift", table))
 
     def _places(self, feature: int) -> tuple[int, int]:
         """A feature's (word, shift) in the packed codes (zeros when they are not packed)."""
