@@ -6,11 +6,15 @@ encode and fit for scikit-learn; the whole ``train`` call for sqltree), its peak
 accuracy on the held-out file; sqltree also reports its levels (seconds, nodes, statements).
 The trees are alike on both sides: ``max_depth``, ``max_features="sqrt"``, bootstrap;
 scikit-learn sorts exact values where sqltree cuts ``--max-bins`` quantile bins.
+scikit-learn sees each nominal column as its category's ordinal code; sqltree splits it as
+a nominal feature (CART's subsets by class order), unless ``--nominal-as-codes`` gives it
+the same ordinal codes as continuous features: the forests then differ only in binning.
 
 Usage::
 
     python benchmarks/forest.py --rows 1000000 --trees 100
     python benchmarks/forest.py --rows 1000000 --trees 10 --sides sqltree --plan memory
+    python benchmarks/forest.py --rows 1000000 --trees 100 --sides sqltree --nominal-as-codes
 """
 
 from __future__ import annotations
@@ -69,14 +73,26 @@ def sqltree_worker(args: argparse.Namespace) -> dict[str, Any]:
     connection = duckdb.connect()
     engine = DuckDBEngine(connection, threads=args.threads)
     start = time.perf_counter()
-    forest = sqltree.train(args.train, TARGET, algorithm="random-forest",
+    source, test_frame = args.train, pd.read_parquet(args.test)
+    if args.nominal_as_codes:
+        # scikit-learn's features: each category's place in the sorted categories, NULL kept
+        categories = {c: [r[0] for r in connection.execute(
+            f"SELECT DISTINCT {c} FROM read_parquet(?) WHERE {c} IS NOT NULL ORDER BY 1",
+            [args.train]).fetchall()] for c in NOMINAL}
+        codes = ", ".join(f"CAST(list_position(?, {c}) - 1 AS DOUBLE) AS {c}" for c in NOMINAL)
+        connection.execute(f"CREATE TABLE train AS SELECT * REPLACE ({codes}) "
+                           "FROM read_parquet(?)", [*categories.values(), args.train])
+        source = "train"
+        for c in NOMINAL:
+            test_frame[c] = pd.Categorical(test_frame[c], categories=categories[c]).codes
+            test_frame[c] = test_frame[c].where(test_frame[c] >= 0).astype("float64")
+    forest = sqltree.train(source, TARGET, algorithm="random-forest",
                            n_estimators=args.trees, max_depth=args.max_depth,
                            max_bins=args.max_bins, connection=engine, plan=args.plan,
                            random_state=0)
     seconds = time.perf_counter() - start
     rss = peak_rss_mb()
-    test = pd.read_parquet(args.test)
-    accuracy = float((forest.predict_frame(test) == test[TARGET].to_numpy()).mean())
+    accuracy = float((forest.predict_frame(test_frame) == test_frame[TARGET].to_numpy()).mean())
     levels = forest.stats["levels"]
     return {"side": f"sqltree ({forest.stats['plan']})", "seconds": seconds,
             "peak_rss_mb": rss, "accuracy": accuracy, "leaves": forest.n_leaves,
@@ -89,7 +105,7 @@ def run_side(side: str, args: argparse.Namespace, train: str, test: str) -> dict
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", side, "--train", train,
            "--test", test, "--trees", str(args.trees), "--max-depth", str(args.max_depth),
            "--max-bins", str(args.max_bins), "--threads", str(args.threads),
-           "--plan", args.plan]
+           "--plan", args.plan] + (["--nominal-as-codes"] if args.nominal_as_codes else [])
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", str(args.threads))
     out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True, env=env)
@@ -118,6 +134,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--plan", default="tables", choices=["tables", "memory"])
     p.add_argument("--sides", default="sqltree,sklearn")
+    p.add_argument("--nominal-as-codes", action="store_true",
+                   help="sqltree sees the nominal columns as scikit-learn does: ordinal codes")
     p.add_argument("--data-dir", default=DEFAULT_DATA)
     p.add_argument("--json", help="also write the results here")
     p.add_argument("--worker", help=argparse.SUPPRESS)
