@@ -3,7 +3,7 @@ another, and free memory given back to the system between levels of growth.
 
 glibc's ``malloc`` gives each new thread an arena of its own (up to eight per core), and an
 arena keeps the memory freed into it for reuse by its own threads. DuckDB's threads and the
-memory plan's numpy threads (``algorithms.memory.parallel``) each made one, and a level's
+memory plan's numpy threads (``parallel``) each made one, and a level's
 arrays, made by one thread and freed by another, were held in several arenas at once.
 
 What a level frees stays in the arena for later arrays, but the grown tree's nodes are Python

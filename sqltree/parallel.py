@@ -1,5 +1,5 @@
 """Work on large arrays side by side, a thread each: a level's features (their groups and
-cuts), or a pruning round's disjoint subtrees (their recounts).
+cuts, a boosted leaf's histogram), or a pruning round's disjoint subtrees (their recounts).
 
 numpy lets go of the interpreter lock in its sorts, counts, running sums, gathers and
 logarithms over large arrays, so one item's work in a thread runs beside another's on another

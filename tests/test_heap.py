@@ -18,7 +18,7 @@ import ctypes
 import numpy as np
 import pandas as pd
 import sqltree
-from sqltree.algorithms.memory import parallel
+from sqltree import parallel
 
 parallel.PARALLEL_MIN_ROWS = 0
 parallel.cores = lambda: 4

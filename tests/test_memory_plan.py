@@ -255,7 +255,7 @@ def test_features_scored_in_threads_give_the_same_model(monkeypatch):
     plan scored one feature after another, to the last bit, for C4.5, CART (Gini and
     entropy, whose nominal features' partitions are enumerated) and regression; and the
     threads did run."""
-    from sqltree.algorithms.memory import parallel
+    from sqltree import parallel
     from tests.test_memory_plan_c45 import _many_cuts, same_model
 
     pools: list[int] = []
@@ -326,7 +326,7 @@ def test_a_pruning_rounds_subtrees_recounted_in_threads_give_the_same_model(monk
     parts: the model file of one thread, to the last bit (a table with unknown values in
     two features, so that raised branches spread rows by recomputed shares); and the parts
     did run side by side."""
-    from sqltree.algorithms.memory import parallel
+    from sqltree import parallel
     from tests.test_memory_plan_c45 import _many_cuts, same_model
 
     frame = _many_cuts()
@@ -387,7 +387,7 @@ def test_a_forked_child_scores_in_threads_of_its_own(monkeypatch):
     its parent's, which it does not have."""
     import multiprocessing
 
-    from sqltree.algorithms.memory import parallel
+    from sqltree import parallel
 
     monkeypatch.setattr(parallel, "PARALLEL_MIN_ROWS", 0)
     frame = _iris()
@@ -399,7 +399,7 @@ def test_a_forked_child_scores_in_threads_of_its_own(monkeypatch):
 
 
 def _fit_text(frame: pd.DataFrame, target: str) -> str:
-    from sqltree.algorithms.memory import parallel
+    from sqltree import parallel
 
     parallel.PARALLEL_MIN_ROWS = 0
     return sqltree.train(frame, target, plan="memory", algorithm="c4.5").text()
@@ -407,7 +407,7 @@ def _fit_text(frame: pd.DataFrame, target: str) -> str:
 
 def test_threads_follow_duckdbs_setting(monkeypatch):
     """A DuckDB engine given ``threads`` scores a level's features with that many threads."""
-    from sqltree.algorithms.memory import parallel
+    from sqltree import parallel
     from sqltree.engines.duckdb import DuckDBEngine
 
     seen: list[int | None] = []

@@ -51,6 +51,7 @@ from ..grower import RouteRow, Strategy, TestRow
 from ..learner.backends import Route, SqlBackend, Start, joined_limbs, limbs
 from ..learner.rows import Sampling
 from ..learner.splitter import FeatureCodes, Layout
+from ..parallel import engine_workers
 from ..queries import UNKNOWN_KEY
 from ..sqlexpr import alias, num
 from ..tree import CONTINUOUS
@@ -61,7 +62,6 @@ from .cart.subsets import orders
 from .memory import MEMORY_MAX_CELLS, SCAN, c45_scores, cart_scores
 from .memory.c45 import ENGINE_ONLY_MAX_CELLS, DeepC45Strategy
 from .memory.level import Groups, Level, as_weight
-from .memory.parallel import engine_workers
 
 ROWS_PER_HISTOGRAM_ROW = 2
 """C4.5's levels move to memory once a level's histogram has at least half as many rows as

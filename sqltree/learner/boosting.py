@@ -30,6 +30,7 @@ from ..ensemble import Ensemble, TreeArrays
 from ..ensemble.evaluation import training_classes
 from ..errors import OptionError
 from ..model import features_info
+from ..parallel import engine_workers, side_by_side
 from ..sqlexpr import alias, case, computed_once, num
 from .encode import Encoded, encode
 from .gains import ROWS, Newton
@@ -167,9 +168,17 @@ def _goes_left_sql(code: exp.Expression, c: Condition) -> exp.Expression:
     return exp.Between(this=code.copy(), low=num(1), high=num(c.upto))
 
 
-def _goes_left(code: np.ndarray, c: Condition) -> np.ndarray:
-    left = np.isin(code, c.left_codes) if c.nominal else (code >= 1) & (code <= c.upto)
-    return left | ((code == 0) & c.missing_left)
+def _goes_left(code: np.ndarray, c: Condition, n_codes: int) -> np.ndarray:
+    """Whether each code goes left at the test of ``c``: one lookup in a table of the
+    feature's codes (a comparison, a membership test and the unknown code's side each
+    took a pass of their own)."""
+    table = np.zeros(n_codes, dtype=bool)
+    if c.nominal:
+        table[list(c.left_codes)] = True
+    else:
+        table[1:c.upto + 1] = True
+    table[0] = c.missing_left
+    return table[code]
 
 
 @dataclass
@@ -457,6 +466,7 @@ class NumpyNewtonBackend(NewtonBackend):
             self.w = encoded.arrays[3][0] * float(encoded.scale[1])
         self.loss = loss
         self.k = loss.n_outputs
+        self.workers = engine_workers(encoded.data.engine)
         n = len(self.y)
         self.val = np.zeros(n, dtype=bool)
         if validation is not None:
@@ -501,7 +511,7 @@ class NumpyNewtonBackend(NewtonBackend):
             c = path[-1]
             column = self.columns[c.feature]
             codes = column if parent is None else column[parent]
-            left = _goes_left(codes, c)
+            left = _goes_left(codes, c, self.layout.features[c.feature].n_codes)
             side = left if c.left else ~left
             found = np.flatnonzero(side) if parent is None else parent[side]
             self.members[key] = found
@@ -513,35 +523,49 @@ class NumpyNewtonBackend(NewtonBackend):
         if rows is not None:
             h, g = h[rows], g[rows]
         out = np.empty((self.layout.width, 3))
-        for feature, offset, column in zip(self.layout.features, self.layout.offsets,
-                                           self.columns):
-            codes = column if rows is None else column[rows]
+
+        def count(position: int) -> None:
+            feature, offset = self.layout.features[position], self.layout.offsets[position]
+            column = self.columns[position]
+            # once as the index type: each bincount would convert the codes again
+            codes = (column if rows is None else column[rows]).astype(np.intp)
             at = slice(offset, offset + feature.n_codes)
             out[at, 0] = np.bincount(codes, minlength=feature.n_codes)
             out[at, 1] = np.bincount(codes, weights=h, minlength=feature.n_codes)
             out[at, 2] = np.bincount(codes, weights=g, minlength=feature.n_codes)
+
+        side_by_side(count, range(len(self.layout.features)), len(h), self.workers)
         return out
 
     def end_round(self, trees: Sequence[tuple[int, TreeOverCodes]]) -> tuple[float, float | None]:
         for output, tree in trees:
-            self.scores[:, output] += _tree_numpy(tree, self.all_columns)
+            self.scores[:, output] += _tree_numpy(tree, self.all_columns, self.layout)
         losses = self.loss.loss(self.y, self.scores)
         valid = float(losses[self.val].mean()) if self.val.any() else None
         return float(losses[~self.val].mean()) if (~self.val).any() else 0.0, valid
 
 
-def _tree_numpy(tree: TreeOverCodes, columns: np.ndarray) -> np.ndarray:
+def _tree_numpy(tree: TreeOverCodes, columns: np.ndarray, layout: Layout) -> np.ndarray:
     """The leaf value each row reaches; ``columns``: the codes, a feature per row."""
     out = np.zeros(columns.shape[1])
-    stack = [(0, np.arange(columns.shape[1]))]
+    if tree.feature[0] < 0:
+        out[:] = tree.value[0]
+        return out
+    stack: list[tuple[int, np.ndarray | None]] = [(0, None)]  # None: every row
     while stack:
         node, rows = stack.pop()
         if tree.feature[node] < 0:
             out[rows] = tree.value[node]
             continue
-        left = _goes_left(columns[tree.feature[node]][rows], _condition(tree, node, True))
-        stack.append((tree.left[node], rows[left]))
-        stack.append((tree.right[node], rows[~left]))
+        feature = tree.feature[node]
+        codes = columns[feature] if rows is None else columns[feature][rows]
+        left = _goes_left(codes, _condition(tree, node, True), layout.features[feature].n_codes)
+        if rows is None:
+            stack.append((tree.left[node], np.flatnonzero(left)))
+            stack.append((tree.right[node], np.flatnonzero(~left)))
+        else:
+            stack.append((tree.left[node], rows[left]))
+            stack.append((tree.right[node], rows[~left]))
     return out
 
 

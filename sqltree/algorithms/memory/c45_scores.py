@@ -25,12 +25,12 @@ import numpy as np
 from ... import queries as q
 from ...criteria import J48_SMALL
 from ...dataset import Feature
+from ...parallel import side_by_side
 from ...tree import CONTINUOUS
 from ..c45.criteria import LN2, ScoreOptions
 from . import routes
 from .cart_scores import Segments, _left_sum, _rows, group_max
 from .level import NEAR_BEST_ERROR, Groups, Histogram, Ranks, as_weight, ln, xlogx
-from .parallel import side_by_side
 from .routes import NO_TEST, row_keys, stable_order
 
 

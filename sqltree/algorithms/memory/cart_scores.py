@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ...dataset import Feature
+from ...parallel import side_by_side
 from ...tree import CONTINUOUS
 from ..cart.scores import (
     CONTINUOUS_CUT,
@@ -31,7 +32,6 @@ from ..cart.scores import (
 )
 from ..cart.subsets import EXACT_SUBSETS_MAX, MEAN_ORDER, orders
 from .level import NEAR_BEST_ERROR, Groups, Histogram, _group, as_weight, ln
-from .parallel import side_by_side
 
 LN2 = float(np.log(2.0))
 

@@ -23,8 +23,8 @@ import numpy as np
 from sqlglot import exp
 
 from ...dataset import Dataset, Feature, frame_level0
+from ...parallel import engine_workers, side_by_side
 from ...tree import CONTINUOUS
-from .parallel import engine_workers, side_by_side
 
 WHOLE_LOGS_MAX = 1 << 21
 """Whole numbers up to this one take their logarithm from a table (``ln``)."""

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 from sqlglot import exp
 
+from ... import parallel
 from ... import queries as q
 from ...dataset import Dataset
 from ...pruning.recount import (
@@ -38,7 +39,6 @@ from ...pruning.recount import (
     recount_levels,
 )
 from ...tree import Node
-from . import parallel
 from .level import Level, exact_parts, read_level0, sum_exactly
 from .routes import partition, test_keys
 

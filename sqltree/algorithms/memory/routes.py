@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ... import queries as q
+from ...parallel import side_by_side
 from .level import COUNTED_KEYS_PER_ROW, Level, _rows_of
-from .parallel import side_by_side
 
 ROW_BLOCK = 1 << 20
 """Rows of a level keyed or routed at a time."""

@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from ... import parallel
 from ...dataset import Feature
-from . import parallel
 from .level import Histogram, Level, Ranks
 
 STACK_CELLS = {"cart": 1 << 13, "c4.5": 1 << 14}

@@ -6,8 +6,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ...grower import RouteRow, TestRow
+from ...parallel import engine_workers
 from .level import Level, read_level0
-from .parallel import engine_workers
 from .routes import partition
 
 
