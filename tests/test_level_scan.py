@@ -304,9 +304,9 @@ def test_every_engine_grows_the_same_c45_tree_on_the_scan(engine_factory: Any) -
 # -- routing: every row rewritten, or level 0's rows kept and each row's node computed --------
 ROUTING_CASES = ["three-classes", "sample-weight", "best-first", "entropy-leaf"]
 ROUTINGS = {"rewrite": backends.PATH_SPLITS, "path": backends.PATH_SPLITS,
-            "path then rewrite": 6}
+            "path then rewrite": 6, "update": backends.PATH_SPLITS}
 """``Engine.SCAN_ROUTING`` and ``PATH_SPLITS``: by path until the tree has 6 splits, then
-by rewriting (``SqlBackend._leave_path``)."""
+by rewriting (``SqlBackend._leave_path``). Spark updates no table: it takes the others."""
 
 
 @pytest.mark.parametrize("case", ROUTING_CASES)
@@ -352,6 +352,47 @@ def test_both_routings_grow_the_same_regression_tree(engine_factory: Any, case: 
     assert models["path"].n_leaves > 5
     assert len({str(comparable(m)) for m in models.values()}) == 1
     assert_same_model(models["path"], memory)
+
+
+def test_routing_by_update_rewrites_a_level_with_a_wide_nominal_split(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Routing by update holds a nominal split's left codes as the bits of one BIGINT: a level
+    that splits a feature of more codes (``MASK_CODES``) rewrites its rows instead, and the
+    levels after it update again. The tree is the memory plan's."""
+    import duckdb
+
+    from sqltree.engines.duckdb import DuckDBEngine
+
+    rng = np.random.default_rng(8)
+    n = 3000
+    frame = pd.DataFrame({"city": rng.choice([f"city {i}" for i in range(90)], n),
+                          "x": rng.normal(0, 1, n).round(3), "z": rng.integers(0, 9, n)})
+    frame["y"] = np.where(frame["city"].str[-1].isin(["1", "4", "7"]), "a",
+                          np.where(frame["x"] > 0.2, "b", "c"))
+    statements: list[str] = []
+    sent = DuckDBEngine._sending
+    monkeypatch.setattr(DuckDBEngine, "_sending",
+                        lambda self, sql: statements.append(sql) or sent(self, sql))
+    con = duckdb.connect()
+    con.register("frame", frame)
+    con.execute("CREATE TABLE t AS SELECT * FROM frame")
+    engine = DuckDBEngine(con)
+    assert engine.SCAN_ROUTING == "update"
+    model = sqltree.train("t", "y", algorithm="cart", plan="scan", connection=engine,
+                          max_bins=16, max_depth=5)
+    memory = sqltree.train(frame, "y", algorithm="cart", plan="memory", max_bins=16,
+                           max_depth=5)
+    assert_same_model(model, memory)
+    assert any(f.get("feature") == "city" for f in _splits(model))
+    updates = [i for i, sql in enumerate(statements) if sql.startswith("UPDATE")]
+    rewrites = [i for i, sql in enumerate(statements)
+                if "_pairs_" in sql.split(" AS ")[0] and sql.startswith("CREATE")]
+    assert len(rewrites) >= 2 and updates  # level 0's pairs, then a level rewritten
+    assert max(updates) > min(rewrites[1:])  # updating again after the rewrite
+
+
+def _splits(model: Any) -> list[dict[str, Any]]:
+    return [node["split"] for node in model.to_dict()["tree"] if node.get("split")]
 
 
 def random_splits(seed: int, depth: int, features: Any) -> tuple[dict[int, Any], set[int]]:
@@ -449,6 +490,8 @@ def _by_each_routing(engine_factory: Any, monkeypatch: pytest.MonkeyPatch, frame
     models = {}
     for routing, most_splits in ROUTINGS.items():
         engine, source = engine_factory(frame, name)
+        if routing == "update" and engine.NAME == "Spark":
+            continue
         monkeypatch.setattr(type(engine), "SCAN_ROUTING", routing.split()[0])
         monkeypatch.setattr(backends, "PATH_SPLITS", most_splits)
         models[routing] = fit(engine, source)

@@ -195,13 +195,17 @@ def with_derived(hist: ScanHistogram, kept: dict[int, np.ndarray],
     dense = np.stack([kept[derived[c][0]][: hist.layout.width] for c in children])
     # every derived child at once: its parent's dense histogram (the last level reads the
     # first feature only) less its siblings' long rows, scattered by (child, code)
-    sibling_of = {s: i for i, c in enumerate(children) for s in derived[c][1]}
-    siblings = np.array(sorted(sibling_of), dtype=np.int64)
-    at_sibling = np.array([sibling_of[s] for s in siblings.tolist()], dtype=np.int64)
-    read = np.isin(hist.node, siblings)
-    at = at_sibling[np.searchsorted(siblings, hist.node[read])]
-    # a child's siblings are distinct nodes, so a (derived child, code) may repeat: add.at
-    np.subtract.at(dense, (at, hist.code[read]), hist.sums[read])
+    # a child's k-th siblings at once: within such a round no (derived child, code) repeats,
+    # so a plain subtraction takes them all (``np.subtract.at`` took 0.07 s at level 8 of the
+    # 1M-row benchmark)
+    for k in range(max(len(derived[c][1]) for c in children)):
+        sibling_of = {derived[c][1][k]: i for i, c in enumerate(children)
+                      if len(derived[c][1]) > k}
+        siblings = np.array(sorted(sibling_of), dtype=np.int64)
+        at_sibling = np.array([sibling_of[s] for s in siblings.tolist()], dtype=np.int64)
+        read = np.isin(hist.node, siblings)
+        at = at_sibling[np.searchsorted(siblings, hist.node[read])]
+        dense[at, hist.code[read]] -= hist.sums[read]
     child_at, codes = np.nonzero(dense[:, :, 0] > 0)
     node = np.concatenate([hist.node, np.array(children, dtype=np.int64)[child_at]])
     code = np.concatenate([hist.code, codes.astype(np.int64)])

@@ -41,10 +41,11 @@ GROUPING_SETS, UNION, UNPIVOT = "grouping sets", "union", "unpivot"
 one ``GROUP BY GROUPING SETS``, a ``UNION ALL`` of a ``GROUP BY`` per feature, or each row's
 values unpivoted (``EXPLODE``) and grouped once."""
 
-REWRITE, PATH = "rewrite", "path"
+REWRITE, PATH, UPDATE = "rewrite", "path", "update"
 """How the level scan moves its rows down a level (``Engine.SCAN_ROUTING``): every open row
-rewritten with its child's node, or level 0's rows kept as stored and only the rows the next
-histogram reads written, each one's node computed from the splits so far."""
+rewritten with its child's node; level 0's rows kept as stored and only the rows the next
+histogram reads written, each one's node computed from the splits so far; or the rows kept
+where they are and only their node and scan flag updated in place."""
 
 
 @dataclass

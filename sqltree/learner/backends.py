@@ -13,9 +13,10 @@ that split to their children. :class:`SqlBackend` keeps the rows in the engine:
   sibling's (LightGBM's subtraction), so only the smaller child of each split is read.
 
 Wide, the pairs carry the codes themselves (one tree, the level scan). They move down as the
-engine runs best (``Engine.SCAN_ROUTING``): rewritten whole each level by the join above, or
+engine runs best (``Engine.SCAN_ROUTING``): rewritten whole each level by the join above;
 kept as level 0 stored them, each level storing apart only the rows of the nodes its
-histogram reads, each row's node computed by ``path_case`` from its codes.
+histogram reads, each row's node computed by ``path_case`` from its codes; or kept in place,
+each level updating only their node and scan flag.
 
 :class:`NumpyBackend` does the same with arrays, for data already in Python. Both sum the same
 whole-number statistics (``rows.py``), so their histograms are equal to the last bit.
@@ -30,7 +31,7 @@ from typing import Any
 import numpy as np
 from sqlglot import exp
 
-from ..engines.base import GROUPING_SETS, PATH, UNPIVOT
+from ..engines.base import GROUPING_SETS, PATH, UNPIVOT, UPDATE
 from ..errors import UnsupportedOptionError
 from ..sqlexpr import alias, case, computed_once, num, paren
 from .rows import Sampling, row_hash
@@ -38,6 +39,9 @@ from .splitter import Block, Histograms, Layout, Sparse
 
 INT = "BIGINT"
 SHIFT = "INT"
+MASK_CODES = 63
+"""Codes of a nominal feature whose left codes routing by update can hold as bits of one
+BIGINT (a wider feature's split moves its level's rows by rewriting them)."""
 """A shift's type (PostgreSQL shifts a BIGINT by an INTEGER only)."""
 
 PATH_SPLITS = 2048
@@ -265,6 +269,10 @@ class SqlBackend(Backend):
         self.root = 0
         self.splits: dict[int, Route] = {}
         """Routing by path: every split so far, by node."""
+        self.updating = False
+        """Routing by update: the pairs stay where they are, their node and scan updated."""
+        self.open: set[int] = set()
+        """Routing by update: the nodes that hold rows (every other row's node is -1)."""
 
     def statements(self) -> tuple[int, int] | None:
         return self.engine.stats.queries, self.scans
@@ -327,6 +335,9 @@ class SqlBackend(Backend):
         # are a row per tree, which a node computed from one tree's splits cannot tell apart
         if self.routing == PATH and self.carried and len(roots) == 1 and not out_of_bag:
             self.base, self.root, self.splits = self.pairs, roots[0].node, {}
+        self.updating = (self.routing == UPDATE and bool(self.carried) and len(roots) == 1
+                         and not out_of_bag)
+        self.open = {roots[0].node} if self.updating else set()
 
     def _drop_pairs(self) -> None:
         if self.base is not None and self.base is not self.pairs:
@@ -608,6 +619,12 @@ class SqlBackend(Backend):
         if self.base is not None:
             self._route_by_path(routes, keep)
             return
+        if self.updating and not keep and all(
+                self.layout.features[r.feature].n_codes <= MASK_CODES for r in routes
+                if r.nominal):
+            self._route_by_update(routes)
+            return
+        self.open = {child for r in routes for child in (r.left, r.right) if child >= 0}
         rows = [(r.node, r.feature, int(r.missing_left), r.upto, int(r.nominal), r.left,
                  r.right, int(r.scan_left), int(r.scan_right), *self._places(r.feature))
                 for r in routes]
@@ -676,6 +693,47 @@ class SqlBackend(Backend):
         self.engine.drop(splits)
         if table is not None:
             self.engine.drop(table)
+
+    def _route_by_update(self, routes: Sequence[Route]) -> None:
+        """Move the pairs down in place (``Engine.SCAN_ROUTING``): each row of a split node
+        takes its child's node and scan flag, each row of a node that did not split (now a
+        leaf) node -1 and no scan, in one ``UPDATE`` joined to a row per open node. A nominal
+        split's left codes are bits of one BIGINT (``MASK_CODES``)."""
+        assert self.pairs is not None
+        split = {r.node for r in routes}
+        rows = [(r.node, r.feature, int(r.missing_left), r.upto, int(r.nominal), r.left,
+                 r.right, int(r.scan_left), int(r.scan_right),
+                 sum(1 << c for c in r.left_codes) if r.nominal else 0) for r in routes]
+        rows += [(node, 0, 0, 0, 0, -1, -1, 0, 0, 0) for node in sorted(self.open - split)]
+        columns = ["node", "feature", "miss", "upto", "nominal", "lt", "rt", "sl", "sr", "lm"]
+        splits = self.engine.load_rows("splits", columns, [INT] * len(columns), rows)
+        k = case(*[(exp.EQ(this=_c("feature", "s"), expression=num(i)), _c(n, "a"))
+                   for i, n in enumerate(self._code_columns())], default=num(0))
+        left_nominal = exp.EQ(this=exp.BitwiseAnd(
+            this=paren(exp.BitwiseRightShift(this=_c("lm", "s"), expression=k.copy())),
+            expression=num(1)), expression=num(1))
+        goes = case(
+            (exp.EQ(this=k.copy(), expression=num(0)),
+             exp.EQ(this=_c("miss", "s"), expression=num(1))),
+            (exp.EQ(this=_c("nominal", "s"), expression=num(1)), left_nominal),
+            default=exp.LTE(this=k, expression=_c("upto", "s")),
+        )
+        update = exp.Update(
+            this=exp.alias_(self.pairs.copy(), "a"),
+            expressions=[
+                exp.EQ(this=exp.column("node", quoted=True),
+                       expression=exp.If(this=goes, true=_c("lt", "s"), false=_c("rt", "s"))),
+                exp.EQ(this=exp.column("scan", quoted=True),
+                       expression=exp.If(this=goes.copy(), true=_c("sl", "s"),
+                                         false=_c("sr", "s"))),
+            ],
+            from_=exp.From(this=exp.alias_(splits, "s")),
+            where=exp.Where(this=exp.EQ(this=_c("node", "a"), expression=_c("node", "s"))),
+        )
+        self.scans += 1
+        self.engine.execute(update)
+        self.engine.drop(splits)
+        self.open = {child for r in routes for child in (r.left, r.right) if child >= 0}
 
     def _route_by_path(self, routes: Sequence[Route], keep: bool) -> None:
         """Store the rows of the nodes the next histogram reads, from level 0's rows, each
