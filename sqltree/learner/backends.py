@@ -33,6 +33,7 @@ from sqlglot import exp
 
 from ..engines.base import GROUPING_SETS, PATH, UNPIVOT, UPDATE
 from ..errors import UnsupportedOptionError
+from ..parallel import side_by_side
 from ..sqlexpr import alias, case, computed_once, num, paren
 from .rows import Sampling, row_hash
 from .splitter import Block, Histograms, Layout, Sparse
@@ -965,12 +966,12 @@ class NumpyBackend(Backend):
             return Histograms.of_dense(ids, np.ascontiguousarray(hist) * self.scale, self.layout)
         order = np.searchsorted(allowed.nodes, ids)
         mask = allowed.mask[order]  # by slot
-        blocks: list[tuple[np.ndarray, np.ndarray] | None] = []
-        for j, f in enumerate(self.layout.features):
+
+        def block(j: int) -> Block | None:
+            f = self.layout.features[j]
             takes = np.flatnonzero(mask[:, j])
             if not takes.size:
-                blocks.append(None)
-                continue
+                return None
             local = np.full(len(ids), -1, dtype=np.int64)
             local[takes] = np.arange(takes.size)
             here = local[slot]
@@ -979,8 +980,10 @@ class NumpyBackend(Backend):
             size = takes.size * f.n_codes
             arr = np.stack([np.bincount(key, weights=values[sel, s], minlength=size)
                             for s in range(self.n_stats)], axis=1)
-            blocks.append((takes, arr.reshape(takes.size, f.n_codes, self.n_stats) * self.scale))
-        return Histograms(ids, blocks)
+            return takes, arr.reshape(takes.size, f.n_codes, self.n_stats) * self.scale
+
+        # each feature's block on its own: side by side in threads
+        return Histograms(ids, side_by_side(block, range(len(self.layout.features)), len(row)))
 
     def route(self, routes: Sequence[Route], keep: bool = False) -> None:
         by_node = {r.node: r for r in routes}
