@@ -169,7 +169,10 @@ class Engine(ABC):
     stored once and never rewritten, and per level one statement that stores apart only the
     rows of the nodes the next histogram reads (the smaller child of each split), each row's
     node computed from its codes by a ``CASE`` over the splits so far (until the tree passes
-    ``learner.backends.PATH_SPLITS``, then by rewriting)."""
+    ``learner.backends.PATH_SPLITS``, then by rewriting); or ``"update"``, the rows kept where
+    they are and per level one ``UPDATE`` of their node and scan flag, joined to the level's
+    splits (a level splitting a nominal feature of more than ``learner.backends.MASK_CODES``
+    codes rewrites instead)."""
 
     KEEPS_ROW_ORDER: ClassVar[bool] = False
     """Whether a table made from an ordered query is stored, and scanned, in that order."""
