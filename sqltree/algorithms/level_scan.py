@@ -13,8 +13,9 @@ reading the rows, and Python for the rest:
   ``UPDATE`` of each row's node and scan flag joined to the level's splits (a few hundred
   rows); on Spark one that joins them and rewrites the rows; on PostgreSQL, which writes
   every tuple whole, one that stores only the rows the next histogram reads, from level 0's
-  rows (never rewritten), each row's node computed from its codes by the splits so far. No statement joins the rows to anything large (a narrow (row, node) table joined
-  back to the codes took 9.8 s against 6.1 s on DuckDB, 1M rows, depth 10);
+  rows (never rewritten), each row's node computed from its codes by the splits so far. No
+  statement joins the rows to anything large (a narrow (row, node) table joined back to the
+  codes took 9.8 s against 6.1 s on DuckDB, 1M rows, depth 10);
 - per level one ``GROUP BY`` sums every (node, feature, code, class) in the form the engine
   runs best (``Engine.HISTOGRAM_FORM``); a node whose sibling was read is its parent's
   histogram less its sibling's (LightGBM's subtraction), so each split reads only its
