@@ -40,10 +40,10 @@ from .splitter import Block, Histograms, Layout, Sparse
 
 INT = "BIGINT"
 SHIFT = "INT"
+"""A shift's type (PostgreSQL shifts a BIGINT by an INTEGER only)."""
 MASK_CODES = 63
 """Codes of a nominal feature whose left codes routing by update can hold as bits of one
 BIGINT (a wider feature's split moves its level's rows by rewriting them)."""
-"""A shift's type (PostgreSQL shifts a BIGINT by an INTEGER only)."""
 
 PATH_SPLITS = 2048
 """Routing by path: the most splits a level's ``path_case`` holds; a tree grown past it is
