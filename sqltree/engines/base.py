@@ -172,7 +172,7 @@ class Engine(ABC):
     ``learner.backends.PATH_SPLITS``, then by rewriting); or ``"update"``, the rows kept where
     they are and per level one ``UPDATE`` of their node and scan flag, joined to the level's
     splits (a level splitting a nominal feature of more than ``learner.backends.MASK_CODES``
-    codes rewrites instead)."""
+    codes rewrites instead, and so does every level after ``UPDATES_IN_A_ROW`` updates)."""
 
     KEEPS_ROW_ORDER: ClassVar[bool] = False
     """Whether a table made from an ordered query is stored, and scanned, in that order."""

@@ -44,6 +44,11 @@ SHIFT = "INT"
 MASK_CODES = 63
 """Codes of a nominal feature whose left codes routing by update can hold as bits of one
 BIGINT (a wider feature's split moves its level's rows by rewriting them)."""
+UPDATES_IN_A_ROW = 6
+"""Levels routed by update before one is routed by rewriting. DuckDB keeps a row's updated
+versions beside it, and a histogram over rows updated level after level took more memory:
+1M rows, a regression tree of depth 10, a peak of 835 MB updating every level against 615 MB
+rewriting every level and 593 MB rewriting after six updates (3.37 s against 3.94 s)."""
 
 PATH_SPLITS = 2048
 """Routing by path: the most splits a level's ``path_case`` holds; a tree grown past it is
@@ -274,6 +279,8 @@ class SqlBackend(Backend):
         """Routing by update: the pairs stay where they are, their node and scan updated."""
         self.open: set[int] = set()
         """Routing by update: the nodes that hold rows (every other row's node is -1)."""
+        self.updates = 0
+        """Routing by update: levels updated since the pairs were last written whole."""
 
     def statements(self) -> tuple[int, int] | None:
         return self.engine.stats.queries, self.scans
@@ -339,6 +346,7 @@ class SqlBackend(Backend):
         self.updating = (self.routing == UPDATE and bool(self.carried) and len(roots) == 1
                          and not out_of_bag)
         self.open = {roots[0].node} if self.updating else set()
+        self.updates = 0
 
     def _drop_pairs(self) -> None:
         if self.base is not None and self.base is not self.pairs:
@@ -620,12 +628,14 @@ class SqlBackend(Backend):
         if self.base is not None:
             self._route_by_path(routes, keep)
             return
-        if self.updating and not keep and all(
+        if self.updating and not keep and self.updates < UPDATES_IN_A_ROW and all(
                 self.layout.features[r.feature].n_codes <= MASK_CODES for r in routes
                 if r.nominal):
             self._route_by_update(routes)
+            self.updates += 1
             return
         self.open = {child for r in routes for child in (r.left, r.right) if child >= 0}
+        self.updates = 0
         rows = [(r.node, r.feature, int(r.missing_left), r.upto, int(r.nominal), r.left,
                  r.right, int(r.scan_left), int(r.scan_right), *self._places(r.feature))
                 for r in routes]
