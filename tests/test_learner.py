@@ -187,6 +187,18 @@ def test_best_split_is_the_brute_force_best(criterion, seed):
         assert choice.gain == pytest.approx(expected[0], rel=1e-12, abs=1e-12)
 
 
+def assert_same_choices(got: list, want: list) -> None:
+    """Each node's choice the same to the last bit (or None on both sides)."""
+    for a, b in zip(got, want, strict=True):
+        assert (a is None) == (b is None)
+        if a is not None and b is not None:
+            assert (a.feature, a.gain, a.missing_left, a.upto, a.left_codes,
+                    a.saw_missing) == (b.feature, b.gain, b.missing_left, b.upto,
+                                       b.left_codes, b.saw_missing)
+            np.testing.assert_array_equal(a.left, b.left)
+            np.testing.assert_array_equal(a.right, b.right)
+
+
 @pytest.mark.parametrize("criterion", [Gini(), Entropy(), SquaredError(), Poisson(),
                                        Newton(l2=1.0)], ids=lambda c: c.name)
 @pytest.mark.parametrize("seed", range(4))
@@ -247,14 +259,7 @@ def test_sparse_blocks_choose_what_dense_blocks_choose(criterion, seed):
                                           rules, tie_roots)
             np.testing.assert_array_equal(got_totals, want_totals)
             assert sum(c is not None for c in want) > n_nodes // 3
-            for a, b in zip(got, want, strict=True):
-                assert (a is None) == (b is None)
-                if a is not None and b is not None:
-                    assert (a.feature, a.gain, a.missing_left, a.upto, a.left_codes,
-                            a.saw_missing) == (b.feature, b.gain, b.missing_left, b.upto,
-                                               b.left_codes, b.saw_missing)
-                    np.testing.assert_array_equal(a.left, b.left)
-                    np.testing.assert_array_equal(a.right, b.right)
+            assert_same_choices(got, want)
 
 
 @pytest.mark.parametrize("criterion", [Gini(), Entropy(), SquaredError(), Poisson(),
@@ -299,14 +304,7 @@ def test_features_scored_side_by_side_choose_what_one_at_a_time_choose(criterion
             np.testing.assert_array_equal(got_totals, want_totals)
             assert sum(c is not None for c in want) > n_nodes // 3
             assert len({c.feature for c in want if c is not None}) > 3
-            for a, b in zip(got, want, strict=True):
-                assert (a is None) == (b is None)
-                if a is not None and b is not None:
-                    assert (a.feature, a.gain, a.missing_left, a.upto, a.left_codes,
-                            a.saw_missing) == (b.feature, b.gain, b.missing_left, b.upto,
-                                               b.left_codes, b.saw_missing)
-                    np.testing.assert_array_equal(a.left, b.left)
-                    np.testing.assert_array_equal(a.right, b.right)
+            assert_same_choices(got, want)
 
 
 @pytest.mark.parametrize("bits", [1, 8, 9, 16])
