@@ -662,16 +662,10 @@ class SqlBackend(Backend):
         if not self.carried:
             keyed = keyed.join(exp.alias_(self.codes.copy(), "c"),
                                on=exp.EQ(this=_c("rid", "a"), expression=_c("rid", "c")))
-        one = num(1)
         is_left_nominal: exp.Expression = exp.false()
         if table is not None:
             is_left_nominal = exp.Not(this=exp.Is(this=_c("node", "m"), expression=exp.null()))
-        goes_left = case(
-            (exp.EQ(this=_c("k", "r"), expression=num(0)),
-             exp.EQ(this=_c("miss", "r"), expression=one.copy())),
-            (exp.EQ(this=_c("nominal", "r"), expression=one.copy()), is_left_nominal),
-            default=exp.LTE(this=_c("k", "r"), expression=_c("upto", "r")),
-        )
+        goes_left = _goes_left_by_row(_c("k", "r"), "r", is_left_nominal)
         sided = exp.select(*[_c(n, "r") for n in [
             *self.ids, "parent", "cnt", "lt", "rt", "sl", "sr", *self.carried]],
             alias(goes_left, "goes_left"),
@@ -718,17 +712,11 @@ class SqlBackend(Backend):
         rows += [(node, 0, 0, 0, 0, -1, -1, 0, 0, 0) for node in sorted(self.open - split)]
         columns = ["node", "feature", "miss", "upto", "nominal", "lt", "rt", "sl", "sr", "lm"]
         splits = self.engine.load_rows("splits", columns, [INT] * len(columns), rows)
-        k = case(*[(exp.EQ(this=_c("feature", "s"), expression=num(i)), _c(n, "a"))
-                   for i, n in enumerate(self._code_columns())], default=num(0))
+        k = self._code_of("s")
         left_nominal = exp.EQ(this=exp.BitwiseAnd(
             this=paren(exp.BitwiseRightShift(this=_c("lm", "s"), expression=k.copy())),
             expression=num(1)), expression=num(1))
-        goes = case(
-            (exp.EQ(this=k.copy(), expression=num(0)),
-             exp.EQ(this=_c("miss", "s"), expression=num(1))),
-            (exp.EQ(this=_c("nominal", "s"), expression=num(1)), left_nominal),
-            default=exp.LTE(this=k, expression=_c("upto", "s")),
-        )
+        goes = _goes_left_by_row(k, "s", left_nominal)
         update = exp.Update(
             this=exp.alias_(self.pairs.copy(), "a"),
             expressions=[
@@ -860,6 +848,19 @@ class SqlBackend(Backend):
             self.engine.drop(t)
         self.votes = []
         self._drop_pairs()
+
+
+def _goes_left_by_row(code: exp.Expression, splits: str, left_nominal: exp.Expression
+                      ) -> exp.Expression:
+    """Whether a row whose code of its split's feature is ``code`` goes left, its split's
+    ``miss``, ``nominal`` and ``upto`` read from the table aliased ``splits``; a nominal
+    split's membership is ``left_nominal``."""
+    return case(
+        (exp.EQ(this=code.copy(), expression=num(0)),
+         exp.EQ(this=_c("miss", splits), expression=num(1))),
+        (exp.EQ(this=_c("nominal", splits), expression=num(1)), left_nominal),
+        default=exp.LTE(this=code.copy(), expression=_c("upto", splits)),
+    )
 
 
 def goes_left(route: Route, column: exp.Expression, n_codes: int, left: bool = True
